@@ -1,0 +1,231 @@
+//! Compiles every `kernels/*.cu` into a fatbin (SASS for sm_80 and sm_90, PTX for compute_90) when
+//! nvcc can be found, records ptxas's resource report, and generates `kernels.rs` that embeds both.
+//! Without nvcc the build still passes, with one warning: the CPU paths need no GPU code.
+
+use std::env;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const ARCH_FLAGS: &[&str] = &[
+    "-gencode",
+    "arch=compute_80,code=sm_80",
+    "-gencode",
+    "arch=compute_90,code=[sm_90,compute_90]",
+];
+
+fn main() {
+    println!("cargo:rerun-if-changed=kernels");
+    for var in ["NVCC", "CUDA_HOME", "PAGEDKV_SKIP_NVCC"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let sources = kernel_sources(&root.join("kernels"));
+
+    let generated = match find_nvcc(&root) {
+        Some(nvcc) => build_fatbins(&nvcc, &root, &out, &sources),
+        None => {
+            println!(
+                "cargo:warning=GPU kernels were not built: nvcc not found ($NVCC, $CUDA_HOME/bin, PATH, \
+                 .cuda/). Run scripts/install-cuda-compiler to get the pinned CUDA 13.0 compiler."
+            );
+            render_module(None, &[], &[])
+        }
+    };
+    std::fs::write(out.join("kernels.rs"), generated).expect("write kernels.rs");
+}
+
+/// Every `.cu` directly under `kernels/`, sorted so the generated file is stable.
+fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "cu"));
+    files.sort();
+    files
+}
+
+/// `$NVCC`, then `$CUDA_HOME/bin/nvcc`, then `PATH`, then the toolchain that
+/// `scripts/install-cuda-compiler` puts under `.cuda/`. `PAGEDKV_SKIP_NVCC=1` pretends none exists.
+fn find_nvcc(root: &Path) -> Option<PathBuf> {
+    if env::var_os("PAGEDKV_SKIP_NVCC").is_some_and(|v| v == "1") {
+        return None;
+    }
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = env::var_os("NVCC") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(home) = env::var_os("CUDA_HOME") {
+        candidates.push(PathBuf::from(home).join("bin/nvcc"));
+    }
+    if let Some(path) = env::var_os("PATH") {
+        candidates.extend(env::split_paths(&path).map(|d| d.join("nvcc")));
+    }
+    candidates.push(root.join(".cuda/nvidia/cu13/bin/nvcc"));
+    candidates.into_iter().find(|p| runs(p))
+}
+
+fn runs(nvcc: &Path) -> bool {
+    Command::new(nvcc)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// One kernel's resources as ptxas reported them for one architecture.
+struct Resources {
+    module: String,
+    kernel: String,
+    arch: String,
+    registers: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+    shared_bytes: u32,
+    stack_bytes: u32,
+}
+
+fn build_fatbins(nvcc: &Path, root: &Path, out: &Path, sources: &[PathBuf]) -> String {
+    let version = nvcc_version(nvcc);
+    // One nvcc per file, all at once: the files are independent and the build has 2 cores.
+    let jobs: Vec<_> = sources
+        .iter()
+        .map(|src| {
+            let module = src.file_stem().unwrap().to_string_lossy().into_owned();
+            let fatbin = out.join(format!("{module}.fatbin"));
+            let child = Command::new(nvcc)
+                .args([
+                    "--fatbin",
+                    "-O3",
+                    "-std=c++17",
+                    "-lineinfo",
+                    "-Xptxas",
+                    "-v",
+                ])
+                .args(ARCH_FLAGS)
+                .arg("-I")
+                .arg(root.join("kernels"))
+                .arg(src)
+                .arg("-o")
+                .arg(&fatbin)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", nvcc.display()));
+            (module, fatbin, child)
+        })
+        .collect();
+
+    let mut modules = Vec::new();
+    let mut resources = Vec::new();
+    for (module, fatbin, child) in jobs {
+        let output = child.wait_with_output().expect("wait for nvcc");
+        let log = String::from_utf8_lossy(&output.stderr).into_owned()
+            + &String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() {
+            panic!("nvcc failed on kernels/{module}.cu:\n{log}");
+        }
+        resources.extend(parse_ptxas_report(&module, &log));
+        modules.push((module, fatbin));
+    }
+    render_module(Some(&version), &modules, &resources)
+}
+
+fn nvcc_version(nvcc: &Path) -> String {
+    let out = Command::new(nvcc)
+        .arg("--version")
+        .output()
+        .expect("nvcc --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.contains("release"))
+        .unwrap_or("unknown")
+        .trim()
+        .to_string()
+}
+
+/// Reads ptxas `-v` output: an "Compiling entry function 'K' for 'sm_XX'" line opens a kernel,
+/// the following "spill" and "Used N registers" lines fill it in.
+fn parse_ptxas_report(module: &str, log: &str) -> Vec<Resources> {
+    let mut found: Vec<Resources> = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let mut parts = rest.split('\'');
+            let kernel = parts.next().unwrap_or_default().to_string();
+            let arch = parts.nth(1).unwrap_or_default().to_string();
+            found.push(Resources {
+                module: module.to_string(),
+                kernel,
+                arch,
+                registers: 0,
+                spill_stores: 0,
+                spill_loads: 0,
+                shared_bytes: 0,
+                stack_bytes: 0,
+            });
+        } else if let Some(current) = found.last_mut() {
+            if line.contains("spill stores") {
+                current.stack_bytes = number_before(line, "bytes stack frame");
+                current.spill_stores = number_before(line, "bytes spill stores");
+                current.spill_loads = number_before(line, "bytes spill loads");
+            } else if line.contains("registers") {
+                current.registers = number_before(line, "registers");
+                current.shared_bytes = number_before(line, "bytes smem");
+            }
+        }
+    }
+    found
+}
+
+/// The integer just before `marker` in `line` ("Used 10 registers" → 10), or 0 when absent.
+fn number_before(line: &str, marker: &str) -> u32 {
+    line.split(marker)
+        .next()
+        .filter(|head| head.len() < line.len())
+        .and_then(|head| {
+            head.split(|c: char| !c.is_ascii_digit())
+                .rev()
+                .find(|s| !s.is_empty())
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+fn render_module(
+    version: Option<&str>,
+    modules: &[(String, PathBuf)],
+    resources: &[Resources],
+) -> String {
+    let mut s =
+        String::from("// Generated by build.rs: the embedded kernel images and ptxas's report.\n");
+    writeln!(s, "pub const KERNELS_BUILT: bool = {};", version.is_some()).unwrap();
+    writeln!(s, "pub const NVCC_VERSION: Option<&str> = {version:?};").unwrap();
+    s.push_str("pub const MODULES: &[EmbeddedModule] = &[\n");
+    for (name, path) in modules {
+        writeln!(
+            s,
+            "    EmbeddedModule {{ name: {name:?}, fatbin: include_bytes!({:?}) }},",
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    s.push_str("];\npub const RESOURCES: &[KernelResources] = &[\n");
+    for r in resources {
+        writeln!(
+            s,
+            "    KernelResources {{ module: {:?}, kernel: {:?}, arch: {:?}, registers: {}, \
+             spill_stores: {}, spill_loads: {}, shared_bytes: {}, stack_bytes: {} }},",
+            r.module,
+            r.kernel,
+            r.arch,
+            r.registers,
+            r.spill_stores,
+            r.spill_loads,
+            r.shared_bytes,
+            r.stack_bytes
+        )
+        .unwrap();
+    }
+    s.push_str("];\n");
+    s
+}

@@ -1,0 +1,4 @@
+//! CPU implementations of every device operation: the fallback without a GPU and the reference the
+//! GPU and emulated kernels are tested against. f32 accumulation, multi-threaded with rayon.
+
+pub mod gather;

@@ -1,0 +1,91 @@
+//! The CUDA side: a context and stream on one GPU, and the embedded kernel modules loaded into it.
+
+use super::{DeviceError, GpuInfo};
+use crate::kernels;
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// True when libcuda can be loaded; the only safe first question to ask cudarc.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda; no driver call is made.
+    unsafe { sys::is_culib_present() }
+}
+
+pub fn list_gpus() -> Result<Vec<GpuInfo>, DeviceError> {
+    if !driver_present() {
+        return Err(DeviceError::NoGpu("libcuda not found".into()));
+    }
+    let count = CudaContext::device_count()?;
+    (0..count as usize)
+        .map(|i| {
+            let ctx = CudaContext::new(i)?;
+            gpu_info(&ctx)
+        })
+        .collect()
+}
+
+fn gpu_info(ctx: &Arc<CudaContext>) -> Result<GpuInfo, DeviceError> {
+    let (major, minor) = ctx.compute_capability()?;
+    Ok(GpuInfo {
+        ordinal: ctx.ordinal(),
+        name: ctx.name()?,
+        total_memory_bytes: ctx.total_mem()?,
+        compute_capability: format!("{major}.{minor}"),
+        multiprocessors: ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+    })
+}
+
+/// One GPU with its context, a stream, and the kernel modules loaded so far.
+pub struct CudaDevice {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub info: GpuInfo,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal`; a typed error (never a panic) when there is none or no kernels.
+    pub fn open(ordinal: usize) -> Result<CudaDevice, DeviceError> {
+        if !driver_present() {
+            return Err(DeviceError::NoGpu("libcuda not found".into()));
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| DeviceError::NoGpu(format!("the driver reports no device ({e})")))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(DeviceError::NoGpu(format!(
+                "{count} devices, asked for #{ordinal}"
+            )));
+        }
+        if !kernels::KERNELS_BUILT {
+            return Err(DeviceError::NoKernels);
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        let info = gpu_info(&ctx)?;
+        let stream = ctx.new_stream()?;
+        Ok(CudaDevice {
+            ctx,
+            stream,
+            info,
+            modules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The kernel `name` from the embedded `kernels/{module}.cu`, loading the module on first use.
+    pub fn function(&self, module: &'static str, name: &str) -> Result<CudaFunction, DeviceError> {
+        let mut loaded = self.modules.lock().expect("module cache poisoned");
+        let m = match loaded.get(module) {
+            Some(m) => m.clone(),
+            None => {
+                let image = kernels::module(module).ok_or(DeviceError::NoKernels)?;
+                let m = self
+                    .ctx
+                    .load_module(cudarc::nvrtc::Ptx::from_binary(image.fatbin.to_vec()))?;
+                loaded.insert(module, m.clone());
+                m
+            }
+        };
+        Ok(m.load_function(name)?)
+    }
+}

@@ -1,0 +1,76 @@
+//! Where memory lives and kernels run: the CPU (always) or a CUDA GPU (when one is usable).
+//!
+//! Detection never lets cudarc panic: it panics when libcuda is missing, so nothing touches the
+//! driver before `cudarc::driver::sys::is_culib_present()` says the library is there.
+
+pub mod cpu;
+pub mod cuda;
+
+use serde::Serialize;
+use thiserror::Error;
+
+/// What the user asked for with `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DeviceChoice {
+    /// The GPU when one is usable, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Error)]
+pub enum DeviceError {
+    #[error("no usable CUDA GPU: {0}")]
+    NoGpu(String),
+    #[error("GPU kernels were not built into this binary (run scripts/install-cuda-compiler, then rebuild)")]
+    NoKernels,
+    #[error("CUDA error: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+}
+
+/// A GPU as `pagedkv info` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub total_memory_bytes: usize,
+    pub compute_capability: String,
+    pub multiprocessors: i32,
+}
+
+/// The device a command runs on.
+#[derive(Clone)]
+pub enum Device {
+    Cpu,
+    Cuda(std::sync::Arc<cuda::CudaDevice>),
+}
+
+impl Device {
+    /// The device for `choice`: `auto` falls back to the CPU, `cuda` fails when no GPU is usable.
+    pub fn detect(choice: DeviceChoice) -> Result<Device, DeviceError> {
+        match choice {
+            DeviceChoice::Cpu => Ok(Device::Cpu),
+            DeviceChoice::Cuda => cuda::CudaDevice::open(0).map(|d| Device::Cuda(d.into())),
+            DeviceChoice::Auto => Ok(cuda::CudaDevice::open(0)
+                .map(|d| Device::Cuda(d.into()))
+                .unwrap_or(Device::Cpu)),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Device::Cpu => format!("cpu ({} threads)", rayon::current_num_threads()),
+            Device::Cuda(d) => d.info.name.clone(),
+        }
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+}
+
+/// Every GPU the driver reports; empty when libcuda is missing or reports none.
+pub fn gpus() -> Vec<GpuInfo> {
+    cuda::list_gpus().unwrap_or_default()
+}

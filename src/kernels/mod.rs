@@ -1,0 +1,38 @@
+//! The kernel images that build.rs compiled from `kernels/*.cu`, and ptxas's resource report.
+
+pub mod fatbin;
+
+/// One `kernels/NAME.cu`, compiled into a fatbin.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedModule {
+    pub name: &'static str,
+    pub fatbin: &'static [u8],
+}
+
+/// What ptxas reported for one kernel on one architecture.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct KernelResources {
+    pub module: &'static str,
+    pub kernel: &'static str,
+    pub arch: &'static str,
+    pub registers: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+    pub shared_bytes: u32,
+    pub stack_bytes: u32,
+}
+
+include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+
+/// The embedded module called `name`, when kernels were built.
+pub fn module(name: &str) -> Option<&'static EmbeddedModule> {
+    MODULES.iter().find(|m| m.name == name)
+}
+
+/// Kernels whose registers spilled to local memory on any architecture.
+pub fn spilling_kernels() -> Vec<&'static KernelResources> {
+    RESOURCES
+        .iter()
+        .filter(|r| r.spill_stores > 0 || r.spill_loads > 0)
+        .collect()
+}

@@ -1,0 +1,73 @@
+//! Element types a KV cache can hold, and their conversions to and from f32.
+
+use half::{bf16, f16};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    F16,
+    Bf16,
+    F32,
+}
+
+impl Dtype {
+    pub const fn bytes(self) -> usize {
+        match self {
+            Dtype::F16 | Dtype::Bf16 => 2,
+            Dtype::F32 => 4,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::F16 => "f16",
+            Dtype::Bf16 => "bf16",
+            Dtype::F32 => "f32",
+        }
+    }
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A KV element: stored as `Self`, computed with in f32 (as the kernels do).
+pub trait KvElem: Copy + Send + Sync + bytemuck::Pod + Default + 'static {
+    const DTYPE: Dtype;
+    fn to_f32(self) -> f32;
+    /// Round to nearest even, as CUDA's `__float2half_rn` and `__float2bfloat16_rn`.
+    fn from_f32(x: f32) -> Self;
+}
+
+impl KvElem for f16 {
+    const DTYPE: Dtype = Dtype::F16;
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+
+impl KvElem for bf16 {
+    const DTYPE: Dtype = Dtype::Bf16;
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+}
+
+impl KvElem for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}

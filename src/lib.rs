@@ -1,0 +1,16 @@
+//! # pagedkv — a reference harness for paged KV caches
+//!
+//! Host code builds block tables and KV pools ([`kv`]) on the CPU or in device memory
+//! ([`device`]); CUDA kernels compiled from `kernels/*.cu` ([`kernels`]) read KV through those
+//! tables. Every operation has a CPU implementation, which is both the fallback on machines without
+//! a GPU and the reference that the GPU and emulated kernels are tested against.
+//!
+//! Data flows one way: workload → kv (allocator, tables) → device (pool, kernels) → measurements →
+//! report. The simulators ([`sim`]) take workloads and produce reports; they know nothing of devices.
+
+pub mod device;
+pub mod kernels;
+pub mod kv;
+pub mod report;
+pub mod sim;
+pub mod workload;

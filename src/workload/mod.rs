@@ -1,0 +1,1 @@
+//! Workloads: real request traces and synthetic generators shared by the sweep and the simulators.
