@@ -8,9 +8,11 @@
 //! Data flows one way: workload → kv (allocator, tables) → device (pool, kernels) → measurements →
 //! report. The simulators ([`sim`]) take workloads and produce reports; they know nothing of devices.
 
+pub mod attention;
 pub mod device;
 pub mod kernels;
 pub mod kv;
 pub mod report;
 pub mod sim;
+pub mod stats;
 pub mod workload;

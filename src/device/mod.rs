@@ -27,6 +27,16 @@ pub enum DeviceError {
     NoKernels,
     #[error("CUDA error: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The memory limits a bandwidth figure is reported against, measured over the same bytes in the
+/// same run: a copy (bytes read plus bytes written per second) and a read-only stream.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Limits {
+    pub copy_gbps: f64,
+    pub stream_gbps: f64,
 }
 
 /// A GPU as `pagedkv info` reports it.

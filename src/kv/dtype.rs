@@ -40,6 +40,10 @@ pub trait KvElem: Copy + Send + Sync + bytemuck::Pod + Default + 'static {
     fn to_f32(self) -> f32;
     /// Round to nearest even, as CUDA's `__float2half_rn` and `__float2bfloat16_rn`.
     fn from_f32(x: f32) -> Self;
+    /// Converts a run of elements; the 16-bit types use `half`'s SIMD conversions.
+    fn slice_to_f32(src: &[Self], dst: &mut [f32]) {
+        dst.iter_mut().zip(src).for_each(|(d, s)| *d = s.to_f32());
+    }
 }
 
 impl KvElem for f16 {
@@ -49,6 +53,9 @@ impl KvElem for f16 {
     }
     fn from_f32(x: f32) -> Self {
         f16::from_f32(x)
+    }
+    fn slice_to_f32(src: &[Self], dst: &mut [f32]) {
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
     }
 }
 
@@ -60,6 +67,9 @@ impl KvElem for bf16 {
     fn from_f32(x: f32) -> Self {
         bf16::from_f32(x)
     }
+    fn slice_to_f32(src: &[Self], dst: &mut [f32]) {
+        half::slice::HalfFloatSliceExt::convert_to_f32_slice(src, dst);
+    }
 }
 
 impl KvElem for f32 {
@@ -69,5 +79,8 @@ impl KvElem for f32 {
     }
     fn from_f32(x: f32) -> Self {
         x
+    }
+    fn slice_to_f32(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
     }
 }

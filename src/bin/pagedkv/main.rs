@@ -1,6 +1,7 @@
 //! The `pagedkv` command line: parse, call the library, print. No logic of its own lives here; each
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
+mod attention;
 mod info;
 
 use clap::{Parser, Subcommand};
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Devices, kernels built, nvcc version, per-kernel resources, CPU cores and memory.
     Info(info::Args),
+    /// Paged and contiguous decode attention, checked and measured against the memory limits.
+    Attention(attention::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Attention(args) => attention::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,8 @@
 //! CPU implementations of every device operation: the fallback without a GPU and the reference the
 //! GPU and emulated kernels are tested against. f32 accumulation, multi-threaded with rayon.
 
+pub mod attention;
+pub mod cache_ops;
 pub mod gather;
+mod simd;
+pub mod stream;

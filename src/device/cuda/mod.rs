@@ -1,5 +1,11 @@
 //! The CUDA side: a context and stream on one GPU, and the embedded kernel modules loaded into it.
 
+mod attention;
+mod stream;
+mod timing;
+
+pub use attention::{instance_exists, DeviceProblem, Layout};
+
 use super::{DeviceError, GpuInfo};
 use crate::kernels;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaStream};

@@ -1,0 +1,13 @@
+//! Decode attention over a paged KV cache, measured side by side with the contiguous baseline and
+//! the memory limits of the same run, and checked against an f64 oracle.
+
+mod oracle;
+mod problem;
+mod run;
+mod split;
+
+pub use crate::device::cpu::attention::AttentionShape;
+pub use oracle::{attention_f64, relative_error};
+pub use problem::{Problem, ProblemError};
+pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
+pub use split::{split_plan, SplitPlan, CHUNK, CTAS_PER_SM};

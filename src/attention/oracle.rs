@@ -1,0 +1,67 @@
+//! The oracle: naive decode attention in f64 over K/V gathered token by token through
+//! `block_table[t / B]`, `t % B`. Slow and obviously correct; independent of the CPU
+//! implementation (no shared row helper, no online softmax, no f32).
+
+use super::Problem;
+use crate::kv::KvElem;
+use rayon::prelude::*;
+
+/// `[num_seqs, num_heads, head_dim]` in f64.
+pub fn attention_f64<T: KvElem>(p: &Problem<T>) -> Vec<f64> {
+    let s = &p.shape;
+    let (hd, group) = (s.head_dim, s.num_heads / s.num_kv_heads);
+    let bs = p.spec.block_size;
+    let mut out = vec![0f64; p.q.len()];
+    out.par_chunks_mut(hd).enumerate().for_each(|(i, o)| {
+        let (seq, head) = (i / s.num_heads, i % s.num_heads);
+        let kv_head = head / group;
+        let len = p.lens[seq] as usize;
+        if len == 0 {
+            return;
+        }
+        let q: Vec<f64> = p.q[i * hd..(i + 1) * hd]
+            .iter()
+            .map(|x| x.to_f32() as f64)
+            .collect();
+        let at = |t: usize, d: usize| {
+            let block = p.table.entries[seq * p.table.stride + t / bs] as usize;
+            (((block * s.num_kv_heads + kv_head) * bs) + t % bs) * hd + d
+        };
+        let scores: Vec<f64> = (0..len)
+            .map(|t| {
+                (0..hd)
+                    .map(|d| q[d] * p.k[at(t, d)].to_f32() as f64)
+                    .sum::<f64>()
+                    * s.scale as f64
+            })
+            .collect();
+        let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        for (d, od) in o.iter_mut().enumerate() {
+            *od = (0..len)
+                .map(|t| weights[t] * p.v[at(t, d)].to_f32() as f64)
+                .sum::<f64>()
+                / total;
+        }
+    });
+    out
+}
+
+/// ‖out − ref‖ / ‖ref‖; NaN anywhere in `out` gives infinity, so NaN never passes.
+pub fn relative_error<T: KvElem>(out: &[T], reference: &[f64]) -> f64 {
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (o, r) in out.iter().zip(reference) {
+        let o = o.to_f32() as f64;
+        if !o.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    if den == 0.0 {
+        return if num == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (num / den).sqrt()
+}

@@ -1,0 +1,251 @@
+//! Runs one problem on a device: paged and contiguous, each checked against the oracle, timed,
+//! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
+
+use super::{
+    attention_f64, relative_error, split_plan, AttentionShape, Problem, ProblemError, SplitPlan,
+};
+use crate::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
+use crate::device::{cpu, Device, DeviceError, Limits};
+use crate::kv::{Dtype, KvElem};
+use crate::stats::median;
+use half::{bf16, f16};
+use serde::Serialize;
+use std::time::Instant;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Problem(#[from] ProblemError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct MeasureOptions {
+    pub iters: usize,
+    /// Compare with the f64 oracle (slow for very large problems).
+    pub check: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttentionReport {
+    pub device: String,
+    pub dtype: Dtype,
+    pub batch: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub block_size: usize,
+    pub max_context: usize,
+    pub total_tokens: usize,
+    pub partitions: usize,
+    pub partition_size: usize,
+    /// Worst of the paged and contiguous errors against the f64 oracle (NaN when not checked).
+    pub max_rel_error: f64,
+    pub paged_rel_error: f64,
+    pub contiguous_rel_error: f64,
+    pub paged_us: f64,
+    pub contiguous_us: f64,
+    pub kv_bytes: usize,
+    pub paged_gbps: f64,
+    pub contiguous_gbps: f64,
+    pub copy_gbps: f64,
+    pub stream_gbps: f64,
+    pub paged_frac_of_stream: f64,
+    pub paged_frac_of_copy: f64,
+    pub contiguous_frac_of_stream: f64,
+    /// Paged time over contiguous time: what paging costs.
+    pub paged_over_contiguous: f64,
+}
+
+/// Measures a problem built from `lens` with the dtype chosen at run time.
+pub fn measure_dtype(
+    device: &Device,
+    dtype: Dtype,
+    shape: AttentionShape,
+    block_size: usize,
+    lens: &[usize],
+    seed: u64,
+    opts: MeasureOptions,
+) -> Result<AttentionReport, RunError> {
+    match dtype {
+        Dtype::F16 => measure(
+            device,
+            &Problem::<f16>::new(shape, block_size, lens, seed)?,
+            opts,
+        ),
+        Dtype::Bf16 => measure(
+            device,
+            &Problem::<bf16>::new(shape, block_size, lens, seed)?,
+            opts,
+        ),
+        Dtype::F32 => measure(
+            device,
+            &Problem::<f32>::new(shape, block_size, lens, seed)?,
+            opts,
+        ),
+    }
+}
+
+struct Timed<T> {
+    paged_s: f64,
+    contiguous_s: f64,
+    paged_out: Vec<T>,
+    contiguous_out: Vec<T>,
+    limits: Limits,
+    plan: SplitPlan,
+}
+
+pub fn measure<T>(
+    device: &Device,
+    p: &Problem<T>,
+    opts: MeasureOptions,
+) -> Result<AttentionReport, RunError>
+where
+    T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+{
+    let timed = match device {
+        Device::Cpu => run_cpu(p, opts),
+        Device::Cuda(dev) => run_cuda(dev, p, opts)?,
+    };
+    let (paged_err, contiguous_err) = if opts.check {
+        let reference = attention_f64(p);
+        (
+            relative_error(&timed.paged_out, &reference),
+            relative_error(&timed.contiguous_out, &reference),
+        )
+    } else {
+        (f64::NAN, f64::NAN)
+    };
+    let kv = p.kv_bytes() as f64;
+    let paged_gbps = kv / timed.paged_s / 1e9;
+    let contiguous_gbps = kv / timed.contiguous_s / 1e9;
+    Ok(AttentionReport {
+        device: device.name(),
+        dtype: T::DTYPE,
+        batch: p.lens.len(),
+        num_heads: p.shape.num_heads,
+        num_kv_heads: p.shape.num_kv_heads,
+        head_dim: p.shape.head_dim,
+        block_size: p.spec.block_size,
+        max_context: p.max_len,
+        total_tokens: p.lens.iter().map(|&l| l as usize).sum(),
+        partitions: timed.plan.num_partitions,
+        partition_size: timed.plan.partition_size,
+        max_rel_error: paged_err.max(contiguous_err),
+        paged_rel_error: paged_err,
+        contiguous_rel_error: contiguous_err,
+        paged_us: timed.paged_s * 1e6,
+        contiguous_us: timed.contiguous_s * 1e6,
+        kv_bytes: p.kv_bytes(),
+        paged_gbps,
+        contiguous_gbps,
+        copy_gbps: timed.limits.copy_gbps,
+        stream_gbps: timed.limits.stream_gbps,
+        paged_frac_of_stream: paged_gbps / timed.limits.stream_gbps,
+        paged_frac_of_copy: paged_gbps / timed.limits.copy_gbps,
+        contiguous_frac_of_stream: contiguous_gbps / timed.limits.stream_gbps,
+        paged_over_contiguous: timed.paged_s / timed.contiguous_s,
+    })
+}
+
+fn time_cpu(iters: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let times: Vec<f64> = (0..iters.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(&times)
+}
+
+fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Timed<T> {
+    let nan = T::from_f32(f32::NAN);
+    let mut paged_out = vec![nan; p.q.len()];
+    let mut contiguous_out = vec![nan; p.q.len()];
+    let paged_rows = PagedRows {
+        spec: &p.spec,
+        table: &p.table,
+    };
+    let contiguous_rows = ContiguousRows {
+        num_kv_heads: p.shape.num_kv_heads,
+        max_len: p.max_len,
+        head_dim: p.shape.head_dim,
+    };
+    let paged_s = time_cpu(opts.iters, || {
+        decode_attention(
+            &p.shape,
+            &p.q,
+            &p.k,
+            &p.v,
+            &p.lens,
+            &paged_rows,
+            &mut paged_out,
+        )
+    });
+    let contiguous_s = time_cpu(opts.iters, || {
+        decode_attention(
+            &p.shape,
+            &p.q,
+            &p.k_contiguous,
+            &p.v_contiguous,
+            &p.lens,
+            &contiguous_rows,
+            &mut contiguous_out,
+        )
+    });
+    Timed {
+        paged_s,
+        contiguous_s,
+        paged_out,
+        contiguous_out,
+        limits: cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
+        plan: SplitPlan {
+            num_partitions: 1,
+            partition_size: p.max_len,
+        },
+    }
+}
+
+fn run_cuda<T>(
+    dev: &crate::device::cuda::CudaDevice,
+    p: &Problem<T>,
+    opts: MeasureOptions,
+) -> Result<Timed<T>, RunError>
+where
+    T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+{
+    use crate::device::cuda::Layout;
+    let plan = split_plan(
+        p.lens.len(),
+        p.shape.num_kv_heads,
+        p.max_len,
+        dev.info.multiprocessors as usize,
+    );
+    let mut dp = dev.upload_attention(p, plan)?;
+    let mut outputs = Vec::new();
+    let mut seconds = Vec::new();
+    for layout in [Layout::Paged, Layout::Contiguous] {
+        // Correctness run on a poisoned output, then the timed runs.
+        dev.poison_output(&mut dp)?;
+        dev.launch_attention(&mut dp, layout)?;
+        outputs.push(dev.download(&dp.out)?);
+        let ms = dev.time_ms(3, opts.iters.max(1), || {
+            dev.launch_attention(&mut dp, layout)
+        })?;
+        seconds.push(median(&ms) * 1e-3);
+    }
+    let contiguous_out = outputs.pop().expect("two layouts");
+    let paged_out = outputs.pop().expect("two layouts");
+    Ok(Timed {
+        paged_s: seconds[0],
+        contiguous_s: seconds[1],
+        paged_out,
+        contiguous_out,
+        limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
+        plan,
+    })
+}

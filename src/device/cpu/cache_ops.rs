@@ -1,0 +1,176 @@
+//! Cache operations on the CPU, the reference for `kernels/cache_ops.cu`:
+//! writing new tokens' K/V through a slot mapping, and copying whole blocks (copy-on-write, swap).
+
+use crate::kv::{KvElem, KvSpec};
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CacheOpError {
+    #[error("slot {slot} of token {token} is outside the pool of {slots} slots")]
+    SlotOutOfRange {
+        token: usize,
+        slot: i64,
+        slots: usize,
+    },
+    #[error("block copy {index}: block {block} is outside the pool of {num_blocks} blocks")]
+    BlockOutOfRange {
+        index: usize,
+        block: i32,
+        num_blocks: usize,
+    },
+    #[error("new K/V holds {got} elements, {want} expected for {tokens} tokens")]
+    Shape {
+        got: usize,
+        want: usize,
+        tokens: usize,
+    },
+}
+
+/// Checks a slot mapping against a pool of `num_blocks` blocks (negative slots are skipped).
+pub fn check_slots(spec: &KvSpec, num_blocks: usize, slots: &[i64]) -> Result<(), CacheOpError> {
+    let total = num_blocks * spec.block_size;
+    match slots.iter().enumerate().find(|(_, &s)| s >= total as i64) {
+        Some((token, &slot)) => Err(CacheOpError::SlotOutOfRange {
+            token,
+            slot,
+            slots: total,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks (src, dst) block pairs against pools of `src_blocks` and `dst_blocks` blocks.
+pub fn check_pairs(
+    pairs: &[[i32; 2]],
+    src_blocks: usize,
+    dst_blocks: usize,
+) -> Result<(), CacheOpError> {
+    for (index, &[src, dst]) in pairs.iter().enumerate() {
+        for (block, n) in [(src, src_blocks), (dst, dst_blocks)] {
+            if block < 0 || block as usize >= n {
+                return Err(CacheOpError::BlockOutOfRange {
+                    index,
+                    block,
+                    num_blocks: n,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes token `i`'s K/V (`new` is `[num_tokens, num_kv_heads, head_dim]`) into slot `slots[i]`
+/// of `pool`; a negative slot means "skip this token" (padding).
+pub fn write_slots<T: KvElem>(
+    spec: &KvSpec,
+    pool: &mut [T],
+    new: &[T],
+    slots: &[i64],
+) -> Result<(), CacheOpError> {
+    let per_token = spec.elems_per_token();
+    let want = slots.len() * per_token;
+    if new.len() != want {
+        return Err(CacheOpError::Shape {
+            got: new.len(),
+            want,
+            tokens: slots.len(),
+        });
+    }
+    check_slots(spec, pool.len() / spec.elems_per_block(), slots)?;
+    for (token, &slot) in slots.iter().enumerate() {
+        if slot < 0 {
+            continue;
+        }
+        let (block, offset) = (
+            slot as usize / spec.block_size,
+            slot as usize % spec.block_size,
+        );
+        for head in 0..spec.num_kv_heads {
+            let src = (token * spec.num_kv_heads + head) * spec.head_dim;
+            let dst = spec.elem_offset(block, head, offset, 0);
+            pool[dst..dst + spec.head_dim].copy_from_slice(&new[src..src + spec.head_dim]);
+        }
+    }
+    Ok(())
+}
+
+/// Copies whole blocks: block `pairs[i][0]` of `src` into block `pairs[i][1]` of `dst`.
+pub fn copy_blocks<T: Copy>(
+    block_elems: usize,
+    src: &[T],
+    dst: &mut [T],
+    pairs: &[[i32; 2]],
+) -> Result<(), CacheOpError> {
+    check_pairs(pairs, src.len() / block_elems, dst.len() / block_elems)?;
+    for &[s, d] in pairs {
+        let (s, d) = (s as usize * block_elems, d as usize * block_elems);
+        dst[d..d + block_elems].copy_from_slice(&src[s..s + block_elems]);
+    }
+    Ok(())
+}
+
+/// Copies blocks within one pool (copy-on-write); a pair may not copy a block onto itself.
+pub fn copy_blocks_within<T: Copy>(
+    block_elems: usize,
+    pool: &mut [T],
+    pairs: &[[i32; 2]],
+) -> Result<(), CacheOpError> {
+    let n = pool.len() / block_elems;
+    check_pairs(pairs, n, n)?;
+    for &[s, d] in pairs {
+        let (s, d) = (s as usize * block_elems, d as usize * block_elems);
+        pool.copy_within(s..s + block_elems, d);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::{BlockAllocator, Dtype};
+
+    #[test]
+    fn writes_land_where_the_allocator_said_and_skips_negative_slots() {
+        let spec = KvSpec::new(2, 16, 4, Dtype::F32).unwrap();
+        let mut alloc = BlockAllocator::new(3, 4);
+        let s = alloc.new_sequence();
+        let mut slots: Vec<i64> = alloc
+            .append_tokens(s, 6)
+            .unwrap()
+            .iter()
+            .map(|a| a.slot as i64)
+            .collect();
+        slots.insert(2, -1);
+        let new: Vec<f32> = (0..slots.len() * 32).map(|i| i as f32).collect();
+        let mut pool = vec![f32::NAN; 3 * spec.elems_per_block()];
+        write_slots(&spec, &mut pool, &new, &slots).unwrap();
+        let blocks = alloc.blocks(s).unwrap();
+        for (i, &slot) in slots.iter().enumerate().filter(|(_, &s)| s >= 0) {
+            let t = if i > 2 { i - 1 } else { i };
+            let (b, off) = (blocks[t / 4] as usize, t % 4);
+            assert_eq!(slot as usize, b * 4 + off);
+            for h in 0..2 {
+                let at = spec.elem_offset(b, h, off, 5);
+                assert_eq!(pool[at], new[(i * 2 + h) * 16 + 5]);
+            }
+        }
+        // 6 tokens written, 6 of 12 slots still NaN.
+        assert_eq!(pool.iter().filter(|x| x.is_nan()).count(), 6 * 32);
+        assert!(matches!(
+            write_slots(&spec, &mut pool, &new[..32], &[12]),
+            Err(CacheOpError::SlotOutOfRange { slot: 12, .. })
+        ));
+    }
+
+    #[test]
+    fn copies_blocks_and_rejects_out_of_range_pairs() {
+        let mut pool: Vec<u32> = (0..12).collect();
+        copy_blocks_within(4, &mut pool, &[[2, 0]]).unwrap();
+        assert_eq!(&pool[..4], &[8, 9, 10, 11]);
+        let mut dst = vec![0u32; 8];
+        copy_blocks(4, &pool, &mut dst, &[[1, 1]]).unwrap();
+        assert_eq!(dst, vec![0, 0, 0, 0, 4, 5, 6, 7]);
+        assert!(copy_blocks(4, &pool, &mut dst, &[[3, 0]]).is_err());
+        assert!(copy_blocks(4, &pool, &mut dst, &[[0, -1]]).is_err());
+    }
+}

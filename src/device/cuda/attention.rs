@@ -1,0 +1,208 @@
+//! Launches the decode-attention kernels (kernels/paged_attention.cu, contiguous_attention.cu).
+//!
+//! The instance is chosen by name from (dtype, head dim, group): every block size shares one
+//! instance, since block size only changes a shift and a mask in the addressing.
+
+use super::{CudaDevice, DeviceError};
+use crate::attention::{Problem, SplitPlan};
+use crate::kv::KvElem;
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+
+/// Head dims and groups the kernels are instantiated for (kernels/attention.cuh).
+pub fn instance_exists(dtype: &str, head_dim: usize, group: usize) -> bool {
+    let dims: &[usize] = if dtype == "f32" {
+        &[128]
+    } else {
+        &[64, 128, 256]
+    };
+    dims.contains(&head_dim) && [1, 2, 4, 8].contains(&group)
+}
+
+/// A problem's buffers on the device, outputs poisoned with NaN before every launch.
+pub struct DeviceProblem<T: DeviceRepr> {
+    pub plan: SplitPlan,
+    num_seqs: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    group: usize,
+    scale: f32,
+    table_stride: i32,
+    log2_block_size: i32,
+    max_len: i32,
+    q: CudaSlice<T>,
+    k: CudaSlice<T>,
+    v: CudaSlice<T>,
+    k_contiguous: CudaSlice<T>,
+    v_contiguous: CudaSlice<T>,
+    table: CudaSlice<i32>,
+    lens: CudaSlice<i32>,
+    pub out: CudaSlice<T>,
+    part_out: CudaSlice<f32>,
+    part_max: CudaSlice<f32>,
+    part_sum: CudaSlice<f32>,
+}
+
+/// Which cache the kernel reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Paged,
+    Contiguous,
+}
+
+impl CudaDevice {
+    /// Uploads a problem; the block table is validated against the pool first.
+    pub fn upload_attention<T: KvElem + DeviceRepr + ValidAsZeroBits>(
+        &self,
+        p: &Problem<T>,
+        plan: SplitPlan,
+    ) -> Result<DeviceProblem<T>, DeviceError> {
+        p.table
+            .validate(p.num_blocks)
+            .map_err(|e| DeviceError::Invalid(e.to_string()))?;
+        let s = &p.shape;
+        let group = s.num_heads / s.num_kv_heads;
+        if !instance_exists(T::DTYPE.name(), s.head_dim, group) {
+            return Err(DeviceError::Invalid(format!(
+                "no attention kernel for {} head dim {} with {group} query heads per KV head \
+                 (built: f16/bf16 head dims 64, 128, 256, f32 head dim 128; groups 1, 2, 4, 8)",
+                T::DTYPE,
+                s.head_dim
+            )));
+        }
+        let st = &self.stream;
+        let parts = plan.num_partitions;
+        let part_elems = if parts > 1 {
+            p.lens.len() * s.num_heads * parts
+        } else {
+            1
+        };
+        Ok(DeviceProblem {
+            plan,
+            num_seqs: p.lens.len(),
+            num_heads: s.num_heads,
+            num_kv_heads: s.num_kv_heads,
+            head_dim: s.head_dim,
+            group,
+            scale: s.scale,
+            table_stride: p.table.stride as i32,
+            log2_block_size: p.spec.block_size.trailing_zeros() as i32,
+            max_len: p.max_len as i32,
+            q: st.clone_htod(&p.q)?,
+            k: st.clone_htod(&p.k)?,
+            v: st.clone_htod(&p.v)?,
+            k_contiguous: st.clone_htod(&p.k_contiguous)?,
+            v_contiguous: st.clone_htod(&p.v_contiguous)?,
+            table: st.clone_htod(&p.table.entries)?,
+            lens: st.clone_htod(&p.lens)?,
+            out: st.alloc_zeros(p.q.len())?,
+            part_out: st.alloc_zeros(part_elems * s.head_dim)?,
+            part_max: st.alloc_zeros(part_elems)?,
+            part_sum: st.alloc_zeros(part_elems)?,
+        })
+    }
+
+    /// Fills the output with NaN (all bits set), so an element the kernel misses shows.
+    pub fn poison_output<T: DeviceRepr>(
+        &self,
+        dp: &mut DeviceProblem<T>,
+    ) -> Result<(), DeviceError> {
+        use cudarc::driver::DevicePtrMut;
+        let bytes = dp.out.num_bytes();
+        let (ptr, _sync) = dp.out.device_ptr_mut(&self.stream);
+        // SAFETY: ptr covers `bytes` bytes of a live allocation, written on this stream.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, self.stream.cu_stream())?
+        };
+        Ok(())
+    }
+
+    /// Launches decode attention (and the merge when split) on the device stream.
+    pub fn launch_attention<T: KvElem + DeviceRepr>(
+        &self,
+        dp: &mut DeviceProblem<T>,
+        layout: Layout,
+    ) -> Result<(), DeviceError> {
+        let dtype = T::DTYPE.name();
+        let parts = dp.plan.num_partitions as i32;
+        let psize = dp.plan.partition_size as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (dp.num_kv_heads as u32, dp.num_seqs as u32, parts as u32),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (hd, g) = (dp.head_dim, dp.group);
+        match layout {
+            Layout::Paged => {
+                let f = self.function(
+                    "paged_attention",
+                    &format!("paged_attention_{dtype}_d{hd}_g{g}"),
+                )?;
+                let mut b = self.stream.launch_builder(&f);
+                b.arg(&mut dp.out)
+                    .arg(&mut dp.part_out)
+                    .arg(&mut dp.part_max)
+                    .arg(&mut dp.part_sum)
+                    .arg(&dp.q)
+                    .arg(&dp.k)
+                    .arg(&dp.v)
+                    .arg(&dp.table)
+                    .arg(&dp.lens)
+                    .arg(&dp.table_stride)
+                    .arg(&dp.log2_block_size)
+                    .arg(&parts)
+                    .arg(&psize)
+                    .arg(&dp.scale);
+                // SAFETY: the argument list matches the kernel's signature; the table was
+                // validated against the pool at upload.
+                unsafe { b.launch(cfg)? };
+            }
+            Layout::Contiguous => {
+                let name = format!("contiguous_attention_{dtype}_d{hd}_g{g}");
+                let f = self.function("contiguous_attention", &name)?;
+                let mut b = self.stream.launch_builder(&f);
+                b.arg(&mut dp.out)
+                    .arg(&mut dp.part_out)
+                    .arg(&mut dp.part_max)
+                    .arg(&mut dp.part_sum)
+                    .arg(&dp.q)
+                    .arg(&dp.k_contiguous)
+                    .arg(&dp.v_contiguous)
+                    .arg(&dp.lens)
+                    .arg(&dp.max_len)
+                    .arg(&parts)
+                    .arg(&psize)
+                    .arg(&dp.scale);
+                // SAFETY: the argument list matches the kernel's signature.
+                unsafe { b.launch(cfg)? };
+            }
+        }
+        if parts > 1 {
+            let f = self.function(
+                "paged_attention",
+                &format!("merge_partitions_{dtype}_d{hd}"),
+            )?;
+            let cfg = LaunchConfig {
+                grid_dim: (dp.num_heads as u32, dp.num_seqs as u32, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&f);
+            b.arg(&mut dp.out)
+                .arg(&dp.part_out)
+                .arg(&dp.part_max)
+                .arg(&dp.part_sum)
+                .arg(&parts);
+            // SAFETY: as above; the partial buffers hold num_seqs * num_heads * parts entries.
+            unsafe { b.launch(cfg)? };
+        }
+        Ok(())
+    }
+
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        buf: &CudaSlice<T>,
+    ) -> Result<Vec<T>, DeviceError> {
+        Ok(self.stream.clone_dtoh(buf)?)
+    }
+}

@@ -1,0 +1,37 @@
+//! The GPU's memory limits over a given number of bytes: the driver's device-to-device copy and
+//! a read-only streaming reduction (kernels/stream.cu).
+
+use super::{CudaDevice, DeviceError};
+use crate::device::Limits;
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+impl CudaDevice {
+    /// Copy (bytes read + written per second) and read-only stream bandwidth over `bytes` bytes.
+    pub fn memory_limits(&self, bytes: usize, iters: usize) -> Result<Limits, DeviceError> {
+        let n = bytes.div_ceil(16).max(1);
+        let src = self.stream.alloc_zeros::<u8>(n * 16)?;
+        let mut dst = self.stream.alloc_zeros::<u8>(n * 16)?;
+        let copy = self.time_ms(2, iters, || Ok(self.stream.memcpy_dtod(&src, &mut dst)?))?;
+        let read = self.function("stream", "stream_read")?;
+        let sms = self.info.multiprocessors.max(1) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (sms * 8, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut out = self.stream.alloc_zeros::<u32>(cfg.grid_dim.0 as usize)?;
+        let n_vecs = n as i64;
+        let stream = self.time_ms(2, iters, || {
+            let mut b = self.stream.launch_builder(&read);
+            b.arg(&mut out).arg(&src).arg(&n_vecs);
+            // SAFETY: src holds n 16-byte vectors; out one u32 per CTA.
+            unsafe { b.launch(cfg)? };
+            Ok(())
+        })?;
+        let gbps = |ms: f64, moved: f64| moved / (ms * 1e-3) / 1e9;
+        Ok(Limits {
+            copy_gbps: gbps(crate::stats::median(&copy), 2.0 * (n * 16) as f64),
+            stream_gbps: gbps(crate::stats::median(&stream), (n * 16) as f64),
+        })
+    }
+}
