@@ -102,6 +102,7 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["--workload", &empty_arg],
         vec!["--min-turns", "3", "--max-turns", "1"],
         vec!["--popular-prob", "1.5"],
+        vec!["--in-flight", "0"],
         vec!["--capacity", "12,x"],
     ];
     for args in cases {

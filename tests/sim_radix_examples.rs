@@ -3,7 +3,8 @@
 use pagedkv::kv::BlockAllocator;
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
 use pagedkv::sim::radix::{
-    dedup_stats, render_tree, simulate, EvictionPolicy, RadixError, RadixTree, SimConfig,
+    dedup_stats, render_tree, simulate, simulate_capacity, EvictionPolicy, RadixError, RadixTree,
+    SimConfig,
 };
 
 fn path_lengths(tree: &RadixTree) -> Vec<(Vec<u32>, usize)> {
@@ -162,11 +163,7 @@ fn lfu_and_fifo_orders() {
 #[test]
 fn simulator_hit_ratios_by_hand() {
     let reqs = vec![vec![1, 2, 3, 4], vec![1, 2, 3, 5], vec![1, 2, 3, 4]];
-    let cfg = SimConfig {
-        page_size: 1,
-        policy: EvictionPolicy::Lru,
-        capacities: vec![100, 5, 4],
-    };
+    let cfg = SimConfig::new(1, EvictionPolicy::Lru, vec![100, 5, 4]);
     let rows = simulate(&reqs, &cfg).unwrap();
     // 100 and 5 tokens hold everything: radix hits 0 + 3 + 4 of 12 tokens. The whole-prompt
     // cache hits the third request at 100; at 5 it holds one 4-token prompt, so the second
@@ -205,15 +202,41 @@ fn bounded_caches_never_beat_the_unbounded_one() {
     let reqs = multiturn(&cfg, 300, 3).unwrap();
     for page in [1, 16] {
         let (d, _) = dedup_stats(&reqs, page, EvictionPolicy::Lru).unwrap();
-        let cfg = SimConfig {
-            page_size: page,
-            policy: EvictionPolicy::Lru,
-            capacities: vec![1024, 4096, 16384, 1 << 22],
-        };
+        let cfg = SimConfig::new(page, EvictionPolicy::Lru, vec![1024, 4096, 16384, 1 << 22]);
         for r in simulate(&reqs, &cfg).unwrap() {
             assert!(r.prefix_hit_ratio <= d.prefix_hit_ratio + 1e-12);
             assert!(r.tokens_stored <= r.capacity);
         }
         assert!(d.tokens_stored < d.tokens_naive);
     }
+}
+
+#[test]
+fn requests_in_flight_pin_their_prompts() {
+    let reqs = vec![
+        vec![1, 2, 3, 4],
+        vec![5, 6, 7, 8],
+        vec![1, 2, 3, 4],
+        vec![5, 6, 7, 8],
+    ];
+    let mut cfg = SimConfig::new(1, EvictionPolicy::Lru, vec![6]);
+    // One at a time in 6 slots: the second request evicts two of the first's four tokens (the
+    // leaf goes whole: all four), so every request misses and all evict: 4 + 4 + 4 tokens.
+    let (r, _) = simulate_capacity(&reqs, &cfg, 6).unwrap();
+    assert_eq!(
+        (r.prefix_hit_tokens, r.evicted_tokens, r.uncached_tokens),
+        (0, 12, 0)
+    );
+    // Two in flight: the first request still runs when the second arrives, so its four tokens are
+    // locked; only two slots are free and two tokens of the second stay uncached. The third finds
+    // [1 2 3 4] (the first has finished, nothing was evicted); the fourth finds [5 6] but again
+    // cannot store [7 8], since the third still runs.
+    cfg.in_flight = 2;
+    let (r, tree) = simulate_capacity(&reqs, &cfg, 6).unwrap();
+    assert_eq!((r.uncached_tokens, r.evictions_short), (2 + 2, 2));
+    assert_eq!(r.prefix_hit_tokens, 4 + 2);
+    // Every lock was released at the end.
+    assert_eq!(tree.protected_tokens(), 0);
+    cfg.in_flight = 0;
+    assert!(simulate_capacity(&reqs, &cfg, 6).is_err());
 }

@@ -14,11 +14,11 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum SimCommand {
     /// Radix-tree prefix cache (RadixAttention) against a whole-prompt cache: hit ratios, dedup.
-    Radix(sim_radix::Args),
+    Radix(Box<sim_radix::Args>),
 }
 
 pub fn run(args: Args) -> CmdResult {
     match args.command {
-        SimCommand::Radix(a) => sim_radix::run(a),
+        SimCommand::Radix(a) => sim_radix::run(*a),
     }
 }

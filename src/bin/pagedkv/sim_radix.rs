@@ -46,6 +46,9 @@ pub struct Args {
     /// Which unlocked leaf is evicted first.
     #[arg(long, value_enum, default_value_t = EvictionPolicy::Lru)]
     policy: EvictionPolicy,
+    /// Requests running at once: each keeps its prompt locked until this many more have arrived.
+    #[arg(long, default_value_t = 1)]
+    in_flight: usize,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Print the tree that holds every request: one line per node with its length and tokens.
@@ -98,6 +101,7 @@ struct Report {
     workload: String,
     page_size: usize,
     policy: EvictionPolicy,
+    in_flight: usize,
     seed: u64,
     requests: usize,
     prompt_tokens: usize,
@@ -164,6 +168,7 @@ pub fn run(args: Args) -> CmdResult {
         page_size: args.page_size,
         policy: args.policy,
         capacities: args.capacity.clone(),
+        in_flight: args.in_flight,
     };
     let rows = simulate(&w.requests, &cfg)?;
     let (dedup, tree) = dedup_stats(&w.requests, args.page_size, args.policy)?;
@@ -177,6 +182,7 @@ pub fn run(args: Args) -> CmdResult {
         workload: name,
         page_size: args.page_size,
         policy: args.policy,
+        in_flight: args.in_flight,
         seed: args.seed,
         requests: dedup.requests,
         prompt_tokens: rows[0].prompt_tokens,
@@ -201,12 +207,13 @@ pub fn run(args: Args) -> CmdResult {
 fn print_text(r: &Report, tree: Option<&str>) {
     let d = &r.dedup;
     println!(
-        "workload {}: {} requests, {} prompt tokens; page size {}, policy {}, seed {}",
+        "workload {}: {} requests, {} prompt tokens; page size {}, policy {}, {} in flight, seed {}",
         r.workload,
         r.requests,
         r.prompt_tokens,
         r.page_size,
         r.policy.name(),
+        r.in_flight,
         r.seed
     );
     println!(

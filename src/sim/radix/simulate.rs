@@ -5,6 +5,9 @@
 //! room cannot evict it), takes blocks for the prompt's remaining whole pages from the allocator,
 //! evicting other branches when the pool is full, inserts the prompt and unlocks. A prompt whose
 //! new pages do not all fit even after evicting everything unlocked is cached only in part.
+//!
+//! With `in_flight` K > 1, each request keeps its whole prompt locked (as a running request keeps
+//! its KV) until K - 1 later requests have arrived, so locks can leave eviction short of room.
 
 use super::evict::EvictionPolicy;
 use super::tree::{RadixError, RadixTree};
@@ -12,6 +15,7 @@ use super::whole::WholePromptCache;
 use crate::kv::{AllocError, BlockAllocator};
 use rayon::prelude::*;
 use serde::Serialize;
+use std::collections::VecDeque;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -22,6 +26,8 @@ pub enum SimError {
     NoCapacities,
     #[error("page size must be at least 1")]
     ZeroPageSize,
+    #[error("requests in flight must be at least 1")]
+    ZeroInFlight,
     #[error("capacity {capacity} tokens is less than one page of {page_size} tokens")]
     CapacityBelowPage { capacity: usize, page_size: usize },
     #[error(transparent)]
@@ -36,6 +42,20 @@ pub struct SimConfig {
     pub policy: EvictionPolicy,
     /// Cache capacities in tokens; each is rounded down to whole pages.
     pub capacities: Vec<usize>,
+    /// Requests running at once, each holding a lock on its prompt (1: one at a time).
+    pub in_flight: usize,
+}
+
+impl SimConfig {
+    /// One capacity, one request at a time.
+    pub fn new(page_size: usize, policy: EvictionPolicy, capacities: Vec<usize>) -> Self {
+        SimConfig {
+            page_size,
+            policy,
+            capacities,
+            in_flight: 1,
+        }
+    }
 }
 
 /// One capacity's results.
@@ -89,10 +109,13 @@ fn ratio(a: usize, b: usize) -> f64 {
 /// Replays `requests` against both caches at `capacity` tokens; returns the results and the tree.
 pub fn simulate_capacity(
     requests: &[Vec<u32>],
-    page_size: usize,
-    policy: EvictionPolicy,
+    cfg: &SimConfig,
     capacity: usize,
 ) -> Result<(CapacityResult, RadixTree), SimError> {
+    let (page_size, policy) = (cfg.page_size, cfg.policy);
+    if cfg.in_flight == 0 {
+        return Err(SimError::ZeroInFlight);
+    }
     if requests.is_empty() {
         return Err(SimError::NoRequests);
     }
@@ -106,9 +129,14 @@ pub fn simulate_capacity(
         });
     }
     let p = page_size;
-    let mut alloc = BlockAllocator::new(capacity / p, p);
+    // More blocks than every request's pages together would never be used: cap the pool there,
+    // so that an enormous capacity costs no memory (and cannot overflow the allocator's ids).
+    let useful: usize = requests.iter().map(|r| r.len() / p).sum();
+    let mut alloc = BlockAllocator::new((capacity / p).min(useful.max(1)), p);
     let mut tree = RadixTree::new(p, policy)?;
     let mut whole = WholePromptCache::new(capacity, p);
+    // Nodes locked by requests still running, oldest first.
+    let mut running: VecDeque<_> = VecDeque::new();
     let mut r = CapacityResult {
         capacity,
         requests: requests.len(),
@@ -152,8 +180,17 @@ pub fn simulate_capacity(
         for &b in &blocks[hit.len / p..stored.prefix_len / p] {
             alloc.release_block(b)?;
         }
+        // The request now holds all of its cached prompt, not just the prefix it found.
+        tree.lock(stored.node)?;
         tree.unlock(hit.node)?;
+        running.push_back(stored.node);
+        while running.len() >= cfg.in_flight {
+            tree.unlock(running.pop_front().expect("not empty"))?;
+        }
         r.uncached_tokens += (need - fit) * p;
+    }
+    for node in running {
+        tree.unlock(node)?;
     }
     r.tokens_stored = tree.total_tokens();
     r.nodes = tree.node_count();
@@ -175,7 +212,8 @@ pub fn dedup_stats(
     // Room for every prompt in either cache (the whole-prompt cache also stores partial pages).
     let pages: usize = requests.iter().map(|r| r.len().div_ceil(page_size)).sum();
     let capacity = pages.max(1) * page_size;
-    let (r, tree) = simulate_capacity(requests, page_size, policy, capacity)?;
+    let cfg = SimConfig::new(page_size, policy, vec![capacity]);
+    let (r, tree) = simulate_capacity(requests, &cfg, capacity)?;
     let stats = DedupStats {
         requests: r.requests,
         tokens_naive: r.tokens_naive,
@@ -196,6 +234,6 @@ pub fn simulate(requests: &[Vec<u32>], cfg: &SimConfig) -> Result<Vec<CapacityRe
     }
     cfg.capacities
         .par_iter()
-        .map(|&c| simulate_capacity(requests, cfg.page_size, cfg.policy, c).map(|(r, _)| r))
+        .map(|&c| simulate_capacity(requests, cfg, c).map(|(r, _)| r))
         .collect()
 }
