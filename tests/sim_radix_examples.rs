@@ -57,7 +57,10 @@ fn with_pages_of_two_only_whole_pages_are_stored_and_matched() {
     // [3 9] differs from the page [3 4] although its first token agrees: one page matches.
     assert_eq!(t.match_prefix(&[1, 2, 3, 9]).len, 2);
     // [1 2 3] is one whole page and a partial one.
-    assert_eq!(t.match_prefix(&[1, 2, 3]).blocks, vec![7]);
+    let m = t.match_prefix(&[1, 2, 3]);
+    assert_eq!(m.blocks, vec![7]);
+    // Block 7 of size 2 holds slots 14 and 15.
+    assert_eq!(m.slots(2), vec![14, 15]);
     // [3 5] hangs beside [3 4] under [1 2]: siblings differ in their first page, not first token.
     let r = t.insert(&[1, 2, 3, 5], &[70, 9]).unwrap();
     assert_eq!((r.prefix_len, r.new_tokens), (2, 2));

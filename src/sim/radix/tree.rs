@@ -44,6 +44,17 @@ pub struct MatchResult {
     pub node: NodeId,
 }
 
+impl MatchResult {
+    /// The KV slot of every matched token, numbered as the allocator numbers them:
+    /// `block * page_size + offset`.
+    pub fn slots(&self, page_size: usize) -> Vec<usize> {
+        self.blocks
+            .iter()
+            .flat_map(|&b| (0..page_size).map(move |i| b as usize * page_size + i))
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InsertResult {
     /// Tokens of the key that were already cached: the caller's blocks for these pages were not
