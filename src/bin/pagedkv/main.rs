@@ -3,6 +3,7 @@
 
 mod attention;
 mod info;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +25,8 @@ enum Command {
     Info(info::Args),
     /// Paged and contiguous decode attention, checked and measured against the memory limits.
     Attention(attention::Args),
+    /// CPU simulators: prefix caching (radix).
+    Sim(sim::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Info(args) => info::run(args),
         Command::Attention(args) => attention::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,10 @@
+//! Criterion benches of the CPU simulators; each simulator's functions live in
+//! benches/simulators/<name>.rs.
+
+use criterion::{criterion_group, criterion_main};
+
+#[path = "simulators/radix.rs"]
+mod radix;
+
+criterion_group!(benches, radix::insert, radix::match_prefix);
+criterion_main!(benches);
