@@ -41,11 +41,18 @@ pub enum SizeDist {
     Deterministic,
     Exponential,
     /// Small jobs of size `s` and, with probability `p_large`, large jobs of size `ratio * s`.
-    Bimodal { p_large: f64, ratio: f64 },
+    Bimodal {
+        p_large: f64,
+        ratio: f64,
+    },
     /// Pareto with shape `alpha` > 1 (infinite variance when `alpha` <= 2).
-    Pareto { alpha: f64 },
+    Pareto {
+        alpha: f64,
+    },
     /// Lognormal with log-standard-deviation `sigma`.
-    Lognormal { sigma: f64 },
+    Lognormal {
+        sigma: f64,
+    },
 }
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -76,7 +83,9 @@ impl SizeDist {
                 }
             }
             SizeDist::Pareto { alpha } if !(alpha.is_finite() && alpha > 1.0) => {
-                return bad(format!("pareto alpha must be > 1 (finite mean), got {alpha}"));
+                return bad(format!(
+                    "pareto alpha must be > 1 (finite mean), got {alpha}"
+                ));
             }
             SizeDist::Lognormal { sigma } if !(sigma.is_finite() && sigma >= 0.0) => {
                 return bad(format!("lognormal sigma must be >= 0, got {sigma}"));
@@ -121,9 +130,9 @@ impl SizeDist {
             SizeDist::Pareto { alpha } => {
                 Sampler::Pareto(Pareto::new((alpha - 1.0) / alpha, alpha).map_err(|e| err(&e))?)
             }
-            SizeDist::Lognormal { sigma } => {
-                Sampler::Lognormal(LogNormal::new(-sigma * sigma / 2.0, sigma).map_err(|e| err(&e))?)
-            }
+            SizeDist::Lognormal { sigma } => Sampler::Lognormal(
+                LogNormal::new(-sigma * sigma / 2.0, sigma).map_err(|e| err(&e))?,
+            ),
         })
     }
 }
@@ -135,7 +144,11 @@ fn bimodal_small(p_large: f64, ratio: f64) -> f64 {
 enum Sampler {
     Fixed,
     Exp(Exp<f64>),
-    Bimodal { p_large: f64, small: f64, large: f64 },
+    Bimodal {
+        p_large: f64,
+        small: f64,
+        large: f64,
+    },
     Pareto(Pareto<f64>),
     Lognormal(LogNormal<f64>),
 }
@@ -234,7 +247,9 @@ pub fn parse_jobs_csv(text: &str) -> Result<Vec<Job>, JobsError> {
         let arrival = number("arrival", fields[0])?;
         let size = number("size", fields[1])?;
         if !(arrival.is_finite() && arrival >= 0.0) {
-            return Err(err(format!("arrival must be finite and >= 0, got {arrival}")));
+            return Err(err(format!(
+                "arrival must be finite and >= 0, got {arrival}"
+            )));
         }
         if !(size.is_finite() && size > 0.0) {
             return Err(err(format!("size must be finite and > 0, got {size}")));

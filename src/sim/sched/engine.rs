@@ -3,7 +3,8 @@
 //! the end of a context switch, and policy timers (MLFQ boosts). Each costs O(1) here plus the
 //! policy's own O(log n) at most.
 //!
-//! Ties: an arrival is handled before a completion or expiry at the same instant, so a job that
+//! Ties: all jobs arriving at one instant are queued before anything is decided. Arrivals are
+//! handled before a completion or expiry at the same instant, so a job that
 //! arrives when a round-robin quantum expires queues ahead of the expired job; then the slice end;
 //! then a policy timer.
 //!
@@ -102,8 +103,7 @@ impl<P: Policy> Engine<'_, P> {
                 }
                 // Idle until the next arrival.
                 clock = t_arrival;
-                self.policy.enqueue(next as u32, Requeue::Arrived, ctx!(self, clock));
-                next += 1;
+                next = self.admit_arrivals(next, clock);
                 self.dispatch(clock);
                 continue;
             };
@@ -118,8 +118,7 @@ impl<P: Policy> Engine<'_, P> {
             if t_arrival <= t_end && t_arrival <= t_timer && t_arrival <= t_switch {
                 let now = t_arrival;
                 clock = now;
-                self.policy.enqueue(next as u32, Requeue::Arrived, ctx!(self, now));
-                next += 1;
+                next = self.admit_arrivals(next, now);
                 if now < r.work_start {
                     check_after_switch = true;
                 } else if now < t_end {
@@ -143,6 +142,17 @@ impl<P: Policy> Engine<'_, P> {
                 self.dispatch(now);
             }
         }
+    }
+
+    /// Hands the policy every job arriving at `now`, from index `next`, so that it sees all of
+    /// them before it chooses. Returns the next index not yet arrived.
+    fn admit_arrivals(&mut self, mut next: usize, now: f64) -> usize {
+        while next < self.jobs.len() && self.jobs[next].arrival == now {
+            self.policy
+                .enqueue(next as u32, Requeue::Arrived, ctx!(self, now));
+            next += 1;
+        }
+        next
     }
 
     /// Charges the running job for the work done up to `now`.

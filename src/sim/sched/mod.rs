@@ -128,10 +128,16 @@ impl SchedParams {
             return bad(format!("quantum must be > 0, got {}", self.quantum));
         }
         if !(self.switch_cost.is_finite() && self.switch_cost >= 0.0) {
-            return bad(format!("switch cost must be >= 0, got {}", self.switch_cost));
+            return bad(format!(
+                "switch cost must be >= 0, got {}",
+                self.switch_cost
+            ));
         }
         if !(1..=32).contains(&self.levels) {
-            return bad(format!("MLFQ levels must lie in 1..=32, got {}", self.levels));
+            return bad(format!(
+                "MLFQ levels must lie in 1..=32, got {}",
+                self.levels
+            ));
         }
         if let Some(b) = self.boost {
             if !(b.is_finite() && b > 0.0) {
@@ -139,7 +145,10 @@ impl SchedParams {
             }
         }
         if !(self.aging_delay >= 0.0) {
-            return bad(format!("aging delay must be >= 0, got {}", self.aging_delay));
+            return bad(format!(
+                "aging delay must be >= 0, got {}",
+                self.aging_delay
+            ));
         }
         if !(self.sigma.is_finite() && self.sigma >= 0.0) {
             return bad(format!("sigma must be >= 0, got {}", self.sigma));
@@ -157,7 +166,10 @@ pub fn validate_jobs(jobs: &[Job]) -> Result<(), SchedError> {
     for (index, j) in jobs.iter().enumerate() {
         let bad = |msg: String| Err(SchedError::BadJob { index, msg });
         if !(j.arrival.is_finite() && j.arrival >= 0.0) {
-            return bad(format!("arrival must be finite and >= 0, got {}", j.arrival));
+            return bad(format!(
+                "arrival must be finite and >= 0, got {}",
+                j.arrival
+            ));
         }
         if j.arrival < last {
             return bad("jobs must be sorted by arrival".into());
@@ -184,11 +196,7 @@ pub fn predicted_sizes(jobs: &[Job], sigma: f64, seed: u64) -> Vec<f64> {
 }
 
 /// Runs one policy over `jobs` and returns the raw trace.
-pub fn trace_policy(
-    jobs: &[Job],
-    kind: PolicyKind,
-    p: &SchedParams,
-) -> Result<Trace, SchedError> {
+pub fn trace_policy(jobs: &[Job], kind: PolicyKind, p: &SchedParams) -> Result<Trace, SchedError> {
     p.validate()?;
     validate_jobs(jobs)?;
     let c = p.switch_cost;
