@@ -2,6 +2,8 @@
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
 mod info;
+mod sim;
+mod sim_sched;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +23,8 @@ struct Cli {
 enum Command {
     /// Devices, kernels built, nvcc version, per-kernel resources, CPU cores and memory.
     Info(info::Args),
+    /// CPU simulators: scheduling.
+    Sim(sim::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
