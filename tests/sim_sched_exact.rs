@@ -291,7 +291,7 @@ fn unit_model(jobs: &[(u64, u64, Class)], model: Model) -> Vec<u64> {
             }
         }
         if let Model::Mlfq { boost: Some(p), .. } = model {
-            if t > 0 && t % p == 0 {
+            if t > 0 && t.is_multiple_of(p) {
                 if let Some((r, _)) = running.take() {
                     queues[level[r]].push_front(r);
                 }
@@ -315,17 +315,16 @@ fn unit_model(jobs: &[(u64, u64, Class)], model: Model) -> Vec<u64> {
                 } => {
                     let mine = rank_of(r, &rem, rank);
                     if waiting.iter().any(|&w| {
-                        (rank_of(w, &rem, rank).0, rank_of(w, &rem, rank).1) < (mine.0, mine.1)
+                        let theirs = rank_of(w, &rem, rank);
+                        (theirs.0, theirs.1) < (mine.0, mine.1)
                     }) {
                         waiting.push(r);
                         running = None;
                     }
                 }
-                Model::Mlfq { .. } => {
-                    if (0..level[r]).any(|l| !queues[l].is_empty()) {
-                        queues[level[r]].push_front(r);
-                        running = None;
-                    }
+                Model::Mlfq { .. } if (0..level[r]).any(|l| !queues[l].is_empty()) => {
+                    queues[level[r]].push_front(r);
+                    running = None;
                 }
                 _ => {}
             }

@@ -144,7 +144,7 @@ impl SchedParams {
                 return bad(format!("boost period must be > 0, got {b}"));
             }
         }
-        if !(self.aging_delay >= 0.0) {
+        if self.aging_delay.is_nan() || self.aging_delay < 0.0 {
             return bad(format!(
                 "aging delay must be >= 0, got {}",
                 self.aging_delay
@@ -185,7 +185,7 @@ pub fn validate_jobs(jobs: &[Job]) -> Result<(), SchedError> {
 /// Predicted sizes for SRPT-pred: size × e^N(0, sigma²), from their own seed so the job list is
 /// the same with or without predictions.
 pub fn predicted_sizes(jobs: &[Job], sigma: f64, seed: u64) -> Vec<f64> {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED_0F_9E0D);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED_F09E);
     match Normal::new(0.0, sigma) {
         Ok(noise) if sigma > 0.0 => jobs
             .iter()
