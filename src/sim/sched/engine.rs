@@ -159,7 +159,9 @@ impl<P: Policy> Engine<'_, P> {
     fn advance(&mut self, now: f64) {
         if let Some(r) = &mut self.running {
             if now > r.work_start {
-                self.remaining[r.job as usize] -= now - r.work_start;
+                // Clamped: rounding in `work_start + remaining` must not leave negative work.
+                let left = &mut self.remaining[r.job as usize];
+                *left = (*left - (now - r.work_start)).max(0.0);
                 r.work_start = now;
             }
         }
@@ -213,10 +215,16 @@ impl<P: Policy> Engine<'_, P> {
         if first.is_nan() {
             *first = start;
         }
+        // A positive slice always moves the clock, even one below the clock's resolution.
+        let slice_end = if slice > 0.0 {
+            (start + slice).max(start.next_up())
+        } else {
+            start
+        };
         self.running = Some(Running {
             job,
             work_start: start,
-            slice_end: start + slice,
+            slice_end,
         });
     }
 }

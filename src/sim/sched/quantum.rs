@@ -74,11 +74,13 @@ impl Mlfq {
         let Some(period) = self.boost else {
             return f64::INFINITY;
         };
-        let mut t = ((now / period).floor() + 1.0) * period;
-        while t <= now {
-            t += period; // rounding put it at or before `now`
+        let t = ((now / period).floor() + 1.0) * period;
+        // Rounding can put it at or before `now`; the clock must move on.
+        if t > now {
+            t
+        } else {
+            (t + period).max(now.next_up())
         }
-        t
     }
 }
 
