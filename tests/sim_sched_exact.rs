@@ -447,3 +447,44 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn aging_spans_fcfs_to_strict_priority() {
+    use pagedkv::workload::jobs::{poisson_jobs, PoissonWorkload, SizeDist};
+    let jobs = poisson_jobs(&PoissonWorkload {
+        jobs: 5_000,
+        load: 0.9,
+        sizes: SizeDist::Lognormal { sigma: 1.5 },
+        interactive_fraction: 0.4,
+        seed: 9,
+    })
+    .unwrap();
+    let with_delay = |d: f64| SchedParams {
+        aging_delay: d,
+        ..SchedParams::default()
+    };
+    let trace = |kind, p: SchedParams| trace_policy(&jobs, kind, &p).unwrap();
+    // Delay 0: rank = arrival, so no arrival ever outranks the running job: FCFS.
+    assert_eq!(
+        trace(PolicyKind::Aging, with_delay(0.0)).completion,
+        trace(PolicyKind::Fcfs, with_delay(0.0)).completion
+    );
+    // Infinite delay: batch never outranks interactive: strict priority.
+    assert_eq!(
+        trace(PolicyKind::Aging, with_delay(f64::INFINITY)).completion,
+        trace(PolicyKind::Prio, with_delay(0.0)).completion
+    );
+    // In between, interactive jobs do better than under FCFS and worse than under strict priority.
+    let interactive_mean = |t: &Trace| {
+        let (s, n) = jobs
+            .iter()
+            .zip(&t.completion)
+            .filter(|(j, _)| j.class == I)
+            .fold((0.0, 0), |(s, n), (j, c)| (s + c - j.arrival, n + 1));
+        s / n as f64
+    };
+    let fcfs = interactive_mean(&trace(PolicyKind::Fcfs, with_delay(0.0)));
+    let aging = interactive_mean(&trace(PolicyKind::Aging, with_delay(5.0)));
+    let prio = interactive_mean(&trace(PolicyKind::Prio, with_delay(0.0)));
+    assert!(prio < aging && aging < fcfs, "{prio} {aging} {fcfs}");
+}
