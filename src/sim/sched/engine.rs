@@ -50,6 +50,7 @@ struct Engine<'a, P> {
 }
 
 /// Runs `jobs` (sorted by arrival, sizes > 0) through `policy` until every job completes.
+/// Panics with 2^32 - 1 jobs or more (job ids are `u32`); [`super::trace_policy`] checks first.
 pub fn simulate<P: Policy>(jobs: &[Job], policy: P, switch_cost: f64) -> Trace {
     assert!(jobs.len() < u32::MAX as usize, "at most 2^32 - 2 jobs");
     debug_assert!(jobs.windows(2).all(|w| w[0].arrival <= w[1].arrival));

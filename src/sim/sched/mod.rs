@@ -162,6 +162,13 @@ pub fn validate_jobs(jobs: &[Job]) -> Result<(), SchedError> {
     if jobs.is_empty() {
         return Err(SchedError::NoJobs);
     }
+    if jobs.len() >= u32::MAX as usize {
+        return Err(SchedError::BadParam(format!(
+            "at most {} jobs, got {}",
+            u32::MAX - 1,
+            jobs.len()
+        )));
+    }
     let mut last = 0.0;
     for (index, j) in jobs.iter().enumerate() {
         let bad = |msg: String| Err(SchedError::BadJob { index, msg });
