@@ -200,10 +200,11 @@ fn mg1_fcfs_bimodal_and_round_robin_approaches_processor_sharing() {
         &p,
         pollaczek_khinchine(0.7, m2),
     );
-    // Processor sharing is insensitive: E[T] = E[S] / (1 − ρ). A quantum of 1/20 of the small
-    // size approximates it.
+    // Processor sharing is insensitive: E[T] = E[S] / (1 − ρ). A quantum of 1/10 of the small
+    // size approximates it: halving it moved this workload's mean by +0.2%, and on 300k-job
+    // samples RR with quanta of 1/20 to 1/400 of it agreed with a direct PS simulation to 0.2%.
     let rr = SchedParams {
-        quantum: small / 20.0,
+        quantum: small / 10.0,
         ..p
     };
     check(
