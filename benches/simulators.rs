@@ -5,6 +5,8 @@ use criterion::{criterion_group, criterion_main};
 
 #[path = "simulators/radix.rs"]
 mod radix;
+#[path = "simulators/sched.rs"]
+mod sched;
 
-criterion_group!(benches, radix::insert, radix::match_prefix);
-criterion_main!(benches);
+criterion_group!(simulators, sched::policies, radix::insert, radix::match_prefix);
+criterion_main!(simulators);

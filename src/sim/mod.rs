@@ -2,3 +2,4 @@
 //! produces rows that the CLI prints as a table or JSON.
 
 pub mod radix;
+pub mod sched;

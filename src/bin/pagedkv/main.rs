@@ -25,7 +25,7 @@ enum Command {
     Info(info::Args),
     /// Paged and contiguous decode attention, checked and measured against the memory limits.
     Attention(attention::Args),
-    /// CPU simulators: prefix caching (radix).
+    /// CPU simulators: scheduling, cache eviction, prefix caching, memory.
     Sim(sim::Args),
 }
 
