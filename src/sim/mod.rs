@@ -3,3 +3,5 @@
 
 pub mod alloc;
 pub mod cow;
+pub mod thrash;
+pub mod translate;
