@@ -138,7 +138,7 @@ impl Private {
     fn append_all(&mut self) {
         for i in 0..self.lens.len() {
             let len = self.lens[i];
-            self.counts.blocks_allocated += u64::from(len % self.block_size == 0);
+            self.counts.blocks_allocated += u64::from(len.is_multiple_of(self.block_size));
             self.lens[i] += 1;
         }
         let held: u64 = self.lens.iter().map(|&l| l.div_ceil(self.block_size)).sum();

@@ -2,6 +2,11 @@
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
 mod info;
+mod sim;
+mod sim_alloc;
+mod sim_cow;
+mod sim_thrash;
+mod translate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +26,10 @@ struct Cli {
 enum Command {
     /// Devices, kernels built, nvcc version, per-kernel resources, CPU cores and memory.
     Info(info::Args),
+    /// CPU simulators: allocation (contiguous vs paging), copy-on-write, thrashing.
+    Sim(sim::Args),
+    /// Address translation: page table, KV block table, x86-64 four-level paging.
+    Translate(translate::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -55,6 +64,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Sim(args) => sim::run(args),
+        Command::Translate(args) => translate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -109,7 +109,7 @@ fn validate(requests: &[Request], policy: Policy, cfg: &ReplayConfig) -> Result<
     }
     match policy {
         Policy::Paged { page_size: 0 } => return Err(ReplayError::ZeroPageSize),
-        Policy::Paged { page_size } if cfg.capacity % page_size as u64 != 0 => {
+        Policy::Paged { page_size } if !cfg.capacity.is_multiple_of(page_size as u64) => {
             return Err(ReplayError::PartialPage {
                 capacity: cfg.capacity,
                 page_size,
