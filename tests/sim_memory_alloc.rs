@@ -254,3 +254,40 @@ fn with_ample_memory_every_policy_holds_the_same_data() {
     let paged1 = rows.iter().find(|r| r.page_size == Some(1)).unwrap();
     assert!((paged1.free_share + data - 1.0).abs() < 1e-9);
 }
+
+/// One request of 10 prompt + 5 output tokens in 96 tokens of memory, sampled right after its
+/// admission and after its last token. Reserving 60: 10 data, 5 reserved for the output, 45 never
+/// written, 36 free. Pages of 16: one page, 10 data, 5 reserved, 1 never written, 80 free. Pages
+/// of 4: three pages at first (2 slots reserved), four at the end (1 slot never written).
+#[test]
+fn samples_split_memory_by_hand() {
+    let reqs = [req(0.0, 10, 5)];
+    let cfg = ReplayConfig {
+        capacity: 96,
+        step_s: 1.0,
+        check: true,
+    };
+    let first_and_last = |p| {
+        let mut seen = Vec::new();
+        replay_observed(&reqs, p, &cfg, |s| seen.push(*s)).unwrap();
+        let split = |s: &pagedkv::sim::alloc::Sample| (s.data, s.reserved, s.internal, s.free);
+        (split(&seen[0]), split(&seen[5]), seen.len())
+    };
+    let reserve = Policy::Reserve {
+        fit: Fit::Best,
+        max_len: 60,
+    };
+    // Samples at steps 0 (admitted) .. 5 (last token written), then 6 (left: all free).
+    assert_eq!(
+        first_and_last(reserve),
+        ((10, 5, 45, 36), (15, 0, 45, 36), 7)
+    );
+    assert_eq!(
+        first_and_last(Policy::Paged { page_size: 16 }),
+        ((10, 5, 1, 80), (15, 0, 1, 80), 7)
+    );
+    assert_eq!(
+        first_and_last(Policy::Paged { page_size: 4 }),
+        ((10, 2, 0, 84), (15, 0, 1, 80), 7)
+    );
+}
