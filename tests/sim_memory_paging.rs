@@ -34,7 +34,7 @@ proptest! {
         prompt in 0usize..50, bs_log in 0u32..6,
     ) {
         let bs = 1usize << bs_log;
-        let schedule = random_beam_schedule(width, steps, seed);
+        let schedule = random_beam_schedule(width, steps, seed).unwrap();
         // check = true: the allocator's invariants hold after every step.
         let [cow, every, extra] = beam_search(prompt, bs, &schedule, true).unwrap();
         prop_assert_eq!(cow.strategy, Strategy::CopyOnWrite);

@@ -15,7 +15,7 @@ use thiserror::Error;
 pub enum CowError {
     #[error("{0} must be positive")]
     Zero(&'static str),
-    #[error("the run needs up to {0} blocks; choose smaller sizes")]
+    #[error("the run needs up to {0} blocks or schedule entries; choose smaller sizes")]
     TooLarge(u64),
     #[error("step {step}: parent {parent} is not one of the {beams} beams")]
     BadParent {
@@ -174,7 +174,7 @@ pub fn parallel_sampling(
 ) -> Result<[CowRow; 2], CowError> {
     let n64 = positive(n, "number of samples")?;
     let bs = positive(block_size, "block size")?;
-    let num_blocks = pool_size(n64, (prompt + output) as u64, bs)?;
+    let num_blocks = pool_size(n64, prompt.saturating_add(output) as u64, bs)?;
 
     let mut cow = Counted::new(num_blocks, block_size, check);
     let first = cow.alloc.new_sequence();
@@ -222,9 +222,20 @@ pub fn parallel_sampling(
 /// A random beam-search schedule: step 0 forks the single prompt beam `width` times; each later
 /// step draws `width` parents (with replacement, sorted) among the current beams. Beams not drawn
 /// are pruned.
-pub fn random_beam_schedule(width: usize, steps: usize, seed: u64) -> Vec<Vec<usize>> {
+pub fn random_beam_schedule(
+    width: usize,
+    steps: usize,
+    seed: u64,
+) -> Result<Vec<Vec<usize>>, CowError> {
+    if width == 0 {
+        return Err(CowError::Zero("beam width"));
+    }
+    let entries = width.saturating_mul(steps) as u64;
+    if entries > 1 << 26 {
+        return Err(CowError::TooLarge(entries));
+    }
     let mut rng = StdRng::seed_from_u64(seed);
-    (0..steps)
+    Ok((0..steps)
         .map(|step| {
             let mut parents: Vec<usize> = if step == 0 {
                 vec![0; width]
@@ -234,7 +245,7 @@ pub fn random_beam_schedule(width: usize, steps: usize, seed: u64) -> Vec<Vec<us
             parents.sort_unstable();
             parents
         })
-        .collect()
+        .collect())
 }
 
 /// Beam search from one prompt of `prompt` tokens. `schedule[step]` lists, for each beam of the
@@ -249,7 +260,7 @@ pub fn beam_search(
 ) -> Result<[CowRow; 3], CowError> {
     let bs = positive(block_size, "block size")?;
     let widest = schedule.iter().map(Vec::len).max().unwrap_or(1) as u64;
-    let num_blocks = pool_size(2 * widest, (prompt + schedule.len()) as u64, bs)?;
+    let num_blocks = pool_size(2 * widest, prompt.saturating_add(schedule.len()) as u64, bs)?;
 
     let mut cow = Counted::new(num_blocks, block_size, check);
     let root = cow.alloc.new_sequence();

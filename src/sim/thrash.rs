@@ -20,6 +20,8 @@ pub enum ThrashError {
     BadShare(f64),
     #[error("{0} pages or more is too many to simulate")]
     TooLarge(u64),
+    #[error("{0} accesses is more than the {MAX_ACCESSES} allowed")]
+    TooManyAccesses(usize),
     #[error("costs must be finite and non-negative")]
     BadCost,
 }
@@ -50,6 +52,7 @@ pub struct PhasedWorkload {
 }
 
 const MAX_PAGES: u64 = 1 << 24;
+const MAX_ACCESSES: usize = 1 << 28;
 
 impl PhasedWorkload {
     /// The reference string. Each phase's working set is a run of consecutive pages at a random
@@ -72,6 +75,10 @@ impl PhasedWorkload {
         }
         if !(0.0..=1.0).contains(&self.random_share) {
             return Err(ThrashError::BadShare(self.random_share));
+        }
+        let accesses = self.phases.saturating_mul(self.phase_len);
+        if accesses > MAX_ACCESSES {
+            return Err(ThrashError::TooManyAccesses(accesses));
         }
         let mut rng = StdRng::seed_from_u64(self.seed);
         let mut out = Vec::with_capacity(self.phases * self.phase_len);

@@ -37,10 +37,7 @@ pub fn run(args: Args) -> CmdResult {
     if args.block_sizes.is_empty() {
         return Err("give at least one block size".into());
     }
-    if args.width == 0 {
-        return Err("beam width must be positive".into());
-    }
-    let schedule = cow::random_beam_schedule(args.width, args.steps, args.seed);
+    let schedule = cow::random_beam_schedule(args.width, args.steps, args.seed)?;
     let mut rows: Vec<CowRow> = Vec::new();
     for &bs in &args.block_sizes {
         rows.extend(cow::parallel_sampling(

@@ -31,6 +31,8 @@ pub enum ReplayError {
     ZeroPageSize,
     #[error("capacity {capacity} is not a whole number of {page_size}-token pages")]
     PartialPage { capacity: u64, page_size: usize },
+    #[error("{capacity} tokens in {page_size}-token pages is more than {MAX_PAGES} pages")]
+    TooManyPages { capacity: u64, page_size: usize },
     #[error("reservation length must be positive")]
     ZeroReservation,
     #[error("request {index}: arrival {arrival_s} s is not a finite time after the previous one")]
@@ -92,6 +94,9 @@ struct Running {
     final_len: u64,
 }
 
+/// Most pages a paged memory may have (the block allocator keeps a few words per page).
+pub const MAX_PAGES: u64 = 1 << 26;
+
 pub fn replay(
     requests: &[Request],
     policy: Policy,
@@ -111,6 +116,12 @@ fn validate(requests: &[Request], policy: Policy, cfg: &ReplayConfig) -> Result<
         Policy::Paged { page_size: 0 } => return Err(ReplayError::ZeroPageSize),
         Policy::Paged { page_size } if !cfg.capacity.is_multiple_of(page_size as u64) => {
             return Err(ReplayError::PartialPage {
+                capacity: cfg.capacity,
+                page_size,
+            })
+        }
+        Policy::Paged { page_size } if cfg.capacity / page_size as u64 > MAX_PAGES => {
+            return Err(ReplayError::TooManyPages {
                 capacity: cfg.capacity,
                 page_size,
             })

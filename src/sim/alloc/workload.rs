@@ -7,6 +7,9 @@ use rand_distr::{Distribution, Exp, LogNormal};
 use serde::Serialize;
 use thiserror::Error;
 
+/// Most requests a synthetic stream may hold.
+pub const MAX_REQUESTS: usize = 1 << 24;
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SyntheticRequests {
     pub requests: usize,
@@ -32,6 +35,12 @@ impl SyntheticRequests {
                 Err(SyntheticError(format!("{what} must be positive, got {v}")))
             }
         };
+        if self.requests > MAX_REQUESTS {
+            return Err(SyntheticError(format!(
+                "{} requests is more than the {MAX_REQUESTS} allowed",
+                self.requests
+            )));
+        }
         let rate = positive(self.rate_per_s, "arrival rate")?;
         let prompt_mean = positive(self.prompt_mean, "mean prompt length")?;
         let output_mean = positive(self.output_mean, "mean output length")?;
