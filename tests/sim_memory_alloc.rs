@@ -149,7 +149,10 @@ proptest! {
     /// Same choices as the byte-map model for every fit, and the same holes after every step.
     #[test]
     fn contiguous_memory_matches_a_byte_map(
-        ops in prop::collection::vec((1u64..24, any::<bool>(), any::<prop::sample::Index>()), 1..120),
+        ops in prop::collection::vec(
+            (1u64..24, any::<bool>(), any::<prop::sample::Index>()),
+            1..120,
+        ),
         fit_i in 0usize..3,
     ) {
         let fit = Fit::ALL[fit_i];

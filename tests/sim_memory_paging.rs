@@ -51,7 +51,10 @@ proptest! {
 
     /// LRU against the obvious model: a list ordered by recency.
     #[test]
-    fn lru_matches_a_recency_list(trace in prop::collection::vec(0u64..20, 0..300), frames in 0u64..25) {
+    fn lru_matches_a_recency_list(
+        trace in prop::collection::vec(0u64..20, 0..300),
+        frames in 0u64..25,
+    ) {
         let mut list: Vec<u64> = Vec::new();
         let mut faults = 0;
         for &p in &trace {
@@ -88,7 +91,9 @@ proptest! {
         let entries: Vec<Option<u64>> = table.iter().map(|&b| Some(u64::from(b))).collect();
         let t = translate_kv(tok, bs, &entries).unwrap();
         if tok < table.len() as u64 * bs {
-            let bt = BlockTable::from_rows(std::slice::from_ref(&table), &[table.len() * bs as usize], bs as usize).unwrap();
+            let lens = [table.len() * bs as usize];
+            let bt = BlockTable::from_rows(std::slice::from_ref(&table), &lens, bs as usize)
+                .unwrap();
             let (block, offset) = bt.locate(0, tok as usize);
             prop_assert_eq!(t.physical_block, Some(block as u64));
             prop_assert_eq!(t.slot, offset as u64);

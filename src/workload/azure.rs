@@ -174,7 +174,8 @@ mod tests {
             "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,1\n",
             "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-16 18:00:00,1,2\n",
             "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,-1,2\n",
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,1,2\n2023-11-16 18:00:00,1,2\n",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,1,2\n\
+             2023-11-16 18:00:00,1,2\n",
         ];
         for b in bad {
             assert!(parse_azure_csv(b, "t").is_err(), "{b:?}");
