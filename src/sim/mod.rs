@@ -1,5 +1,9 @@
 //! CPU simulators: pure, deterministic for a seed, no device code. Each takes a workload and
 //! produces rows that the CLI prints as a table or JSON.
 
+pub mod alloc;
+pub mod cow;
 pub mod radix;
 pub mod sched;
+pub mod thrash;
+pub mod translate;

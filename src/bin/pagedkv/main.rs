@@ -4,6 +4,12 @@
 mod attention;
 mod info;
 mod sim;
+mod sim_alloc;
+mod sim_cow;
+mod sim_radix;
+mod sim_sched;
+mod sim_thrash;
+mod translate;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +33,8 @@ enum Command {
     Attention(attention::Args),
     /// CPU simulators: scheduling, cache eviction, prefix caching, memory.
     Sim(sim::Args),
+    /// Address translation: page table, KV block table, x86-64 four-level paging.
+    Translate(translate::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -63,6 +71,7 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(args),
         Command::Attention(args) => attention::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Translate(args) => translate::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,11 +1,7 @@
-//! `pagedkv sim <name>`: the CPU simulators, one subcommand each, each in its own file.
+//! `pagedkv sim <name>`: the CPU simulators, one subcommand each, each in its own file
+//! (src/bin/pagedkv/sim_<name>.rs).
 
-use crate::CmdResult;
-
-#[path = "sim_radix.rs"]
-mod sim_radix;
-#[path = "sim_sched.rs"]
-mod sim_sched;
+use crate::{sim_alloc, sim_cow, sim_radix, sim_sched, sim_thrash, CmdResult};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,11 +15,20 @@ enum SimCommand {
     Sched(sim_sched::Args),
     /// Radix-tree prefix cache (RadixAttention) against a whole-prompt cache: hit ratios, dedup.
     Radix(Box<sim_radix::Args>),
+    /// Contiguous first/best/worst fit and max-length reservation against paging at each page size.
+    Alloc(sim_alloc::Args),
+    /// Copy-on-write for parallel sampling and beam search against copying every fork.
+    Cow(sim_cow::Args),
+    /// Demand paging with LRU: fault rate and access time against memory size; the knee.
+    Thrash(sim_thrash::Args),
 }
 
 pub fn run(args: Args) -> CmdResult {
     match args.command {
         SimCommand::Sched(a) => sim_sched::run(a),
         SimCommand::Radix(a) => sim_radix::run(*a),
+        SimCommand::Alloc(a) => sim_alloc::run(a),
+        SimCommand::Cow(a) => sim_cow::run(a),
+        SimCommand::Thrash(a) => sim_thrash::run(a),
     }
 }
