@@ -9,6 +9,7 @@
 //! report. The simulators ([`sim`]) take workloads and produce reports; they know nothing of devices.
 
 pub mod device;
+pub mod emu;
 pub mod kernels;
 pub mod kv;
 pub mod report;

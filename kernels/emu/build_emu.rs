@@ -1,0 +1,263 @@
+//! The emulator half of build.rs (included from it with `#[path]`): compiles every `kernels/*.cu`
+//! and `kernels/emu/selftest/*.cu` with the host C++ compiler against `kernels/emu/` into the
+//! static library `pagedkv_emu`, with one C entry point per kernel, and writes the Rust table of
+//! those entry points and their parameter kinds (`$OUT_DIR/emu_kernels.rs`, used by `src/emu`).
+//!
+//! Kernels are found in each file's preprocessed text (so macro-stamped kernels count): under
+//! `PAGEDKV_EMU_SCAN`, `__global__` expands to a marker, and every `extern "C" <marker> void
+//! NAME(PARAMS)` is a kernel.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// What a kernel parameter is, as the Rust launcher checks it (`src/emu/kernel.rs` has the enum).
+struct Param {
+    name: String,
+    /// `Buf(Elem, mutable)` or `Scalar(Scalar)`, written as Rust source.
+    rust_kind: String,
+    /// C++ expression building the argument from `a[i]`.
+    cpp_arg: String,
+}
+
+struct Kernel {
+    name: String,
+    params: Vec<Param>,
+}
+
+pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
+    let kernels_dir = root.join("kernels");
+    let emu_dir = kernels_dir.join("emu");
+    let mut sources: Vec<PathBuf> = kernel_sources.to_vec();
+    sources.extend(super::kernel_sources(&emu_dir.join("selftest")));
+
+    let gen_dir = out.join("emu");
+    std::fs::create_dir_all(&gen_dir).expect("create OUT_DIR/emu");
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .std("c++17")
+        .opt_level(2)
+        .warnings(false)
+        .flag("-fno-strict-aliasing")
+        .flag_if_supported("-Wno-unknown-pragmas")
+        .define("PAGEDKV_EMU", None)
+        .include(&kernels_dir)
+        .file(emu_dir.join("runtime.cpp"))
+        .file(emu_dir.join("fiber.cpp"));
+
+    let mut all = Vec::new();
+    for src in &sources {
+        let module = src.file_stem().unwrap().to_string_lossy().into_owned();
+        let kernels = scan(src, &kernels_dir);
+        let wrapper = gen_dir.join(format!("{module}_emu.cpp"));
+        std::fs::write(&wrapper, render_wrapper(&module, src, &kernels)).expect("write wrapper");
+        build.file(wrapper);
+        all.extend(kernels);
+    }
+    build.compile("pagedkv_emu");
+    std::fs::write(out.join("emu_kernels.rs"), render_table(&all)).expect("write emu_kernels.rs");
+}
+
+/// The kernels of one source file, from its preprocessed text.
+fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
+    let compiler = cc::Build::new().cpp(true).get_compiler();
+    let output = compiler
+        .to_command()
+        .args([
+            "-E",
+            "-P",
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-DPAGEDKV_EMU",
+            "-DPAGEDKV_EMU_SCAN",
+        ])
+        .arg("-I")
+        .arg(kernels_dir)
+        .arg(src)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C++ preprocessor on {}: {e}", src.display()));
+    if !output.status.success() {
+        panic!(
+            "the C++ preprocessor failed on {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let marker = "__pagedkv_emu_kernel__";
+    let mut kernels = Vec::new();
+    for piece in text.split(marker).skip(1) {
+        let sig = piece.trim_start();
+        let sig = sig
+            .strip_prefix("void")
+            .unwrap_or_else(|| panic!("{}: a __global__ function must return void", src.display()));
+        let open = sig.find('(').expect("kernel parameter list");
+        let name = sig[..open].trim().to_string();
+        let close = matching_paren(sig, open);
+        let params = split_params(&sig[open + 1..close])
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| param(src, &name, i, &p))
+            .collect();
+        kernels.push(Kernel { name, params });
+    }
+    kernels
+}
+
+fn matching_paren(s: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (i, c) in s[open..].char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + i;
+                }
+            }
+            _ => {}
+        }
+    }
+    panic!("unbalanced parentheses in a kernel signature");
+}
+
+/// Parameters split at top-level commas (not inside `<>` or `()`).
+fn split_params(list: &str) -> Vec<String> {
+    let (mut depth, mut cur, mut out) = (0i32, String::new(), Vec::new());
+    for c in list.chars() {
+        match c {
+            '<' | '(' => depth += 1,
+            '>' | ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur);
+    }
+    out.into_iter()
+        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
+    let cut = decl
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
+    let (ty, name) = (decl[..cut].trim(), decl[cut..].to_string());
+    let unsupported = || -> ! {
+        panic!(
+            "{}: kernel {kernel}, parameter `{decl}`: the emulator passes GPTR(T) buffers of \
+             __half/__nv_bfloat16/float/int/unsigned/int64_t/unsigned char and int/unsigned/float/\
+             int64_t/uint64_t scalars only",
+            src.display()
+        )
+    };
+    if let Some(inner) = ty
+        .strip_prefix("::emu::gptr<")
+        .or_else(|| ty.strip_prefix("::emu::gptr <"))
+        .and_then(|r| r.strip_suffix('>'))
+    {
+        let inner = inner.trim();
+        let (mutable, elem_ty) = match inner.strip_prefix("const ") {
+            Some(e) => (false, e.trim()),
+            None => (true, inner),
+        };
+        let elem = match elem_ty {
+            "__half" | "half" => "F16",
+            "__nv_bfloat16" => "Bf16",
+            "float" => "F32",
+            "int" | "int32_t" => "I32",
+            "unsigned" | "unsigned int" | "uint32_t" => "U32",
+            "long long" | "int64_t" => "I64",
+            "unsigned char" | "uint8_t" => "U8",
+            _ => unsupported(),
+        };
+        return Param {
+            rust_kind: format!("ParamKind::Buf(Elem::{elem}, {mutable})"),
+            cpp_arg: format!("::emu::gptr<{inner}>(a[{index}].ptr, a[{index}].bytes, {name:?})"),
+            name,
+        };
+    }
+    let scalar_ty = ty.strip_prefix("const ").unwrap_or(ty).trim();
+    let (kind, cpp) = match scalar_ty {
+        "int" | "int32_t" => ("I32", "int32_t"),
+        "unsigned" | "unsigned int" | "uint32_t" => ("U32", "uint32_t"),
+        "float" => ("F32", "float"),
+        "long long" | "int64_t" => ("I64", "int64_t"),
+        "unsigned long long" | "uint64_t" => ("U64", "uint64_t"),
+        _ => unsupported(),
+    };
+    Param {
+        rust_kind: format!("ParamKind::Scalar(Scalar::{kind})"),
+        cpp_arg: format!("::emu::scalar<{cpp}>(a[{index}])"),
+        name,
+    }
+}
+
+fn render_wrapper(module: &str, src: &Path, kernels: &[Kernel]) -> String {
+    let ns = format!("pagedkv_emu_module_{module}");
+    let mut s = String::from("// Generated by build.rs (kernels/emu/build_emu.rs).\n");
+    s.push_str("#include \"emu/runtime.h\"\n#include \"common.cuh\"\n");
+    // Each file in its own namespace, as each .cu is its own module on the GPU: helpers of the same
+    // name in two files do not collide. extern "C" kernels keep their plain names.
+    writeln!(
+        s,
+        "namespace {ns} {{\n#include {:?}\n}}",
+        src.display().to_string()
+    )
+    .unwrap();
+    for k in kernels {
+        let args: Vec<&str> = k.params.iter().map(|p| p.cpp_arg.as_str()).collect();
+        writeln!(
+            s,
+            "static void pagedkv_emu_body_{name}(const EmuArg* a) {{ (void)a; {ns}::{name}({args}); }}\n\
+             extern \"C\" int pagedkv_emu_{name}(const EmuLaunch* l, const EmuArg* a, char* err, \
+             size_t errlen) {{ return ::emu::launch({name:?}, l, pagedkv_emu_body_{name}, a, err, \
+             errlen); }}",
+            name = k.name,
+            args = args.join(", ")
+        )
+        .unwrap();
+    }
+    s
+}
+
+fn render_table(kernels: &[Kernel]) -> String {
+    let mut s = String::from("// Generated by build.rs (kernels/emu/build_emu.rs).\n");
+    s.push_str("extern \"C\" {\n");
+    for k in kernels {
+        writeln!(
+            s,
+            "    fn pagedkv_emu_{}(l: *const EmuLaunch, a: *const EmuArg, err: *mut std::ffi::c_char, \
+             errlen: usize) -> std::ffi::c_int;",
+            k.name
+        )
+        .unwrap();
+    }
+    s.push_str("}\n\n/// Every emulated kernel, in source order.\npub static KERNELS: &[KernelInfo] = &[\n");
+    for k in kernels {
+        writeln!(
+            s,
+            "    KernelInfo {{ name: {:?}, entry: pagedkv_emu_{}, params: &[",
+            k.name, k.name
+        )
+        .unwrap();
+        for p in &k.params {
+            writeln!(
+                s,
+                "        Param {{ name: {:?}, kind: {} }},",
+                p.name, p.rust_kind
+            )
+            .unwrap();
+        }
+        s.push_str("    ] },\n");
+    }
+    s.push_str("];\n");
+    s
+}
