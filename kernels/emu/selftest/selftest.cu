@@ -31,10 +31,12 @@ extern "C" __global__ void emu_selftest_reverse_racy_static(GPTR(const float) in
 }
 
 // Rounds of write / barrier / read a neighbour / barrier: each read must see this round's write.
-extern "C" __global__ void emu_selftest_barrier_rounds(GPTR(int) out,  // [grid * block]
+// Any block shape: threads are numbered by thread_rank(), blocks by their linear index.
+extern "C" __global__ void emu_selftest_barrier_rounds(GPTR(int) out,  // [blocks * threads]
                                                        int rounds) {
     __shared__ int s[1024];
-    const unsigned n = blockDim.x, t = threadIdx.x;
+    const unsigned n = blockDim.x * blockDim.y * blockDim.z, t = thread_rank();
+    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     int acc = 0;
     for (int r = 0; r < rounds; r++) {
         s[t] = r * 1000 + static_cast<int>(t);
@@ -42,7 +44,7 @@ extern "C" __global__ void emu_selftest_barrier_rounds(GPTR(int) out,  // [grid 
         acc = acc * 7 + s[(t + r + 1) % n];
         __syncthreads();
     }
-    out[blockIdx.x * n + t] = acc;
+    out[block * n + t] = acc * 10 + static_cast<int>(threadIdx.y + 2 * blockIdx.z);
 }
 
 // Warp and block reductions from common.cuh over a 1-D block (a multiple of 32 threads).
