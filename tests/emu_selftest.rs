@@ -479,6 +479,26 @@ fn launches_are_checked_before_they_run() {
 }
 
 #[test]
+fn launch_bounds_limit_the_block_size() {
+    let mut out = vec![-1i32; 65];
+    Launch::new("emu_selftest_bounded")
+        .block(64)
+        .buf_mut(&mut out)
+        .run()
+        .unwrap();
+    assert!(out[..64].iter().enumerate().all(|(i, &x)| x == i as i32));
+    let err = Launch::new("emu_selftest_bounded")
+        .block(65)
+        .buf_mut(&mut out)
+        .run()
+        .unwrap_err();
+    assert!(
+        matches!(err, EmuError::InvalidLaunch(ref m) if m.contains("__launch_bounds__(64)")),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn blocks_may_run_on_several_os_threads() {
     let mut rng = StdRng::seed_from_u64(15);
     let input = random_floats(&mut rng, 64 * 128);

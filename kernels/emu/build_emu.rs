@@ -22,6 +22,8 @@ struct Param {
 struct Kernel {
     name: String,
     params: Vec<Param>,
+    /// The C++ expression of `__launch_bounds__`'s first argument, or "1024".
+    max_threads: String,
 }
 
 pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
@@ -92,6 +94,17 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
         let sig = sig
             .strip_prefix("void")
             .unwrap_or_else(|| panic!("{}: a __global__ function must return void", src.display()));
+        let (max_threads, sig) = match sig
+            .trim_start()
+            .strip_prefix("__pagedkv_emu_launch_bounds__")
+        {
+            Some(rest) => {
+                let close = matching_paren(rest, rest.find('(').expect("launch bounds"));
+                let args = split_params(&rest[rest.find('(').unwrap() + 1..close]);
+                (args[0].clone(), &rest[close + 1..])
+            }
+            None => ("1024".to_string(), sig),
+        };
         let open = sig.find('(').expect("kernel parameter list");
         let name = sig[..open].trim().to_string();
         let close = matching_paren(sig, open);
@@ -100,7 +113,11 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
             .enumerate()
             .map(|(i, p)| param(src, &name, i, &p))
             .collect();
-        kernels.push(Kernel { name, params });
+        kernels.push(Kernel {
+            name,
+            params,
+            max_threads,
+        });
     }
     kernels
 }
@@ -218,10 +235,11 @@ fn render_wrapper(module: &str, src: &Path, kernels: &[Kernel]) -> String {
             s,
             "static void pagedkv_emu_body_{name}(const EmuArg* a) {{ (void)a; {ns}::{name}({args}); }}\n\
              extern \"C\" int pagedkv_emu_{name}(const EmuLaunch* l, const EmuArg* a, char* err, \
-             size_t errlen) {{ return ::emu::launch({name:?}, l, pagedkv_emu_body_{name}, a, err, \
-             errlen); }}",
+             size_t errlen) {{ using namespace {ns}; return ::emu::launch({name:?}, l, \
+             pagedkv_emu_body_{name}, a, err, errlen, static_cast<long long>({bounds})); }}",
             name = k.name,
-            args = args.join(", ")
+            args = args.join(", "),
+            bounds = k.max_threads
         )
         .unwrap();
     }

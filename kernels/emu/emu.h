@@ -26,7 +26,11 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
+#ifdef PAGEDKV_EMU_SCAN
+#define __launch_bounds__(...) __pagedkv_emu_launch_bounds__(__VA_ARGS__)
+#else
 #define __launch_bounds__(...)
+#endif
 #define __align__(n) alignas(n)
 // One OS thread runs one block's fibers at a time, so a thread-local static is one copy per block.
 // (Unlike dynamic shared memory it keeps the last block's values: it is not poisoned.)
@@ -146,6 +150,12 @@ inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
 inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+inline double min(double a, double b) { return std::fmin(a, b); }
+inline double max(double a, double b) { return std::fmax(a, b); }
 inline float min(float a, float b) { return std::fmin(a, b); }
 inline float max(float a, float b) { return std::fmax(a, b); }
 // CUDA's mixed signed/unsigned overloads compare as unsigned.

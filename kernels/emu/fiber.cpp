@@ -9,7 +9,7 @@
 
 namespace emu {
 
-#if defined(__x86_64__)
+#ifndef PAGEDKV_EMU_USE_UCONTEXT
 extern "C" void pagedkv_emu_switch(void** save_sp, void* load_sp);
 asm(R"(
     .text

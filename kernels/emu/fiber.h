@@ -1,18 +1,19 @@
 // Fibers for the emulator: a stack each (mmap'd, a guard page below, reused across blocks) and a
 // context switch. x86-64 uses a hand-written switch of the callee-saved registers (no syscalls);
-// other architectures fall back to ucontext.
+// other architectures (or -DPAGEDKV_EMU_UCONTEXT) fall back to ucontext.
 #pragma once
 #include <cstddef>
 #include <vector>
 
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(PAGEDKV_EMU_UCONTEXT)
+#define PAGEDKV_EMU_USE_UCONTEXT 1
 #include <ucontext.h>
 #endif
 
 namespace emu {
 
 struct Context {
-#if defined(__x86_64__)
+#ifndef PAGEDKV_EMU_USE_UCONTEXT
     void* sp = nullptr;
 #else
     ucontext_t uc;

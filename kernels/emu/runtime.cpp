@@ -298,7 +298,7 @@ void run_worker(LaunchState& l) {
     current = saved_geometry;
 }
 
-std::string check_geometry(const EmuLaunch& c) {
+std::string check_geometry(const EmuLaunch& c, long long max_threads) {
     const uint64_t threads = uint64_t{c.block[0]} * c.block[1] * c.block[2];
     if (c.grid[0] == 0 || c.grid[1] == 0 || c.grid[2] == 0)
         return format("grid (%u,%u,%u) has a zero dimension", c.grid[0], c.grid[1], c.grid[2]);
@@ -307,6 +307,10 @@ std::string check_geometry(const EmuLaunch& c) {
     if (threads > 1024 || c.block[2] > 64)
         return format("block (%u,%u,%u) exceeds CUDA's limits (1024 threads, z <= 64)", c.block[0],
                       c.block[1], c.block[2]);
+    if (static_cast<long long>(threads) > max_threads)
+        return format("block (%u,%u,%u) of %llu threads exceeds the kernel's __launch_bounds__(%lld)",
+                      c.block[0], c.block[1], c.block[2], static_cast<unsigned long long>(threads),
+                      max_threads);
     if (c.grid[0] > 0x7fffffffu || c.grid[1] > 65535 || c.grid[2] > 65535)
         return format("grid (%u,%u,%u) exceeds CUDA's limits", c.grid[0], c.grid[1], c.grid[2]);
     if (c.dynamic_smem_bytes > 232448)
@@ -430,13 +434,13 @@ uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int 
 unsigned char* dynamic_shared() { return t_worker->smem; }
 
 int launch(const char* kernel, const EmuLaunch* cfg, void (*body)(const EmuArg*), const EmuArg* args,
-           char* err, size_t errlen) {
+           char* err, size_t errlen, long long max_threads) {
     LaunchState l;
     l.kernel = kernel;
     l.cfg = cfg;
     l.body = body;
     l.args = args;
-    std::string bad = check_geometry(*cfg);
+    std::string bad = check_geometry(*cfg, max_threads);
     if (!bad.empty()) {
         l.status = EMU_INVALID_LAUNCH;
         l.message = format("kernel %s: invalid launch: %s", kernel, bad.c_str());

@@ -8,9 +8,10 @@
 namespace emu {
 
 // Runs `body(args)` once per CUDA thread of the launch `l` as described in runtime.cpp. Returns an
-// EmuStatus; on error writes a message that names `kernel` into err[0..errlen).
+// EmuStatus; on error writes a message that names `kernel` into err[0..errlen). `max_threads` is
+// the kernel's __launch_bounds__ (1024 without): a bigger block fails, as it would on the GPU.
 int launch(const char* kernel, const EmuLaunch* l, void (*body)(const EmuArg*), const EmuArg* args,
-           char* err, size_t errlen);
+           char* err, size_t errlen, long long max_threads);
 
 template <class T>
 T scalar(const EmuArg& a) {
