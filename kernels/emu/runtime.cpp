@@ -189,9 +189,22 @@ void yield_as(State s) {
     abandon_fiber();
 }
 
+// A lane exits: no lane of its warp may be waiting in a collective that names it.
+void check_exit_from_warp(Worker& w) {
+    const unsigned id = linear_id(*w.running), lane = id % 32, base = id - lane;
+    for (unsigned l = 0; l < 32 && base + l < w.num_threads; l++) {
+        const Fiber& g = w.fibers[base + l];
+        if (g.state == State::AtWarp && ((g.mask >> lane) & 1u))
+            fiber_fail(EMU_WARP_SYNC,
+                       format("lane %u exits while lane %u waits for it in %s with mask %#x", lane, l,
+                              op_name(g.op), g.mask));
+    }
+}
+
 void fiber_main() {
     Worker& w = *t_worker;
     w.launch->body(w.launch->args);
+    check_exit_from_warp(w);
     w.exited++;
     if (w.at_barrier > 0 && w.at_barrier + w.exited == w.num_threads)
         fiber_fail(EMU_DIVERGENT_BARRIER,
