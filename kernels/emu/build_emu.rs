@@ -88,26 +88,36 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
     }
     let text = String::from_utf8_lossy(&output.stdout);
     let marker = "__pagedkv_emu_kernel__";
-    let mut kernels = Vec::new();
-    for piece in text.split(marker).skip(1) {
-        let sig = piece.trim_start();
+    let mut kernels: Vec<Kernel> = Vec::new();
+    let pieces: Vec<&str> = text.split(marker).collect();
+    for (before, piece) in pieces.iter().zip(&pieces[1..]) {
+        if !before.trim_end().ends_with("extern \"C\"") {
+            panic!(
+                "{}: a __global__ function without extern \"C\" before it: entry points must be \
+                 `extern \"C\" __global__ void name(...)`, templates live in __device__ functions \
+                 (KERNELS.md)",
+                src.display()
+            );
+        }
+        // `__launch_bounds__` may come before or after `void`.
+        let (bounds_before, sig) = launch_bounds(piece);
         let sig = sig
+            .trim_start()
             .strip_prefix("void")
             .unwrap_or_else(|| panic!("{}: a __global__ function must return void", src.display()));
-        let (max_threads, sig) = match sig
-            .trim_start()
-            .strip_prefix("__pagedkv_emu_launch_bounds__")
-        {
-            Some(rest) => {
-                let close = matching_paren(rest, rest.find('(').expect("launch bounds"));
-                let args = split_params(&rest[rest.find('(').unwrap() + 1..close]);
-                (args[0].clone(), &rest[close + 1..])
-            }
-            None => ("1024".to_string(), sig),
-        };
+        let (bounds_after, sig) = launch_bounds(sig);
+        let max_threads = bounds_before
+            .or(bounds_after)
+            .unwrap_or_else(|| "1024".to_string());
         let open = sig.find('(').expect("kernel parameter list");
         let name = sig[..open].trim().to_string();
         let close = matching_paren(sig, open);
+        if sig[close + 1..].trim_start().starts_with(';') {
+            continue; // a declaration; the definition is found on its own
+        }
+        if kernels.iter().any(|k| k.name == name) {
+            continue;
+        }
         let params = split_params(&sig[open + 1..close])
             .into_iter()
             .enumerate()
@@ -120,6 +130,23 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
         });
     }
     kernels
+}
+
+/// Strips a leading `__launch_bounds__(max_threads, ...)` (a marker in scan mode) and returns the
+/// C++ expression of its first argument.
+fn launch_bounds(sig: &str) -> (Option<String>, &str) {
+    match sig
+        .trim_start()
+        .strip_prefix("__pagedkv_emu_launch_bounds__")
+    {
+        Some(rest) => {
+            let open = rest.find('(').expect("launch bounds");
+            let close = matching_paren(rest, open);
+            let args = split_params(&rest[open + 1..close]);
+            (args.into_iter().next(), &rest[close + 1..])
+        }
+        None => (None, sig),
+    }
 }
 
 fn matching_paren(s: &str, open: usize) -> usize {

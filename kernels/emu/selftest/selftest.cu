@@ -141,7 +141,8 @@ extern "C" __global__ void emu_selftest_convert(GPTR(const float) x,       // [n
 
 // A kernel with launch bounds given by a constant: bigger blocks must not launch.
 constexpr int kBoundedThreads = 64;
-extern "C" __global__ void __launch_bounds__(kBoundedThreads, 2)
-    emu_selftest_bounded(GPTR(int) out) {  // [block]
+extern "C" __global__ void emu_selftest_bounded(GPTR(int) out);  // a declaration first
+extern "C" __global__ __launch_bounds__(kBoundedThreads, 2) void emu_selftest_bounded(
+    GPTR(int) out) {  // [block]
     out[threadIdx.x] = static_cast<int>(threadIdx.x);
 }
