@@ -197,8 +197,8 @@ fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
     let unsupported = || -> ! {
         panic!(
             "{}: kernel {kernel}, parameter `{decl}`: the emulator passes GPTR(T) buffers of \
-             __half/__nv_bfloat16/float/int/unsigned/int64_t/unsigned char and int/unsigned/float/\
-             int64_t/uint64_t scalars only",
+             __half/__nv_bfloat16/float/int/unsigned/int64_t/uint64_t/unsigned char and int/unsigned/\
+             float/int64_t/uint64_t scalars only",
             src.display()
         )
     };
@@ -218,7 +218,8 @@ fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
             "float" => "F32",
             "int" | "int32_t" => "I32",
             "unsigned" | "unsigned int" | "uint32_t" => "U32",
-            "long long" | "int64_t" => "I64",
+            "long long" | "long" | "int64_t" => "I64",
+            "unsigned long long" | "unsigned long" | "uint64_t" | "size_t" => "U64",
             "unsigned char" | "uint8_t" => "U8",
             _ => unsupported(),
         };
@@ -233,8 +234,8 @@ fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
         "int" | "int32_t" => ("I32", "int32_t"),
         "unsigned" | "unsigned int" | "uint32_t" => ("U32", "uint32_t"),
         "float" => ("F32", "float"),
-        "long long" | "int64_t" => ("I64", "int64_t"),
-        "unsigned long long" | "uint64_t" => ("U64", "uint64_t"),
+        "long long" | "long" | "int64_t" => ("I64", "int64_t"),
+        "unsigned long long" | "unsigned long" | "uint64_t" | "size_t" => ("U64", "uint64_t"),
         _ => unsupported(),
     };
     Param {

@@ -31,10 +31,14 @@
 #else
 #define __launch_bounds__(...)
 #endif
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 // One OS thread runs one block's fibers at a time, so a thread-local static is one copy per block.
-// (Unlike dynamic shared memory it keeps the last block's values: it is not poisoned.)
-#define __shared__ static thread_local
+// (Unlike dynamic shared memory it keeps the last block's values: it is not poisoned.) 16-byte
+// aligned, so vector accesses to it work; `__shared__ __align__(n)` asks for more.
+#define __shared__ __attribute__((aligned(16))) static thread_local
+// Constant and managed memory are not emulated: a declaration fails to compile with this name.
+#define __constant__ __pagedkv_emu_does_not_emulate_constant_memory__
+#define __managed__ __pagedkv_emu_does_not_emulate_managed_memory__
 
 // ---- thread geometry --------------------------------------------------------------------------
 namespace emu {

@@ -12,6 +12,7 @@ pub enum Elem {
     I32,
     U32,
     I64,
+    U64,
     U8,
 }
 
@@ -87,4 +88,4 @@ pub trait EmuElem: bytemuck::Pod {
 macro_rules! emu_elem {
     ($($t:ty => $e:ident),*) => { $(impl EmuElem for $t { const ELEM: Elem = Elem::$e; })* };
 }
-emu_elem!(f16 => F16, bf16 => Bf16, f32 => F32, i32 => I32, u32 => U32, i64 => I64, u8 => U8);
+emu_elem!(f16 => F16, bf16 => Bf16, f32 => F32, i32 => I32, u32 => U32, i64 => I64, u64 => U64, u8 => U8);
