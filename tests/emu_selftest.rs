@@ -120,6 +120,32 @@ fn a_missing_barrier_is_a_race_the_emulator_exposes() {
 }
 
 #[test]
+fn shared_memory_is_poisoned_before_every_block() {
+    for _ in 0..2 {
+        let mut out = vec![0.0f32; 3 * 64];
+        Launch::new("emu_selftest_static_shared_poison")
+            .grid(3)
+            .block(64)
+            .buf_mut(&mut out)
+            .run()
+            .unwrap();
+        assert!(out.iter().all(|x| x.to_bits() == u32::MAX), "{out:?}");
+    }
+    let input: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    let mut out = vec![0.0f32; 64];
+    Launch::new("emu_selftest_reverse_racy")
+        .block(64)
+        .smem(64 * 4)
+        .buf(&input)
+        .buf_mut(&mut out)
+        .run()
+        .unwrap();
+    // Forward order: the first half reads slots nobody has written yet.
+    assert!(out[..32].iter().all(|x| x.to_bits() == u32::MAX), "{out:?}");
+    assert_eq!(out[32..], reversed_blocks(&input, 64)[32..]);
+}
+
+#[test]
 fn warp_and_block_reductions_match_sums_and_maxima() {
     let mut rng = StdRng::seed_from_u64(13);
     for block in [32usize, 64, 256, 1024] {

@@ -3,9 +3,12 @@
 //! static library `pagedkv_emu`, with one C entry point per kernel, and writes the Rust table of
 //! those entry points and their parameter kinds (`$OUT_DIR/emu_kernels.rs`, used by `src/emu`).
 //!
-//! Kernels are found in each file's preprocessed text (so macro-stamped kernels count): under
-//! `PAGEDKV_EMU_SCAN`, `__global__` expands to a marker, and every `extern "C" <marker> void
-//! NAME(PARAMS)` is a kernel.
+//! Each file is preprocessed with `PAGEDKV_EMU_SCAN`, under which `__global__`,
+//! `__launch_bounds__` and `__shared__` leave markers in the text. Kernels are found there (so
+//! macro-stamped kernels count): every `extern "C" <marker> void NAME(PARAMS)`. Then the markers
+//! are removed, every static `__shared__` variable gets a registrar after its declaration (so the
+//! runtime can poison it before each block), and the text plus the generated entry points is
+//! compiled as preprocessed C++ (`.ii`; line markers keep diagnostics pointing at the `.cu`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -50,24 +53,38 @@ pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
     let mut all = Vec::new();
     for src in &sources {
         let module = src.file_stem().unwrap().to_string_lossy().into_owned();
-        let kernels = scan(src, &kernels_dir);
-        let wrapper = gen_dir.join(format!("{module}_emu.cpp"));
-        std::fs::write(&wrapper, render_wrapper(&module, src, &kernels)).expect("write wrapper");
-        build.file(wrapper);
+        let ns = format!("pagedkv_emu_module_{module}");
+        // Each file in its own namespace, as each .cu is its own module on the GPU: helpers of the
+        // same name in two files do not collide. extern "C" kernels keep their plain names.
+        let head = gen_dir.join(format!("{module}_head.cpp"));
+        std::fs::write(
+            &head,
+            format!(
+                "#include \"emu/runtime.h\"\n#include \"common.cuh\"\nnamespace {ns} {{\n\
+                 #include {:?}\n}}\n",
+                src.display().to_string()
+            ),
+        )
+        .expect("write head");
+        let text = preprocess(&head, src, &kernels_dir);
+        let kernels = scan(src, &text);
+        let unit = gen_dir.join(format!("{module}_emu.ii"));
+        let code = rewrite(&text) + &render_entry_points(&ns, &kernels);
+        std::fs::write(&unit, code).expect("write the emulator's translation unit");
+        build.file(unit);
         all.extend(kernels);
     }
     build.compile("pagedkv_emu");
     std::fs::write(out.join("emu_kernels.rs"), render_table(&all)).expect("write emu_kernels.rs");
 }
 
-/// The kernels of one source file, from its preprocessed text.
-fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
+/// `head` (which includes `src`) preprocessed in scan mode, line markers kept.
+fn preprocess(head: &Path, src: &Path, kernels_dir: &Path) -> String {
     let compiler = cc::Build::new().cpp(true).get_compiler();
     let output = compiler
         .to_command()
         .args([
             "-E",
-            "-P",
             "-x",
             "c++",
             "-std=c++17",
@@ -76,7 +93,7 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
         ])
         .arg("-I")
         .arg(kernels_dir)
-        .arg(src)
+        .arg(head)
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C++ preprocessor on {}: {e}", src.display()));
     if !output.status.success() {
@@ -86,12 +103,31 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    let marker = "__pagedkv_emu_kernel__";
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+const KERNEL_MARKER: &str = "__pagedkv_emu_kernel__";
+const BOUNDS_MARKER: &str = "__pagedkv_emu_launch_bounds__";
+const SHARED_MARKER: &str = "__pagedkv_emu_shared__";
+
+/// Text without the preprocessor's line markers.
+fn without_line_markers(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The kernels of one source file, from its preprocessed text.
+fn scan(src: &Path, text: &str) -> Vec<Kernel> {
     let mut kernels: Vec<Kernel> = Vec::new();
-    let pieces: Vec<&str> = text.split(marker).collect();
+    let pieces: Vec<&str> = text.split(KERNEL_MARKER).collect();
     for (before, piece) in pieces.iter().zip(&pieces[1..]) {
-        if !before.trim_end().ends_with("extern \"C\"") {
+        let tail = &before[before.len().saturating_sub(2000)..];
+        if !without_line_markers(tail)
+            .trim_end()
+            .ends_with("extern \"C\"")
+        {
             panic!(
                 "{}: a __global__ function without extern \"C\" before it: entry points must be \
                  `extern \"C\" __global__ void name(...)`, templates live in __device__ functions \
@@ -118,7 +154,7 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
         if kernels.iter().any(|k| k.name == name) {
             continue;
         }
-        let params = split_params(&sig[open + 1..close])
+        let params = split_params(&without_line_markers(&sig[open + 1..close]))
             .into_iter()
             .enumerate()
             .map(|(i, p)| param(src, &name, i, &p))
@@ -135,10 +171,7 @@ fn scan(src: &Path, kernels_dir: &Path) -> Vec<Kernel> {
 /// Strips a leading `__launch_bounds__(max_threads, ...)` (a marker in scan mode) and returns the
 /// C++ expression of its first argument.
 fn launch_bounds(sig: &str) -> (Option<String>, &str) {
-    match sig
-        .trim_start()
-        .strip_prefix("__pagedkv_emu_launch_bounds__")
-    {
+    match sig.trim_start().strip_prefix(BOUNDS_MARKER) {
         Some(rest) => {
             let open = rest.find('(').expect("launch bounds");
             let close = matching_paren(rest, open);
@@ -245,18 +278,87 @@ fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
     }
 }
 
-fn render_wrapper(module: &str, src: &Path, kernels: &[Kernel]) -> String {
-    let ns = format!("pagedkv_emu_module_{module}");
-    let mut s = String::from("// Generated by build.rs (kernels/emu/build_emu.rs).\n");
-    s.push_str("#include \"emu/runtime.h\"\n#include \"common.cuh\"\n");
-    // Each file in its own namespace, as each .cu is its own module on the GPU: helpers of the same
-    // name in two files do not collide. extern "C" kernels keep their plain names.
-    writeln!(
-        s,
-        "namespace {ns} {{\n#include {:?}\n}}",
-        src.display().to_string()
-    )
-    .unwrap();
+/// The preprocessed text without scan markers, each static `__shared__` variable followed by a
+/// registrar: `static thread_local ::emu::SharedRegistrar r(&name, sizeof(name));`.
+fn rewrite(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 4096);
+    let mut rest = text;
+    let mut registrars = 0;
+    loop {
+        let next = [KERNEL_MARKER, BOUNDS_MARKER, SHARED_MARKER]
+            .into_iter()
+            .filter_map(|m| rest.find(m).map(|i| (i, m)))
+            .min();
+        let Some((at, marker)) = next else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..at]);
+        rest = &rest[at + marker.len()..];
+        if marker == BOUNDS_MARKER {
+            let close = matching_paren(rest, rest.find('(').expect("launch bounds"));
+            rest = &rest[close + 1..];
+        } else if marker == SHARED_MARKER {
+            let end = statement_end(rest);
+            let decl = &rest[..end];
+            out.push_str(decl);
+            out.push(';');
+            for name in declared_names(decl) {
+                registrars += 1;
+                write!(
+                    out,
+                    " static thread_local ::emu::SharedRegistrar \
+                     pagedkv_emu_shared_{registrars}(&{name}, sizeof({name}));"
+                )
+                .unwrap();
+            }
+            rest = &rest[end + 1..];
+        }
+    }
+}
+
+/// Index of the `;` that ends the declaration starting `s`.
+fn statement_end(s: &str) -> usize {
+    let mut depth = 0i32;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            ';' if depth == 0 => return i,
+            _ => {}
+        }
+    }
+    panic!("a __shared__ declaration without its `;`");
+}
+
+/// The variable names a declaration (`attrs static thread_local T a[4], b[8]`) declares.
+fn declared_names(decl: &str) -> Vec<String> {
+    let mut plain = String::new();
+    let mut rest = decl;
+    while let Some(at) = rest.find("__attribute__") {
+        plain.push_str(&rest[..at]);
+        let after = &rest[at..];
+        let close = matching_paren(after, after.find('(').expect("attribute"));
+        rest = &after[close + 1..];
+    }
+    plain.push_str(rest);
+    let plain = without_line_markers(&plain);
+    split_params(&plain)
+        .iter()
+        .filter_map(|d| {
+            let head = d.split(['[', '=', '{']).next().unwrap_or("");
+            let name = head
+                .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .find(|t| !t.is_empty())?;
+            (name.chars().next()?.is_alphabetic() || name.starts_with('_'))
+                .then(|| name.to_string())
+        })
+        .collect()
+}
+
+fn render_entry_points(ns: &str, kernels: &[Kernel]) -> String {
+    let mut s =
+        String::from("\n// Entry points generated by build.rs (kernels/emu/build_emu.rs).\n");
     for k in kernels {
         let args: Vec<&str> = k.params.iter().map(|p| p.cpp_arg.as_str()).collect();
         writeln!(

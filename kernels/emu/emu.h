@@ -33,9 +33,14 @@
 #endif
 #define __align__(n) __attribute__((aligned(n)))
 // One OS thread runs one block's fibers at a time, so a thread-local static is one copy per block.
-// (Unlike dynamic shared memory it keeps the last block's values: it is not poisoned.) 16-byte
-// aligned, so vector accesses to it work; `__shared__ __align__(n)` asks for more.
+// 16-byte aligned, so vector accesses to it work; `__shared__ __align__(n)` asks for more. build.rs
+// follows each declaration with an emu::SharedRegistrar, so the runtime poisons it (0xff) before
+// every block, as it does dynamic shared memory.
+#ifdef PAGEDKV_EMU_SCAN
+#define __shared__ __pagedkv_emu_shared__ __attribute__((aligned(16))) static thread_local
+#else
 #define __shared__ __attribute__((aligned(16))) static thread_local
+#endif
 // Constant and managed memory are not emulated: a declaration fails to compile with this name.
 #define __constant__ __pagedkv_emu_does_not_emulate_constant_memory__
 #define __managed__ __pagedkv_emu_does_not_emulate_managed_memory__
@@ -64,6 +69,11 @@ enum WarpOp { OP_SYNCWARP, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, O
 void syncthreads(const char* file, int line);
 uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int width);
 unsigned char* dynamic_shared();
+// Registers a static __shared__ variable of the running OS thread: poisons it now and before every
+// later block.
+struct SharedRegistrar {
+    SharedRegistrar(void* variable, size_t bytes);
+};
 
 template <class T>
 uint32_t to_lane_bits(T v) {

@@ -90,6 +90,8 @@ private:
 };
 
 thread_local StackPool t_stacks;
+// The static __shared__ variables of this OS thread (see SharedRegistrar).
+thread_local std::vector<std::pair<void*, size_t>> t_static_shared;
 thread_local SmemArena t_smem;
 
 // One OS thread's state while it runs blocks of a launch.
@@ -270,6 +272,7 @@ bool run_block(Worker& w, uint64_t block_linear) {
         make_context(f.ctx, t_stacks.stack(i), StackPool::kStackBytes, fiber_main);
     }
     std::memset(w.smem, 0xff, w.smem_bytes);  // poison: NaN as f32, f16 and bf16
+    for (const auto& [variable, bytes] : t_static_shared) std::memset(variable, 0xff, bytes);
     make_order(w, block_linear);
     while (w.exited < w.num_threads) {
         bool ran = false;
@@ -445,6 +448,11 @@ uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int 
 }
 
 unsigned char* dynamic_shared() { return t_worker->smem; }
+
+SharedRegistrar::SharedRegistrar(void* variable, size_t bytes) {
+    std::memset(variable, 0xff, bytes);
+    t_static_shared.emplace_back(variable, bytes);
+}
 
 int launch(const char* kernel, const EmuLaunch* cfg, void (*body)(const EmuArg*), const EmuArg* args,
            char* err, size_t errlen, long long max_threads) {

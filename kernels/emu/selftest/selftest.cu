@@ -146,3 +146,14 @@ extern "C" __global__ __launch_bounds__(kBoundedThreads, 2) void emu_selftest_bo
     GPTR(int) out) {  // [block]
     out[threadIdx.x] = static_cast<int>(threadIdx.x);
 }
+
+// Reads static shared memory before writing it: the emulator must show poison (0xff), in every
+// block, although the previous block left 1.0 there.
+extern "C" __global__ void emu_selftest_static_shared_poison(GPTR(float) out) {  // [grid * block]
+    __shared__ float s[64], unused[2];
+    const unsigned t = threadIdx.x;
+    out[blockIdx.x * blockDim.x + t] = s[t];
+    __syncthreads();
+    s[t] = 1.0f;
+    unused[0] = 1.0f;
+}
