@@ -69,7 +69,7 @@ pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
         let text = preprocess(&head, src, &kernels_dir);
         let kernels = scan(src, &text);
         let unit = gen_dir.join(format!("{module}_emu.ii"));
-        let code = rewrite(&text) + &render_entry_points(&ns, &kernels);
+        let code = rewrite(src, &text) + &render_entry_points(&ns, &kernels);
         std::fs::write(&unit, code).expect("write the emulator's translation unit");
         build.file(unit);
         all.extend(kernels);
@@ -280,7 +280,7 @@ fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
 
 /// The preprocessed text without scan markers, each static `__shared__` variable followed by a
 /// registrar: `static thread_local ::emu::SharedRegistrar r(&name, sizeof(name));`.
-fn rewrite(text: &str) -> String {
+fn rewrite(src: &Path, text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 4096);
     let mut rest = text;
     let mut registrars = 0;
@@ -301,6 +301,13 @@ fn rewrite(text: &str) -> String {
         } else if marker == SHARED_MARKER {
             let end = statement_end(rest);
             let decl = &rest[..end];
+            if decl.split_whitespace().any(|t| t == "extern") {
+                panic!(
+                    "{}: `extern __shared__` arrays are declared with DYNAMIC_SHARED(T, name) \
+                     (KERNELS.md), which both nvcc and the emulator understand",
+                    src.display()
+                );
+            }
             out.push_str(decl);
             out.push(';');
             for name in declared_names(decl) {
