@@ -1,6 +1,11 @@
 //! Compiles every `kernels/*.cu` into a fatbin (SASS for sm_80 and sm_90, PTX for compute_90) when
 //! nvcc can be found, records ptxas's resource report, and generates `kernels.rs` that embeds both.
 //! Without nvcc the build still passes, with one warning: the CPU paths need no GPU code.
+//! Always, with or without nvcc, the same files are also compiled for the CPU emulator
+//! (`kernels/emu/build_emu.rs`).
+
+#[path = "kernels/emu/build_emu.rs"]
+mod build_emu;
 
 use std::env;
 use std::fmt::Write as _;
@@ -22,6 +27,7 @@ fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let sources = kernel_sources(&root.join("kernels"));
+    build_emu::build(&root, &out, &sources);
 
     let generated = match find_nvcc(&root) {
         Some(nvcc) => build_fatbins(&nvcc, &root, &out, &sources),

@@ -24,46 +24,29 @@ constexpr int kMaxGroup = 8;    // query heads per KV head
 // registers and need up to 256.
 __host__ __device__ constexpr int min_blocks_per_sm(int group) { return group >= 8 ? 2 : 4; }
 
-// ---- element types ---------------------------------------------------------------------------
+// ---- loads ------------------------------------------------------------------------------------
 
-template <class T> struct Elem;
-template <> struct Elem<__half> {
-  __device__ __forceinline__ static float to_float(__half x) { return __half2float(x); }
-  __device__ __forceinline__ static __half from_float(float x) { return __float2half_rn(x); }
-};
-template <> struct Elem<__nv_bfloat16> {
-  __device__ __forceinline__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-  __device__ __forceinline__ static __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
-};
-template <> struct Elem<float> {
-  __device__ __forceinline__ static float to_float(float x) { return x; }
-  __device__ __forceinline__ static float from_float(float x) { return x; }
-};
-
-// Loads 4 consecutive elements as floats: one 8-byte load for 16-bit types, 16 bytes for f32.
+// 4 consecutive elements as floats: one 8-byte load for 16-bit types, 16 bytes for f32.
 template <class T>
-__device__ __forceinline__ void load4(GPTR(const T) p, float* out) {
+__device__ __forceinline__ void load4(GPTR(const T) p, float (&out)[4]) {
   if constexpr (sizeof(T) == 2) {
-    uint2 raw = ld_vec<uint2>(p);
-    T e[4];
-    memcpy(e, &raw, sizeof(raw));
+    const uint2 raw = ld_vec<uint2>(p);
+    const unsigned words[2] = {raw.x, raw.y};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) out[i] = Elem<T>::to_float(e[i]);
+    for (int i = 0; i < 2; ++i) {
+      float2 f;
+      if constexpr (std::is_same_v<T, __half>) {
+        f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+      } else {
+        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+      }
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    }
   } else {
-    float4 raw = ld_vec<float4>(p);
+    const float4 raw = ld_vec<float4>(p);
     out[0] = raw.x; out[1] = raw.y; out[2] = raw.z; out[3] = raw.w;
   }
-}
-
-// Loads 16 bytes as floats: 8 elements of a 16-bit type or 4 of f32.
-template <class T>
-__device__ __forceinline__ void load16(GPTR(const T) p, float* out) {
-  constexpr int N = 16 / sizeof(T);
-  uint4 raw = ld_vec<uint4>(p);
-  T e[N];
-  memcpy(e, &raw, sizeof(raw));
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = Elem<T>::to_float(e[i]);
 }
 
 // ---- where a token's K/V row lives -------------------------------------------------------------
@@ -75,8 +58,8 @@ struct PagedRows {
   int log2_block_size;
   int num_kv_heads;
   template <int HEAD_DIM>
-  __device__ __forceinline__ long long row(int seq, int head, int t) const {
-    const long long block = block_tables[(long long)seq * table_stride + (t >> log2_block_size)];
+  __device__ __forceinline__ int64_t row(int seq, int head, int t) const {
+    const int64_t block = block_tables[(int64_t)seq * table_stride + (t >> log2_block_size)];
     const int offset = t & ((1 << log2_block_size) - 1);
     return (((block * num_kv_heads + head) << log2_block_size) + offset) * HEAD_DIM;
   }
@@ -87,8 +70,8 @@ struct ContiguousRows {
   int max_len;
   int num_kv_heads;
   template <int HEAD_DIM>
-  __device__ __forceinline__ long long row(int seq, int head, int t) const {
-    return (((long long)seq * num_kv_heads + head) * max_len + t) * HEAD_DIM;
+  __device__ __forceinline__ int64_t row(int seq, int head, int t) const {
+    return (((int64_t)seq * num_kv_heads + head) * max_len + t) * HEAD_DIM;
   }
 };
 
@@ -115,7 +98,7 @@ __device__ __forceinline__ void decode_attention(
   static_assert(HEAD_DIM % 16 == 0, "head dim a multiple of 16");
   // K phase: each lane reads two 16-byte segments of a token's row, at segments (s * K_LANES +
   // lane), so one load instruction covers K_LANES * 16 contiguous bytes of each of K_TOKENS tokens.
-  constexpr int SEG = 16 / sizeof(T);                       // elements per 16-byte segment
+  constexpr int SEG = kVec16Elems<T>;                       // elements per 16-byte segment
   constexpr int K_LANES = HEAD_DIM / SEG / 2 < 32 ? HEAD_DIM / SEG / 2 : 32;
   constexpr int K_SEGS = HEAD_DIM / SEG / K_LANES;          // segments per lane
   static_assert(K_SEGS >= 1 && HEAD_DIM % (SEG * K_LANES) == 0, "head dim fits the lanes");
@@ -147,7 +130,7 @@ __device__ __forceinline__ void decode_attention(
 
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += kThreads) {
     const int g = i / HEAD_DIM, d = i % HEAD_DIM;
-    q_s[g][d] = Elem<T>::to_float(q[((long long)seq * num_heads + kv_head * GROUP + g) * HEAD_DIM + d]);
+    q_s[g][d] = to_float(q[((int64_t)seq * num_heads + kv_head * GROUP + g) * HEAD_DIM + d]);
     red[g][d] = 0.f;
   }
   if (threadIdx.x < GROUP) {
@@ -175,12 +158,12 @@ __device__ __forceinline__ void decode_attention(
 #pragma unroll
         for (int g = 0; g < GROUP; ++g) dot[g] = 0.f;
         if (valid) {
-          const long long r = rows.template row<HEAD_DIM>(seq, kv_head, c0 + i);
+          const int64_t r = rows.template row<HEAD_DIM>(seq, kv_head, c0 + i);
 #pragma unroll
           for (int s = 0; s < K_SEGS; ++s) {
             const int d0 = (s * K_LANES + kl) * SEG;
             float kf[SEG];
-            load16<T>(k_cache + r + d0, kf);
+            unpack16<T>(ld_vec<uint4>(k_cache + r + d0), kf);
 #pragma unroll
             for (int g = 0; g < GROUP; ++g)
 #pragma unroll
@@ -241,9 +224,14 @@ __device__ __forceinline__ void decode_attention(
         for (int u = 0; u < V_UNROLL; ++u) {
           const int i = i0 + u * V_TOKENS + sub;
           if (i < cn) {
-            const long long r = rows.template row<HEAD_DIM>(seq, kv_head, c0 + i);
+            const int64_t r = rows.template row<HEAD_DIM>(seq, kv_head, c0 + i);
 #pragma unroll
-            for (int s = 0; s < V_RUNS; ++s) load4<T>(v_cache + r + (s * V_LANES + vl) * 4, &vf[u][s * 4]);
+            for (int s = 0; s < V_RUNS; ++s) {
+              float run[4];
+              load4<T>(v_cache + r + (s * V_LANES + vl) * 4, run);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) vf[u][s * 4 + e] = run[e];
+            }
           }
         }
 #pragma unroll
@@ -290,9 +278,9 @@ __device__ __forceinline__ void decode_attention(
     const float l = l_s[g];
     const float value = l > 0.f ? red[g][d] / l : 0.f;
     if (o.num_partitions == 1) {
-      out[((long long)seq * num_heads + head) * HEAD_DIM + d] = Elem<T>::from_float(value);
+      out[((int64_t)seq * num_heads + head) * HEAD_DIM + d] = from_float<T>(value);
     } else {
-      const long long ph = ((long long)seq * num_heads + head) * o.num_partitions + part;
+      const int64_t ph = ((int64_t)seq * num_heads + head) * o.num_partitions + part;
       part_out[ph * HEAD_DIM + d] = value;
       if (d == 0) {
         part_max[ph] = m_s[g];
@@ -311,7 +299,7 @@ __device__ __forceinline__ void merge_partitions(
     GPTR(const float) part_sum,  // [num_seqs, num_heads, num_partitions]
     int num_partitions) {
   const int head = blockIdx.x, seq = blockIdx.y, num_heads = gridDim.x;
-  const long long base = ((long long)seq * num_heads + head) * num_partitions;
+  const int64_t base = ((int64_t)seq * num_heads + head) * num_partitions;
   float m = -INFINITY;
   for (int p = 0; p < num_partitions; ++p)
     if (part_sum[base + p] > 0.f) m = fmaxf(m, part_max[base + p]);
@@ -324,8 +312,8 @@ __device__ __forceinline__ void merge_partitions(
       const float l = part_sum[base + p];
       if (l > 0.f) value += l * __expf(part_max[base + p] - m) * part_out[(base + p) * HEAD_DIM + d];
     }
-    out[((long long)seq * num_heads + head) * HEAD_DIM + d] =
-        Elem<T>::from_float(total > 0.f ? value / total : 0.f);
+    out[((int64_t)seq * num_heads + head) * HEAD_DIM + d] =
+        from_float<T>(total > 0.f ? value / total : 0.f);
   }
 }
 

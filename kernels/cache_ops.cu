@@ -10,26 +10,26 @@ __device__ __forceinline__ void write_kv_slots(
     GPTR(T) v_cache,            // [num_blocks, num_kv_heads, block_size, head_dim]
     GPTR(const T) k_new,        // [num_tokens, num_kv_heads, head_dim]
     GPTR(const T) v_new,        // [num_tokens, num_kv_heads, head_dim]
-    GPTR(const long long) slots,  // [num_tokens]; negative = skip
+    GPTR(const int64_t) slots,  // [num_tokens]; negative = skip
     int num_kv_heads, int head_dim, int block_size) {
   const int token = blockIdx.x;
-  const long long slot = slots[token];
+  const int64_t slot = slots[token];
   if (slot < 0) return;
-  const long long block = slot / block_size;
+  const int64_t block = slot / block_size;
   const int offset = (int)(slot % block_size);
   const int elems = num_kv_heads * head_dim;
   for (int i = threadIdx.x; i < elems; i += blockDim.x) {
     const int head = i / head_dim, dim = i % head_dim;
-    const long long dst = ((block * num_kv_heads + head) * block_size + offset) * head_dim + dim;
-    k_cache[dst] = k_new[(long long)token * elems + i];
-    v_cache[dst] = v_new[(long long)token * elems + i];
+    const int64_t dst = ((block * num_kv_heads + head) * block_size + offset) * head_dim + dim;
+    k_cache[dst] = k_new[(int64_t)token * elems + i];
+    v_cache[dst] = v_new[(int64_t)token * elems + i];
   }
 }
 
 #define WRITE_KV_SLOTS(name, T)                                                               \
   extern "C" __global__ void write_kv_slots_##name(                                           \
       GPTR(T) k_cache, GPTR(T) v_cache, GPTR(const T) k_new, GPTR(const T) v_new,             \
-      GPTR(const long long) slots, int num_kv_heads, int head_dim, int block_size) {          \
+      GPTR(const int64_t) slots, int num_kv_heads, int head_dim, int block_size) {          \
     write_kv_slots<T>(k_cache, v_cache, k_new, v_new, slots, num_kv_heads, head_dim,          \
                       block_size);                                                            \
   }
@@ -37,18 +37,18 @@ WRITE_KV_SLOTS(f16, __half)
 WRITE_KV_SLOTS(bf16, __nv_bfloat16)
 WRITE_KV_SLOTS(f32, float)
 
-// Block pair p = blockIdx.y: block pairs[p][0] of src → block pairs[p][1] of dst, in 16-byte
+// Block pair p = blockIdx.y: block pairs[p][0] of src -> block pairs[p][1] of dst, in 16-byte
 // vectors; blockIdx.x strides over the block's vectors. A block is always a multiple of 16 bytes
 // (head_dim is a multiple of 16).
 extern "C" __global__ void copy_blocks(
-    GPTR(uint4) dst,              // [num_dst_blocks, block_vecs]
-    GPTR(const uint4) src,        // [num_src_blocks, block_vecs]
-    GPTR(const int) pairs,        // [num_pairs, 2]: (src block, dst block)
-    long long block_vecs) {
-  const long long s = pairs[2 * blockIdx.y];
-  const long long d = pairs[2 * blockIdx.y + 1];
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < block_vecs;
-       i += (long long)gridDim.x * blockDim.x) {
-    dst[d * block_vecs + i] = src[s * block_vecs + i];
+    GPTR(unsigned char) dst,        // [num_dst_blocks, block_vecs * 16]
+    GPTR(const unsigned char) src,  // [num_src_blocks, block_vecs * 16]
+    GPTR(const int) pairs,          // [num_pairs, 2]: (src block, dst block)
+    int64_t block_vecs) {
+  const int64_t s = pairs[2 * blockIdx.y];
+  const int64_t d = pairs[2 * blockIdx.y + 1];
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < block_vecs;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    st_vec<uint4>(dst + (d * block_vecs + i) * 16, ld_vec<uint4>(src + (s * block_vecs + i) * 16));
   }
 }

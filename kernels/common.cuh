@@ -1,30 +1,164 @@
-// Shared by every kernel file: the source contract of /kernels (see kernels/emu/README.md).
-// Under nvcc: CUDA's own headers. Under the CPU emulator (-DPAGEDKV_EMU): emu/emu.h, which
-// provides the same names with CUDA's semantics.
+// Shared by every kernels/*.cu, compiled both by nvcc and, with PAGEDKV_EMU, by the host C++
+// compiler against kernels/emu/ (see KERNELS.md). Holds: GPTR and DYNAMIC_SHARED, dtype traits
+// (f16/bf16/f32 <-> float, 16-byte vectors of each), vector loads/stores, warp/block reductions.
 #pragma once
+
+#include <type_traits>
 
 #ifdef PAGEDKV_EMU
 #include "emu/emu.h"
+// A bounds-checked pointer into one kernel argument buffer (kernels/emu/gptr.h).
+#define GPTR(T) ::emu::gptr<T>
+#define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(::emu::dynamic_shared())
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <stdint.h>
-
-// A global-memory pointer parameter. The emulator's version is bounds-checked.
 #define GPTR(T) T* __restrict__
+#define DYNAMIC_SHARED(T, name)                                  \
+    extern __shared__ __align__(16) unsigned char pagedkv_smem_[]; \
+    T* name = reinterpret_cast<T*>(pagedkv_smem_)
+#endif
 
-// Dynamic shared memory of the launch, as an array of T.
-#define DYNAMIC_SHARED(T, name)                                              \
-  extern __shared__ __align__(16) unsigned char pagedkv_smem_[];             \
-  T* name = reinterpret_cast<T*>(pagedkv_smem_)
+// ---- dtype traits ---------------------------------------------------------------------------
+// DtypeTraits<T>: float conversions of one element (round to nearest even into 16-bit types).
+template <class T>
+struct DtypeTraits;
 
-// Vector load/store through a 16- or 8-byte type; the address must be aligned to its size.
+template <>
+struct DtypeTraits<float> {
+    __device__ __forceinline__ static float to_float(float x) { return x; }
+    __device__ __forceinline__ static float from_float(float x) { return x; }
+};
+
+template <>
+struct DtypeTraits<__half> {
+    __device__ __forceinline__ static float to_float(__half x) { return __half2float(x); }
+    __device__ __forceinline__ static __half from_float(float x) { return __float2half_rn(x); }
+};
+
+template <>
+struct DtypeTraits<__nv_bfloat16> {
+    __device__ __forceinline__ static float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+    __device__ __forceinline__ static __nv_bfloat16 from_float(float x) {
+        return __float2bfloat16_rn(x);
+    }
+};
+
+template <class T>
+__device__ __forceinline__ float to_float(T x) {
+    return DtypeTraits<T>::to_float(x);
+}
+
+template <class T>
+__device__ __forceinline__ T from_float(float x) {
+    return DtypeTraits<T>::from_float(x);
+}
+
+// Elements of T in one 16-byte vector (uint4): 8 for f16/bf16, 4 for f32.
+template <class T>
+constexpr int kVec16Elems = 16 / static_cast<int>(sizeof(T));
+
+// The kVec16Elems<T> elements packed in a uint4, as floats.
+template <class T>
+__device__ __forceinline__ void unpack16(const uint4& v, float (&out)[kVec16Elems<T>]) {
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (sizeof(T) == 4) {
+            out[i] = __uint_as_float(words[i]);
+        } else if constexpr (std::is_same_v<T, __half>) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
+            out[2 * i] = f.x;
+            out[2 * i + 1] = f.y;
+        } else {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
+            out[2 * i] = f.x;
+            out[2 * i + 1] = f.y;
+        }
+    }
+}
+
+// kVec16Elems<T> floats rounded to T and packed in a uint4.
+template <class T>
+__device__ __forceinline__ uint4 pack16(const float (&in)[kVec16Elems<T>]) {
+    unsigned words[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (sizeof(T) == 4) {
+            words[i] = __float_as_uint(in[i]);
+        } else if constexpr (std::is_same_v<T, __half>) {
+            const __half2 h = __floats2half2_rn(in[2 * i], in[2 * i + 1]);
+            words[i] = *reinterpret_cast<const unsigned*>(&h);
+        } else {
+            const __nv_bfloat162 b = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+            words[i] = *reinterpret_cast<const unsigned*>(&b);
+        }
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// ---- vector loads and stores ----------------------------------------------------------------
+// V is uint2/uint4/float2/float4; p must be aligned to sizeof(V) (16-byte types need 16 bytes on
+// the GPU). The emulator checks the whole vector's bounds and the alignment.
+#ifdef PAGEDKV_EMU
 template <class V, class T>
-__device__ __forceinline__ V ld_vec(const T* p) {
-  return __ldg(reinterpret_cast<const V*>(p));
+V ld_vec(::emu::gptr<T> p) {
+    V v;
+    std::memcpy(&v, p.checked_vector(sizeof(V), "vector load"), sizeof(V));
+    return v;
 }
 template <class V, class T>
-__device__ __forceinline__ void st_vec(T* p, V v) {
-  *reinterpret_cast<V*>(p) = v;
+void st_vec(::emu::gptr<T> p, const V& v) {
+    static_assert(!std::is_const_v<T>, "st_vec into a const buffer");
+    std::memcpy(p.checked_vector(sizeof(V), "vector store"), &v, sizeof(V));
 }
 #endif
+// Raw pointers (shared memory under the emulator, everything under nvcc).
+template <class V, class T>
+__device__ __forceinline__ V ld_vec(const T* p) {
+    return *reinterpret_cast<const V*>(p);
+}
+template <class V, class T>
+__device__ __forceinline__ void st_vec(T* p, const V& v) {
+    *reinterpret_cast<V*>(p) = v;
+}
+
+// ---- reductions -----------------------------------------------------------------------------
+struct SumOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Reduces over the 32 lanes of a full warp; every lane gets the result.
+template <class Op>
+__device__ __forceinline__ float warp_reduce(float v, Op op) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) { return warp_reduce(v, SumOp{}); }
+__device__ __forceinline__ float warp_max(float v) { return warp_reduce(v, MaxOp{}); }
+
+// Linear thread index in the block, x fastest.
+__device__ __forceinline__ unsigned thread_rank() {
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+// Reduces over the whole block (its size a multiple of 32, at most 1024); every thread gets the
+// result. Contains __syncthreads, so every thread of the block must call it.
+template <class Op>
+__device__ __forceinline__ float block_reduce(float v, Op op, float identity) {
+    __shared__ float partials[32];
+    const unsigned rank = thread_rank(), lane = rank % 32, warp = rank / 32;
+    const unsigned warps = (blockDim.x * blockDim.y * blockDim.z + 31) / 32;
+    v = warp_reduce(v, op);
+    __syncthreads();  // a previous block_reduce has finished reading partials
+    if (lane == 0) partials[warp] = v;
+    __syncthreads();
+    v = lane < warps ? partials[lane] : identity;
+    return warp_reduce(v, op);
+}
+__device__ __forceinline__ float block_sum(float v) { return block_reduce(v, SumOp{}, 0.0f); }
+__device__ __forceinline__ float block_max(float v) { return block_reduce(v, MaxOp{}, -INFINITY); }

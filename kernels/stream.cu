@@ -2,23 +2,23 @@
 // same bytes in the same run. A copy (reads + writes) and a read-only reduction (reads only).
 #include "common.cuh"
 
-// dst[i] = src[i] for n 16-byte vectors, grid-stride.
-extern "C" __global__ void stream_copy(GPTR(uint4) dst,        // [n]
-                                       GPTR(const uint4) src,  // [n]
-                                       long long n) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
-    dst[i] = src[i];
+// dst = src for n 16-byte vectors, grid-stride.
+extern "C" __global__ void stream_copy(GPTR(unsigned char) dst,        // [n * 16]
+                                       GPTR(const unsigned char) src,  // [n * 16]
+                                       int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    st_vec<uint4>(dst + i * 16, ld_vec<uint4>(src + i * 16));
 }
 
 // Reads n 16-byte vectors and writes one xor-fold per CTA, so the reads cannot be optimised away.
 extern "C" __global__ void stream_read(GPTR(unsigned) out,      // [gridDim.x]
-                                       GPTR(const uint4) src,   // [n]
-                                       long long n) {
+                                       GPTR(const unsigned char) src,  // [n * 16]
+                                       int64_t n) {
   unsigned acc = 0;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x) {
-    const uint4 v = ld_vec<uint4>(src + i);
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint4 v = ld_vec<uint4>(src + i * 16);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
 #pragma unroll

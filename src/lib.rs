@@ -10,6 +10,7 @@
 
 pub mod attention;
 pub mod device;
+pub mod emu;
 pub mod kernels;
 pub mod kv;
 pub mod report;

@@ -1,0 +1,156 @@
+// Paged gather: read K/V blocks through a block table. Bandwidth probes for the block-size sweep,
+// and the simplest user of the paged layout. CPU reference: src/device/cpu/gather.rs.
+//
+//   pool (K and V alike): [num_blocks, num_kv_heads, block_size, head_dim]; the element
+//   (block, head, token, dim) sits at ((block * num_kv_heads + head) * block_size + token) * head_dim
+//   + dim, so one (block, head) pair is one contiguous run of block_size * head_dim elements.
+//
+// - Copy-out (paged_gather_copy_*): every token of every sequence into a contiguous buffer
+//   [num_kv_heads, total_tokens, head_dim], sequence s starting at token out_offsets[s].
+// - Read-only (paged_gather_sum_partial_* then paged_gather_sum_merge): for each (sequence, KV
+//   head) the f32 sum of its K and V elements, [num_seqs, num_kv_heads]. Long sequences are split
+//   into chunks of tokens_per_cta tokens, one CTA each, which write one partial sum per chunk; the
+//   merge kernel adds a sequence's partials in chunk order (deterministic, no atomics, and every
+//   output element is written, so poisoned outputs catch a missed one).
+//
+// Geometry of the per-token kernels: grid (ceil(max_len / tokens_per_cta), num_kv_heads,
+// num_seqs), 1-D blocks of at most 256 threads (the sum: a multiple of 32). CTAs past a sequence's
+// end exit at once. head_dim is a multiple of 16, so a token row is a whole number of 16-byte
+// vectors in every dtype and every row starts 16-byte aligned.
+#include "common.cuh"
+
+// 16-byte vectors each thread loads before it uses any: the loads of one thread overlap.
+constexpr int kUnroll = 4;
+
+// Element offset of vector `c` of `token` (within the sequence) of `head`, through the table row.
+template <class T>
+__device__ __forceinline__ long long pool_offset(GPTR(const int) table_row, int token, int c,
+                                                 int head, int num_kv_heads, int block_size,
+                                                 int head_dim) {
+    const long long block = table_row[token / block_size];
+    return ((block * num_kv_heads + head) * block_size + token % block_size) * head_dim +
+           c * kVec16Elems<T>;
+}
+
+template <class T>
+__device__ __forceinline__ void gather_copy(
+    GPTR(const T) pool,            // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(const int) block_tables,  // [num_seqs, table_stride]
+    GPTR(const int) seq_lens,      // [num_seqs]
+    GPTR(const int) out_offsets,   // [num_seqs]: first token of each sequence in out
+    GPTR(T) out,                   // [num_kv_heads, total_tokens, head_dim]
+    int num_kv_heads, int block_size, int head_dim, int table_stride, int total_tokens,
+    int tokens_per_cta) {
+    const int seq = blockIdx.z, head = blockIdx.y;
+    const int first = blockIdx.x * tokens_per_cta;
+    const int len = seq_lens[seq];
+    if (first >= len) return;
+    const int vecs_per_token = head_dim / kVec16Elems<T>;
+    const int num_vecs = min(tokens_per_cta, len - first) * vecs_per_token;
+    GPTR(const int) table_row = block_tables + static_cast<long long>(seq) * table_stride;
+    GPTR(T) dst =
+        out + (static_cast<long long>(head) * total_tokens + out_offsets[seq] + first) * head_dim;
+    for (int base = threadIdx.x; base < num_vecs; base += kUnroll * blockDim.x) {
+        uint4 r[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++) {
+            const int v = base + u * blockDim.x;
+            r[u] = make_uint4(0, 0, 0, 0);
+            if (v < num_vecs)
+                r[u] = ld_vec<uint4>(pool + pool_offset<T>(table_row, first + v / vecs_per_token,
+                                                           v % vecs_per_token, head, num_kv_heads,
+                                                           block_size, head_dim));
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++) {
+            const int v = base + u * blockDim.x;
+            if (v < num_vecs) st_vec(dst + static_cast<long long>(v) * kVec16Elems<T>, r[u]);
+        }
+    }
+}
+
+template <class T>
+__device__ __forceinline__ void gather_sum_partial(
+    GPTR(const T) k_pool,          // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(const T) v_pool,          // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(const int) block_tables,  // [num_seqs, table_stride]
+    GPTR(const int) seq_lens,      // [num_seqs]
+    GPTR(float) partials,          // [num_seqs, num_kv_heads, gridDim.x]
+    int num_kv_heads, int block_size, int head_dim, int table_stride, int tokens_per_cta) {
+    const int seq = blockIdx.z, head = blockIdx.y;
+    const int first = blockIdx.x * tokens_per_cta;
+    const int len = seq_lens[seq];
+    if (first >= len) return;  // uniform over the CTA: no thread reaches block_sum's barriers
+    const int vecs_per_token = head_dim / kVec16Elems<T>;
+    const int num_vecs = min(tokens_per_cta, len - first) * vecs_per_token;
+    GPTR(const int) table_row = block_tables + static_cast<long long>(seq) * table_stride;
+    float acc = 0.0f;
+    for (int base = threadIdx.x; base < num_vecs; base += kUnroll * blockDim.x) {
+        uint4 kr[kUnroll], vr[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++) {
+            const int v = base + u * blockDim.x;
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);  // zeros add nothing
+            if (v < num_vecs) {
+                const long long at = pool_offset<T>(table_row, first + v / vecs_per_token,
+                                                    v % vecs_per_token, head, num_kv_heads,
+                                                    block_size, head_dim);
+                kr[u] = ld_vec<uint4>(k_pool + at);
+                vr[u] = ld_vec<uint4>(v_pool + at);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; u++) {
+            float kf[kVec16Elems<T>], vf[kVec16Elems<T>];
+            unpack16<T>(kr[u], kf);
+            unpack16<T>(vr[u], vf);
+#pragma unroll
+            for (int i = 0; i < kVec16Elems<T>; i++) acc += kf[i] + vf[i];
+        }
+    }
+    const float sum = block_sum(acc);
+    if (threadIdx.x == 0)
+        partials[(static_cast<long long>(seq) * num_kv_heads + head) * gridDim.x + blockIdx.x] = sum;
+}
+
+#define PAGED_GATHER_KERNELS(T, SUFFIX)                                                            \
+    extern "C" __global__ void __launch_bounds__(256) paged_gather_copy_##SUFFIX(                  \
+        GPTR(const T) pool,            /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
+        GPTR(const int) block_tables,  /* [num_seqs, table_stride] */                              \
+        GPTR(const int) seq_lens,      /* [num_seqs] */                                            \
+        GPTR(const int) out_offsets,   /* [num_seqs] */                                            \
+        GPTR(T) out,                   /* [num_kv_heads, total_tokens, head_dim] */                \
+        int num_kv_heads, int block_size, int head_dim, int table_stride, int total_tokens,        \
+        int tokens_per_cta) {                                                                      \
+        gather_copy<T>(pool, block_tables, seq_lens, out_offsets, out, num_kv_heads, block_size,   \
+                       head_dim, table_stride, total_tokens, tokens_per_cta);                      \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(256) paged_gather_sum_partial_##SUFFIX(           \
+        GPTR(const T) k_pool,          /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
+        GPTR(const T) v_pool,          /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
+        GPTR(const int) block_tables,  /* [num_seqs, table_stride] */                              \
+        GPTR(const int) seq_lens,      /* [num_seqs] */                                            \
+        GPTR(float) partials,          /* [num_seqs, num_kv_heads, gridDim.x] */                   \
+        int num_kv_heads, int block_size, int head_dim, int table_stride, int tokens_per_cta) {    \
+        gather_sum_partial<T>(k_pool, v_pool, block_tables, seq_lens, partials, num_kv_heads,      \
+                              block_size, head_dim, table_stride, tokens_per_cta);                 \
+    }
+
+PAGED_GATHER_KERNELS(__half, f16)
+PAGED_GATHER_KERNELS(__nv_bfloat16, bf16)
+PAGED_GATHER_KERNELS(float, f32)
+
+// out[s, h] = the sum of the partials of sequence s's ceil(len / tokens_per_cta) chunks, in order.
+// Grid: ceil(num_seqs * num_kv_heads / blockDim.x) 1-D blocks.
+extern "C" __global__ void paged_gather_sum_merge(
+    GPTR(const float) partials,  // [num_seqs, num_kv_heads, num_chunks]
+    GPTR(const int) seq_lens,    // [num_seqs]
+    GPTR(float) out,             // [num_seqs, num_kv_heads]
+    int num_seqs, int num_kv_heads, int num_chunks, int tokens_per_cta) {
+    const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= static_cast<long long>(num_seqs) * num_kv_heads) return;
+    const int chunks = (seq_lens[i / num_kv_heads] + tokens_per_cta - 1) / tokens_per_cta;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; c++) sum += partials[i * num_chunks + c];
+    out[i] = sum;
+}
