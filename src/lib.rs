@@ -13,4 +13,5 @@ pub mod kernels;
 pub mod kv;
 pub mod report;
 pub mod sim;
+pub mod vmm;
 pub mod workload;
