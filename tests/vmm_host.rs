@@ -2,7 +2,7 @@
 //! Memory accounting (resident pages, leaks) is in vmm_host_leak.rs, alone in its process.
 
 use pagedkv::vmm::checksum::fill_random;
-use pagedkv::vmm::host::{CpuPool, HostBacking};
+use pagedkv::vmm::host::{CpuPool, HostBacking, HostBuffer};
 use pagedkv::vmm::memstat::regions_in;
 use pagedkv::vmm::{
     Backing, ChunkLayout, PoolSet, PoolState, SleepLevel, SleepMode, SleepPool, VmmError,
@@ -183,7 +183,7 @@ struct FlakyBacking {
 }
 
 impl Backing for FlakyBacking {
-    type HostBuffer = Vec<u8>;
+    type HostBuffer = HostBuffer;
     fn layout(&self) -> &ChunkLayout {
         self.inner.layout()
     }
@@ -206,7 +206,7 @@ impl Backing for FlakyBacking {
     fn synchronize(&self) -> Result<(), VmmError> {
         self.inner.synchronize()
     }
-    fn alloc_host(&self, len: usize) -> Result<Vec<u8>, VmmError> {
+    fn alloc_host(&self, len: usize) -> Result<HostBuffer, VmmError> {
         self.inner.alloc_host(len)
     }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), VmmError> {

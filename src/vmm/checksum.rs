@@ -44,12 +44,34 @@ fn block_hash(index: usize, bytes: &[u8]) -> u64 {
 
 /// Checksum of `bytes`: changes when any byte changes or moves.
 pub fn checksum(bytes: &[u8]) -> u64 {
-    bytes
-        .par_chunks(BLOCK)
-        .enumerate()
-        .map(|(i, b)| block_hash(i, b))
-        .reduce(|| 0, |a, b| a ^ b)
-        ^ mix(bytes.len() as u64)
+    let mut c = Checksum::default();
+    c.add(0, bytes);
+    c.value()
+}
+
+/// The same checksum computed piece by piece, for pools read through a staging buffer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Checksum {
+    acc: u64,
+    len: usize,
+}
+
+impl Checksum {
+    /// Adds `bytes`, found at `offset` (a multiple of [`FILL_BLOCK`]) of the whole.
+    pub fn add(&mut self, offset: usize, bytes: &[u8]) {
+        debug_assert_eq!(offset % BLOCK, 0, "pieces start on a block boundary");
+        let first = offset / BLOCK;
+        self.acc ^= bytes
+            .par_chunks(BLOCK)
+            .enumerate()
+            .map(|(i, b)| block_hash(first + i, b))
+            .reduce(|| 0, |a, b| a ^ b);
+        self.len += bytes.len();
+    }
+
+    pub fn value(&self) -> u64 {
+        self.acc ^ mix(self.len as u64)
+    }
 }
 
 /// Fills `bytes` with random data determined by `seed` and `offset` (the position of `bytes` in
@@ -93,6 +115,18 @@ mod tests {
         let (x, y) = data.split_at_mut(BLOCK);
         x.swap_with_slice(&mut y[..BLOCK]);
         assert_ne!(checksum(&data), base);
+    }
+
+    #[test]
+    fn piecewise_checksum_equals_the_whole() {
+        let mut data = vec![0u8; 5 * BLOCK + 77];
+        fill_random(&mut data, 3, 0);
+        let mut c = Checksum::default();
+        for (i, piece) in data.chunks(2 * BLOCK).enumerate() {
+            c.add(i * 2 * BLOCK, piece);
+        }
+        assert_eq!(c.value(), checksum(&data));
+        assert_ne!(checksum(&data[..data.len() - 1]), checksum(&data));
     }
 
     #[test]

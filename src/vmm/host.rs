@@ -98,7 +98,7 @@ impl HostBacking {
 }
 
 impl Backing for HostBacking {
-    type HostBuffer = Vec<u8>;
+    type HostBuffer = HostBuffer;
 
     fn layout(&self) -> &ChunkLayout {
         &self.layout
@@ -173,22 +173,8 @@ impl Backing for HostBacking {
         Ok(())
     }
 
-    fn alloc_host(&self, len: usize) -> Result<Vec<u8>, VmmError> {
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        // Zeroed allocation: the pages stay untouched until the copy, like a fresh pinned buffer.
-        let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| VmmError::Overflow(len))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(VmmError::Os {
-                op: "allocating the offload buffer",
-                source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
-            });
-        }
-        // SAFETY: allocated by the global allocator with this exact layout, fully initialised.
-        Ok(unsafe { Vec::from_raw_parts(ptr, len, len) })
+    fn alloc_host(&self, len: usize) -> Result<HostBuffer, VmmError> {
+        HostBuffer::new(len)
     }
 
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), VmmError> {
@@ -213,6 +199,69 @@ impl Drop for HostBacking {
         // Unmapping the whole reservation drops every chunk mapping too; the memfds close after.
         // SAFETY: the range is ours and nothing refers to it once the backing is dropped.
         unsafe { libc::munmap(self.base.cast(), self.layout.size) };
+    }
+}
+
+/// The offload buffer of the CPU twin: anonymous memory populated at allocation
+/// (`MAP_POPULATE`), as pinned memory is, so the copy into it is a plain copy and the cost of
+/// getting the pages shows apart, as allocation time.
+pub struct HostBuffer {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its mapping exclusively.
+unsafe impl Send for HostBuffer {}
+
+impl HostBuffer {
+    pub fn new(len: usize) -> Result<Self, VmmError> {
+        if len == 0 {
+            return Ok(HostBuffer {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                len,
+            });
+        }
+        // SAFETY: a fresh private anonymous mapping.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(VmmError::os("mmap(offload buffer)"));
+        }
+        Ok(HostBuffer {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl AsRef<[u8]> for HostBuffer {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `len` mapped (zero-filled, so initialised) bytes live at `ptr`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl AsMut<[u8]> for HostBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, exclusively borrowed.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: our own mapping, unmapped once.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
     }
 }
 

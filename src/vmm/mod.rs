@@ -18,6 +18,7 @@ pub mod cuda;
 mod error;
 pub mod host;
 mod layout;
+pub mod measure;
 pub mod memstat;
 mod pool;
 mod set;

@@ -44,7 +44,9 @@ pub enum WakeFault {
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct SleepReport {
     pub sync: Duration,
-    /// Copy to host memory (offload only), including the host buffer's allocation.
+    /// Allocating (on CUDA: pinning) the host buffer, when none was kept from an earlier cycle.
+    pub host_alloc: Duration,
+    /// Copy to host memory (offload only).
     pub copy: Duration,
     pub release: Duration,
     pub bytes_copied: usize,
@@ -92,6 +94,10 @@ impl<B: Backing> SleepPool<B> {
         if !keep {
             self.spare = None;
         }
+    }
+
+    pub fn keeps_host_buffer(&self) -> bool {
+        self.keep_host_buffer
     }
 
     /// Makes the next wake fail at `fault` (once).
@@ -162,6 +168,8 @@ impl<B: Backing> SleepPool<B> {
                 Some(b) => b,
                 None => self.backing.alloc_host(size)?,
             };
+            report.host_alloc = t.elapsed();
+            let t = Instant::now();
             self.backing.copy_to_host(0, buffer.as_mut())?;
             report.copy = t.elapsed();
             report.bytes_copied = size;

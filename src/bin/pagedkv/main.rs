@@ -2,6 +2,7 @@
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
 mod info;
+mod sleep_wake;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Devices, kernels built, nvcc version, per-kernel resources, CPU cores and memory.
     Info(info::Args),
+    /// Sleep and wake a pool (CUDA virtual memory or its CPU twin): time, memory freed, bandwidth.
+    SleepWake(sleep_wake::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::SleepWake(args) => sleep_wake::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
