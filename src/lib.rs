@@ -7,6 +7,9 @@
 //!
 //! Data flows one way: workload → kv (allocator, tables) → device (pool, kernels) → measurements →
 //! report. The simulators ([`sim`]) take workloads and produce reports; they know nothing of devices.
+//!
+//! Pools can sleep and wake at unchanged addresses ([`vmm`]): CUDA virtual memory on a GPU, an
+//! mmap + memfd twin on the CPU, one state machine over both.
 
 pub mod device;
 pub mod kernels;
