@@ -180,6 +180,7 @@ fn mapped_chunks(b: &HostBacking) -> usize {
 struct FlakyBacking {
     inner: HostBacking,
     fail_chunk: Option<usize>,
+    fail_copy_out: bool,
 }
 
 impl Backing for FlakyBacking {
@@ -210,6 +211,12 @@ impl Backing for FlakyBacking {
         self.inner.alloc_host(len)
     }
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), VmmError> {
+        if self.fail_copy_out {
+            return Err(VmmError::Os {
+                op: "copy",
+                source: std::io::Error::from_raw_os_error(libc::EIO),
+            });
+        }
         self.inner.copy_to_host(offset, dst)
     }
     fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<(), VmmError> {
@@ -217,17 +224,55 @@ impl Backing for FlakyBacking {
     }
 }
 
-#[test]
-fn a_backing_error_during_wake_rolls_back_too() {
-    let inner = HostBacking::reserve(256 * KIB, Some(32 * KIB)).unwrap();
+fn flaky_pool(size: usize, chunk: usize, seed: u64) -> (SleepPool<FlakyBacking>, Vec<u8>) {
+    let inner = HostBacking::reserve(size, Some(chunk)).unwrap();
     let mut pool = SleepPool::new(FlakyBacking {
         inner,
         fail_chunk: None,
+        fail_copy_out: false,
     })
     .unwrap();
     let mut expected = vec![0u8; pool.size()];
-    fill_random(&mut expected, 7, 0);
+    fill_random(&mut expected, seed, 0);
     pool.write(0, &expected).unwrap();
+    (pool, expected)
+}
+
+#[test]
+fn a_failed_offload_copy_in_a_set_leaves_every_pool_awake() {
+    let (weights, w) = flaky_pool(128 * KIB, 64 * KIB, 50);
+    let (mut kv, k) = flaky_pool(256 * KIB, 64 * KIB, 51);
+    kv.backing_mut().unwrap().fail_copy_out = true;
+    let mut set = PoolSet::new();
+    set.insert(WEIGHTS, weights).unwrap();
+    set.insert(KV_CACHE, kv).unwrap();
+    let err = set.sleep(&[WEIGHTS, KV_CACHE]).unwrap_err();
+    assert!(matches!(err.root(), VmmError::Os { op: "copy", .. }));
+    for (t, data) in [(WEIGHTS, &w), (KV_CACHE, &k)] {
+        let pool = set.get(t).unwrap();
+        assert_eq!(pool.state(), PoolState::Awake, "{t}");
+        // Read around the armed copy failure, straight from the mapping.
+        assert!(
+            pool.backing().inner.as_slice().unwrap() == data.as_slice(),
+            "{t} changed"
+        );
+        assert_eq!(mapped_chunks(&pool.backing().inner), pool.layout().count());
+    }
+    set.get_mut(KV_CACHE)
+        .unwrap()
+        .backing_mut()
+        .unwrap()
+        .fail_copy_out = false;
+    set.sleep(&[WEIGHTS, KV_CACHE]).unwrap();
+    set.wake(None).unwrap();
+    let mut got = vec![0u8; k.len()];
+    set.get(KV_CACHE).unwrap().read(0, &mut got).unwrap();
+    assert!(got == k);
+}
+
+#[test]
+fn a_backing_error_during_wake_rolls_back_too() {
+    let (mut pool, expected) = flaky_pool(256 * KIB, 32 * KIB, 7);
     pool.backing_mut().unwrap().fail_chunk = Some(5);
     pool.sleep(SleepMode::Offload).unwrap();
     assert!(pool.backing_mut().is_err(), "asleep pools refuse access");

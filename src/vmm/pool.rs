@@ -151,6 +151,13 @@ impl<B: Backing> SleepPool<B> {
     }
 
     pub fn sleep(&mut self, mode: SleepMode) -> Result<SleepReport, VmmError> {
+        let report = self.sleep_prepare(mode)?;
+        self.sleep_release(mode, report)
+    }
+
+    /// First half of sleep: synchronises and, when offloading, copies the contents to host
+    /// memory. Nothing is released; on failure the pool is awake and whole.
+    pub(crate) fn sleep_prepare(&mut self, mode: SleepMode) -> Result<SleepReport, VmmError> {
         match self.state {
             PoolState::Awake => {}
             PoolState::Broken => return Err(VmmError::Broken(self.broken_reason.clone())),
@@ -161,7 +168,6 @@ impl<B: Backing> SleepPool<B> {
         self.backing.synchronize()?;
         report.sync = t.elapsed();
         if mode == SleepMode::Offload {
-            // Copy before releasing anything: a failed copy leaves the pool awake and whole.
             let t = Instant::now();
             let size = self.size();
             let mut buffer = match self.spare.take() {
@@ -170,11 +176,32 @@ impl<B: Backing> SleepPool<B> {
             };
             report.host_alloc = t.elapsed();
             let t = Instant::now();
-            self.backing.copy_to_host(0, buffer.as_mut())?;
+            if let Err(e) = self.backing.copy_to_host(0, buffer.as_mut()) {
+                self.spare = self.keep_host_buffer.then_some(buffer);
+                return Err(e);
+            }
             report.copy = t.elapsed();
             report.bytes_copied = size;
             self.backup = Some(buffer);
         }
+        Ok(report)
+    }
+
+    /// Undoes [`Self::sleep_prepare`] when another pool of a set fails to prepare.
+    pub(crate) fn sleep_abort(&mut self) {
+        if let Some(b) = self.backup.take() {
+            if self.keep_host_buffer {
+                self.spare = Some(b);
+            }
+        }
+    }
+
+    /// Second half of sleep: releases every chunk, keeping the reservation.
+    pub(crate) fn sleep_release(
+        &mut self,
+        mode: SleepMode,
+        mut report: SleepReport,
+    ) -> Result<SleepReport, VmmError> {
         let t = Instant::now();
         for i in 0..self.backing.layout().count() {
             if let Err(e) = self.backing.unmap_chunk(i) {

@@ -91,7 +91,8 @@ impl<B: Backing> PoolSet<B> {
     }
 
     /// Puts every pool to sleep: offloads those tagged with one of `offload_tags`, discards the
-    /// rest. Refused without change unless every pool is awake.
+    /// rest. Refused without change unless every pool is awake. All offload copies are made
+    /// before any memory is released, so a failed copy leaves every pool awake.
     pub fn sleep(&mut self, offload_tags: &[&str]) -> Result<Vec<SleepReport>, VmmError> {
         for (tag, pool) in &self.pools {
             match pool.state() {
@@ -102,14 +103,38 @@ impl<B: Backing> PoolSet<B> {
                 s => return Err(VmmError::AlreadyAsleep(s).in_pool(tag)),
             }
         }
+        let modes: Vec<SleepMode> = self
+            .pools
+            .iter()
+            .map(|(tag, _)| {
+                if offload_tags.contains(&tag.as_str()) {
+                    SleepMode::Offload
+                } else {
+                    SleepMode::Discard
+                }
+            })
+            .collect();
+        // Copy every offloaded pool out before releasing any: a failed copy (host memory
+        // short, say) leaves the whole set awake.
+        let mut prepared = Vec::with_capacity(self.pools.len());
+        for (i, (tag, pool)) in self.pools.iter_mut().enumerate() {
+            match pool.sleep_prepare(modes[i]) {
+                Ok(r) => prepared.push(r),
+                Err(e) => {
+                    let e = e.in_pool(tag);
+                    for (_, p) in &mut self.pools[..i] {
+                        p.sleep_abort();
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let mut reports = Vec::with_capacity(self.pools.len());
-        for (tag, pool) in &mut self.pools {
-            let mode = if offload_tags.contains(&tag.as_str()) {
-                SleepMode::Offload
-            } else {
-                SleepMode::Discard
-            };
-            reports.push(pool.sleep(mode).map_err(|e| e.in_pool(tag))?);
+        for (i, (tag, pool)) in self.pools.iter_mut().enumerate() {
+            reports.push(
+                pool.sleep_release(modes[i], prepared[i])
+                    .map_err(|e| e.in_pool(tag))?,
+            );
         }
         Ok(reports)
     }
