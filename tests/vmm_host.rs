@@ -394,6 +394,7 @@ fn a_failed_set_wake_leaves_every_pool_asleep_and_intact() {
             set.get(KV_CACHE).unwrap().state(),
             PoolState::AsleepOffloaded
         );
+        assert_eq!(mapped_chunks(set.get(KV_CACHE).unwrap().backing()), 0);
         match fault {
             // Mapping failures roll the whole set back.
             WakeFault::MapChunk(_) => {
