@@ -144,8 +144,9 @@ impl CudaBacking {
     ) -> Result<Self, VmmError> {
         let layout = ChunkLayout::new(size, chunk, granularity(ctx)?)?;
         let mut base: sys::CUdeviceptr = 0;
+        // Aligned to the granularity so every chunk offset is a legal mapping address.
         // SAFETY: reserves address space only; `base` receives the start.
-        unsafe { sys::cuMemAddressReserve(&mut base, layout.size, 0, 0, 0) }
+        unsafe { sys::cuMemAddressReserve(&mut base, layout.size, layout.granularity, 0, 0) }
             .result()
             .map_err(driver("cuMemAddressReserve"))?;
         Ok(CudaBacking {
