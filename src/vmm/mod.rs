@@ -11,6 +11,21 @@
 //!   offload to pinned host memory.
 //! - [`host::HostBacking`], the CPU twin: an `mmap(PROT_NONE)` reservation, one memfd per chunk
 //!   mapped with `MAP_FIXED`; sleep hands the pages back to the OS.
+//!
+//! ```
+//! use pagedkv::vmm::{host::CpuPool, SleepMode, VmmError};
+//! let mut pool = CpuPool::create(1 << 20, None)?;
+//! pool.write(0, b"keys and values")?;
+//! let addr = pool.ptr()?;
+//! pool.sleep(SleepMode::Offload)?;
+//! assert!(matches!(pool.ptr(), Err(VmmError::Asleep(_))));
+//! pool.wake()?;
+//! assert_eq!(pool.ptr()?, addr);
+//! let mut back = [0u8; 15];
+//! pool.read(0, &mut back)?;
+//! assert_eq!(&back, b"keys and values");
+//! # Ok::<(), VmmError>(())
+//! ```
 
 mod backing;
 pub mod checksum;

@@ -34,7 +34,8 @@ pub enum PoolState {
 /// Where an injected wake failure strikes (tests of the rollback path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WakeFault {
-    /// Before mapping chunk `k`, with chunks `0..k` already mapped.
+    /// Before mapping chunk `k`, with chunks `0..k` already mapped (never fires when `k` is
+    /// past the last chunk).
     MapChunk(usize),
     /// After every chunk is mapped, instead of restoring the contents.
     Restore,
