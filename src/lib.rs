@@ -7,6 +7,9 @@
 //!
 //! Data flows one way: workload → kv (allocator, tables) → device (pool, kernels) → measurements →
 //! report. The simulators ([`sim`]) take workloads and produce reports; they know nothing of devices.
+//!
+//! Pools can sleep and wake at unchanged addresses ([`vmm`]): CUDA virtual memory on a GPU, an
+//! mmap + memfd twin on the CPU, one state machine over both.
 
 pub mod attention;
 pub mod device;
@@ -16,4 +19,5 @@ pub mod kv;
 pub mod report;
 pub mod sim;
 pub mod stats;
+pub mod vmm;
 pub mod workload;

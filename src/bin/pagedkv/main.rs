@@ -9,6 +9,7 @@ mod sim_cow;
 mod sim_radix;
 mod sim_sched;
 mod sim_thrash;
+mod sleep_wake;
 mod translate;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,8 @@ enum Command {
     Sim(sim::Args),
     /// Address translation: page table, KV block table, x86-64 four-level paging.
     Translate(translate::Args),
+    /// Sleep and wake a pool (CUDA virtual memory or its CPU twin): time, memory freed, bandwidth.
+    SleepWake(sleep_wake::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::Attention(args) => attention::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Translate(args) => translate::run(args),
+        Command::SleepWake(args) => sleep_wake::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,289 @@
+//! `pagedkv sleep-wake`: sleep/wake cycles on one pool (CUDA virtual memory, or the CPU twin),
+//! with the time, the memory freed, offload/restore bandwidth beside the plain copy bandwidth,
+//! and address and data checks; optionally the chunk-size table.
+
+use crate::{CheckFailed, CmdResult};
+use cudarc::driver::CudaContext;
+use pagedkv::device::{Device, DeviceChoice, DeviceError};
+use pagedkv::report::Table;
+use pagedkv::vmm::cuda::{self as vcuda, CudaPool};
+use pagedkv::vmm::host::CpuPool;
+use pagedkv::vmm::measure::{self, CycleReport, SweepRow};
+use pagedkv::vmm::{memstat, Backing, SleepMode, SleepPool, VmmError};
+use serde::Serialize;
+use std::sync::Arc;
+
+const MIB: usize = 1 << 20;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where the pool lives: the GPU's virtual memory, or the CPU twin (memfd + mmap).
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    device: DeviceChoice,
+    /// Pool size in MiB [default: 4096 on a GPU, 1024 on the CPU].
+    #[arg(long)]
+    pool_mib: Option<usize>,
+    /// Physical chunk size in MiB, rounded up to the allocation granularity [default: the whole
+    /// pool, one chunk].
+    #[arg(long)]
+    chunk_mib: Option<usize>,
+    #[arg(long, value_enum, default_value_t = SleepMode::Offload)]
+    mode: SleepMode,
+    #[arg(long, default_value_t = 10)]
+    cycles: usize,
+    /// Keep the offload buffer between cycles instead of allocating (pinning) it at each sleep.
+    #[arg(long)]
+    keep_host_buffer: bool,
+    /// Seed of the random pool contents.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also print the chunk-size table: discard-sleep and wake time per GiB as chunks grow.
+    #[arg(long)]
+    chunk_sweep: bool,
+    /// Pool size of the chunk-size table in MiB [default: 16384 on a GPU, 1024 on the CPU].
+    #[arg(long)]
+    sweep_pool_mib: Option<usize>,
+    /// Sleep/wake pairs per chunk size in the table.
+    #[arg(long, default_value_t = 3)]
+    sweep_reps: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Output {
+    device: String,
+    /// What `freed_bytes` counts: device memory, or resident memfd (shared) pages.
+    memory_measure: &'static str,
+    granularity_bytes: usize,
+    #[serde(flatten)]
+    cycles: CycleReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chunk_sweep: Option<Vec<SweepRow>>,
+}
+
+enum Target {
+    Cpu,
+    Cuda(Arc<CudaContext>),
+}
+
+/// The device for the pools. Virtual memory needs no kernels, so a GPU without built kernels
+/// is still used.
+fn target(choice: DeviceChoice) -> Result<Target, Box<dyn std::error::Error>> {
+    match (choice, Device::detect(choice)) {
+        (_, Ok(Device::Cuda(d))) => Ok(Target::Cuda(d.ctx.clone())),
+        (DeviceChoice::Cpu, _) => Ok(Target::Cpu),
+        (DeviceChoice::Auto, _) => Ok(vcuda::open_context(0).map_or(Target::Cpu, Target::Cuda)),
+        (DeviceChoice::Cuda, Err(DeviceError::NoKernels)) => {
+            Ok(Target::Cuda(vcuda::open_context(0)?))
+        }
+        (DeviceChoice::Cuda, Err(e)) => Err(e.into()),
+        (DeviceChoice::Cuda, Ok(Device::Cpu)) => {
+            Err(DeviceError::NoGpu("none found".into()).into())
+        }
+    }
+}
+
+fn mib(n: usize, what: &str) -> Result<usize, Box<dyn std::error::Error>> {
+    if n == 0 {
+        return Err(format!("--{what} must be positive").into());
+    }
+    n.checked_mul(MIB)
+        .ok_or_else(|| format!("--{what} {n} is too large").into())
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if args.cycles == 0 {
+        return Err("--cycles must be positive".into());
+    }
+    if args.sweep_reps == 0 {
+        return Err("--sweep-reps must be positive".into());
+    }
+    let target = target(args.device)?;
+    let gpu = matches!(target, Target::Cuda(_));
+    let size = mib(
+        args.pool_mib.unwrap_or(if gpu { 4096 } else { 1024 }),
+        "pool-mib",
+    )?;
+    let chunk = args.chunk_mib.map(|c| mib(c, "chunk-mib")).transpose()?;
+    let sweep_size = mib(
+        args.sweep_pool_mib
+            .unwrap_or(if gpu { 16384 } else { 1024 }),
+        "sweep-pool-mib",
+    )?;
+    let out = match &target {
+        Target::Cpu => {
+            let pool = CpuPool::create(size, chunk)?;
+            let in_use = || memstat::resident().map(|r| r.shmem);
+            let make = |c| CpuPool::create(sweep_size, Some(c));
+            measure_all(
+                &args,
+                "cpu (memfd + mmap)".into(),
+                "resident memfd pages",
+                pool,
+                &in_use,
+                &make,
+                sweep_size,
+            )?
+        }
+        Target::Cuda(ctx) => {
+            let pool = CudaPool::create(ctx, size, chunk)?;
+            let in_use = || vcuda::device_memory(ctx).map(|(free, total)| (total - free) as u64);
+            let make = |c| CudaPool::create(ctx, sweep_size, Some(c));
+            let name = ctx.name().unwrap_or_else(|_| "cuda".into());
+            measure_all(
+                &args,
+                name,
+                "device memory in use (cuMemGetInfo)",
+                pool,
+                &in_use,
+                &make,
+                sweep_size,
+            )?
+        }
+    };
+    print(&args, &out)?;
+    if !out.cycles.data_intact {
+        return Err(Box::new(CheckFailed(format!(
+            "sleep-wake: pool contents changed across a {:?} cycle",
+            out.cycles.mode
+        ))));
+    }
+    if !out.cycles.address_stable {
+        return Err(Box::new(CheckFailed(
+            "sleep-wake: the pool moved across a cycle".into(),
+        )));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_all<B: Backing>(
+    args: &Args,
+    device: String,
+    memory_measure: &'static str,
+    mut pool: SleepPool<B>,
+    in_use: &dyn Fn() -> Result<u64, VmmError>,
+    make: &dyn Fn(usize) -> Result<SleepPool<B>, VmmError>,
+    sweep_size: usize,
+) -> Result<Output, VmmError> {
+    pool.keep_host_buffer(args.keep_host_buffer);
+    let granularity_bytes = pool.layout().granularity;
+    let cycles = measure::run_cycles(&mut pool, args.mode, args.cycles, args.seed, in_use)?;
+    drop(pool);
+    let chunk_sweep = if args.chunk_sweep {
+        // Chunks from 2 MiB (the CUDA granularity) up: the CPU's 4 KiB pages would need a
+        // memfd per page.
+        let smallest = granularity_bytes.max(2 * MIB);
+        let chunks = measure::sweep_chunks(sweep_size, smallest);
+        Some(measure::chunk_sweep(make, &chunks, args.sweep_reps)?)
+    } else {
+        None
+    };
+    Ok(Output {
+        device,
+        memory_measure,
+        granularity_bytes,
+        cycles,
+        chunk_sweep,
+    })
+}
+
+fn print(args: &Args, out: &Output) -> CmdResult {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(out)?);
+        return Ok(());
+    }
+    let c = &out.cycles;
+    let mib = |b: f64| format!("{:.1}", b / MIB as f64);
+    println!(
+        "device: {} — pool {} MiB in {} chunk(s) of {} MiB (granularity {} KiB), {:?}, {} cycles{}",
+        out.device,
+        mib(c.pool_bytes as f64),
+        c.chunks,
+        mib(c.chunk_bytes as f64),
+        out.granularity_bytes / 1024,
+        c.mode,
+        c.cycles,
+        if c.keep_host_buffer {
+            ", host buffer kept"
+        } else {
+            ""
+        }
+    );
+    let opt = |g: Option<f64>| g.map_or("-".to_string(), |g| format!("{g:.2}"));
+    let mut t = Table::new(["measure", "median", "max"]);
+    t.row([
+        "sleep ms".into(),
+        format!("{:.2}", c.sleep_ms.median),
+        format!("{:.2}", c.sleep_ms.max),
+    ]);
+    t.row([
+        "wake ms".into(),
+        format!("{:.2}", c.wake_ms.median),
+        format!("{:.2}", c.wake_ms.max),
+    ]);
+    t.row([
+        "host buffer alloc ms (in sleep)".into(),
+        format!("{:.2}", c.host_alloc_ms.median),
+        format!("{:.2}", c.host_alloc_ms.max),
+    ]);
+    print!("{t}");
+    let mut t = Table::new(["bandwidth", "GB/s", "vs plain copy"]);
+    t.row([
+        "plain copy pool → host".into(),
+        format!("{:.2}", c.copy_gbps),
+        "1.00".into(),
+    ]);
+    t.row([
+        "plain copy host → pool".into(),
+        format!("{:.2}", c.copy_h2d_gbps),
+        "1.00".into(),
+    ]);
+    t.row([
+        "offload".into(),
+        opt(c.offload_gbps),
+        opt(c.offload_vs_copy),
+    ]);
+    t.row([
+        "restore".into(),
+        opt(c.restore_gbps),
+        opt(c.restore_vs_copy),
+    ]);
+    print!("{t}");
+    println!(
+        "freed per sleep: {} MiB of {} ({}); after all cycles: {:+} bytes vs start",
+        mib(c.freed_bytes as f64),
+        mib(c.pool_bytes as f64),
+        out.memory_measure,
+        c.leak_bytes
+    );
+    println!(
+        "address stable: {}, data intact: {}",
+        c.address_stable, c.data_intact
+    );
+    if let Some(rows) = &out.chunk_sweep {
+        let mut t = Table::new([
+            "chunk MiB",
+            "chunks",
+            "sleep ms",
+            "wake ms",
+            "sleep ms/GiB",
+            "wake ms/GiB",
+        ]);
+        for r in rows {
+            t.row([
+                mib(r.chunk_bytes as f64),
+                r.chunks.to_string(),
+                format!("{:.2}", r.sleep_ms),
+                format!("{:.2}", r.wake_ms),
+                format!("{:.2}", r.sleep_ms_per_gib),
+                format!("{:.2}", r.wake_ms_per_gib),
+            ]);
+        }
+        println!("discard-sleep and wake by chunk size:");
+        print!("{t}");
+    }
+    Ok(())
+}
