@@ -20,6 +20,7 @@
 //! assert_eq!(out[0], 63.0);
 //! ```
 
+pub mod attention;
 mod ffi;
 pub mod gather;
 mod kernel;

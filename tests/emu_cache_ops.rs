@@ -1,0 +1,164 @@
+//! kernels/cache_ops.cu and kernels/stream.cu on the emulator against the CPU reference
+//! (src/device/cpu/cache_ops.rs, src/device/cpu/stream.rs): slot writes through an allocator's
+//! slot mapping with skipped (negative) slots, block copies, and the stream probes.
+
+use half::{bf16, f16};
+use pagedkv::device::cpu::{cache_ops, stream};
+use pagedkv::emu::{EmuElem, Launch};
+use pagedkv::kv::{BlockAllocator, Dtype, KvElem, KvSpec};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+fn random<T: KvElem>(rng: &mut StdRng, n: usize) -> Vec<T> {
+    (0..n)
+        .map(|_| T::from_f32(rng.random_range(-1.0..1.0)))
+        .collect()
+}
+
+fn bits<T: bytemuck::Pod>(x: &[T]) -> &[u8] {
+    bytemuck::cast_slice(x)
+}
+
+fn write_slots<T: KvElem + EmuElem>(rng: &mut StdRng) {
+    for log_bs in 0..=8 {
+        let bs = 1 << log_bs;
+        let head_dim = [16, 64, 128][rng.random_range(0..3)];
+        let spec = KvSpec::new(rng.random_range(1..=3), head_dim, bs, T::DTYPE).unwrap();
+        let num_blocks = 600usize.div_ceil(bs).max(3);
+        let mut alloc = BlockAllocator::new(num_blocks, bs);
+        // Two sequences interleaved, so consecutive tokens land in different blocks.
+        let (a, b) = (alloc.new_sequence(), alloc.new_sequence());
+        let mut slots = Vec::new();
+        for i in 0..rng.random_range(1..40) {
+            let seq = if i % 2 == 0 { a } else { b };
+            slots.push(alloc.append_token(seq).unwrap().slot as i64);
+            if rng.random_bool(0.2) {
+                slots.push(-1);
+            }
+        }
+        let n = slots.len() * spec.elems_per_token();
+        let (k_new, v_new) = (random::<T>(rng, n), random::<T>(rng, n));
+        let pool_elems = spec.pool_elems(num_blocks).unwrap();
+        let start = random::<T>(rng, pool_elems);
+        let (mut k_want, mut v_want) = (start.clone(), start.clone());
+        cache_ops::write_slots(&spec, &mut k_want, &k_new, &slots).unwrap();
+        cache_ops::write_slots(&spec, &mut v_want, &v_new, &slots).unwrap();
+        let (mut k, mut v) = (start.clone(), start);
+        Launch::new(&format!("write_kv_slots_{}", T::DTYPE))
+            .grid(slots.len() as u32)
+            .block(rng.random_range(1..=4) * 32)
+            .buf_mut(&mut k)
+            .buf_mut(&mut v)
+            .buf(&k_new)
+            .buf(&v_new)
+            .buf(&slots)
+            .i32(spec.num_kv_heads as i32)
+            .i32(head_dim as i32)
+            .i32(bs as i32)
+            .run()
+            .unwrap();
+        assert_eq!(bits(&k), bits(&k_want), "{:?} block size {bs}: K", T::DTYPE);
+        assert_eq!(bits(&v), bits(&v_want), "{:?} block size {bs}: V", T::DTYPE);
+    }
+}
+
+#[test]
+fn slot_writes_match_the_reference_in_every_dtype() {
+    let mut rng = StdRng::seed_from_u64(11);
+    write_slots::<f16>(&mut rng);
+    write_slots::<bf16>(&mut rng);
+    write_slots::<f32>(&mut rng);
+}
+
+#[test]
+fn an_out_of_range_slot_is_reported_not_written() {
+    let spec = KvSpec::new(1, 16, 4, Dtype::F32).unwrap();
+    let mut k = vec![0f32; spec.pool_elems(2).unwrap()];
+    let mut v = k.clone();
+    let new = vec![1f32; 16];
+    let err = Launch::new("write_kv_slots_f32")
+        .grid(1)
+        .block(32)
+        .buf_mut(&mut k)
+        .buf_mut(&mut v)
+        .buf(&new)
+        .buf(&new)
+        .buf(&[8i64])
+        .i32(1)
+        .i32(16)
+        .i32(4)
+        .run()
+        .unwrap_err();
+    assert!(err.to_string().contains("write_kv_slots_f32"), "{err}");
+}
+
+#[test]
+fn block_copies_match_the_reference_between_and_within_pools() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for block_bytes in [32usize, 64, 4096, 65536] {
+        let (src_blocks, dst_blocks) = (rng.random_range(2..9), rng.random_range(2..9));
+        let src: Vec<u8> = (0..src_blocks * block_bytes)
+            .map(|_| rng.random())
+            .collect();
+        let dst_start: Vec<u8> = (0..dst_blocks * block_bytes)
+            .map(|_| rng.random())
+            .collect();
+        let mut dst_ids: Vec<i32> = (0..dst_blocks as i32).collect();
+        dst_ids.shuffle(&mut rng);
+        let pairs: Vec<[i32; 2]> = dst_ids
+            .iter()
+            .take(rng.random_range(1..=dst_blocks))
+            .map(|&d| [rng.random_range(0..src_blocks as i32), d])
+            .collect();
+        let mut want = dst_start.clone();
+        cache_ops::copy_blocks(block_bytes, &src, &mut want, &pairs).unwrap();
+        let mut got = dst_start;
+        let flat: Vec<i32> = pairs.iter().flatten().copied().collect();
+        Launch::new("copy_blocks")
+            .grid((rng.random_range(1..4), pairs.len() as u32))
+            .block(64)
+            .buf_mut(&mut got)
+            .buf(&src)
+            .buf(&flat)
+            .i64((block_bytes / 16) as i64)
+            .run()
+            .unwrap();
+        assert_eq!(got, want, "block of {block_bytes} bytes");
+    }
+}
+
+#[test]
+fn stream_probes_copy_and_fold_every_byte() {
+    let mut rng = StdRng::seed_from_u64(13);
+    let n = 1000usize;
+    let src: Vec<u8> = (0..n * 16).map(|_| rng.random()).collect();
+    let mut dst = vec![0u8; n * 16];
+    Launch::new("stream_copy")
+        .grid(3)
+        .block(64)
+        .buf_mut(&mut dst)
+        .buf(&src)
+        .i64(n as i64)
+        .run()
+        .unwrap();
+    assert_eq!(dst, src);
+    let mut folds = vec![0u32; 5];
+    Launch::new("stream_read")
+        .grid(5)
+        .block(96)
+        .buf_mut(&mut folds)
+        .buf(&src)
+        .i64(n as i64)
+        .run()
+        .unwrap();
+    let words: &[u32] = bytemuck::cast_slice(&src);
+    let want = words.iter().fold(0u32, |a, &w| a ^ w);
+    assert_eq!(folds.iter().fold(0u32, |a, &w| a ^ w), want);
+    // The CPU read-only sum is an independent fold over the same bytes.
+    let as_u64: &[u64] = bytemuck::cast_slice(&src);
+    assert_eq!(
+        stream::read_only_sum(as_u64),
+        as_u64.iter().fold(0u64, |a, &w| a.wrapping_add(w))
+    );
+}
