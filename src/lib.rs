@@ -13,4 +13,5 @@ pub mod kernels;
 pub mod kv;
 pub mod report;
 pub mod sim;
+pub mod sweep;
 pub mod workload;
