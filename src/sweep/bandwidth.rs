@@ -4,7 +4,9 @@
 //! Conventions (the same for every probe):
 //! - `copy_gbps`: a plain copy of one pool (K) into a buffer of its size, counting bytes read and
 //!   bytes written (as STREAM's copy does);
-//! - `stream_gbps`: a read-only sum over the K and V pools, contiguous;
+//! - `stream_gbps`: a read-only sum over the K and V pools, contiguous, converting each element as
+//!   the read-only gather does (and `memory_read_gbps`: the same bytes as u64 words);
+//! - both limits are measured before and after the gathers, and the better of the two is kept;
 //! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
 //!   shuffled block table, bytes read + written, to be compared with the copy limit;
 //! - gather read-only (`read_gbps`): the paged sum over K and V through the same table, bytes read,
@@ -25,6 +27,24 @@ use thiserror::Error;
 pub struct Limits {
     pub copy_gbps: f64,
     pub stream_gbps: f64,
+    /// Raw read bandwidth: the same bytes summed as u64 words, no element conversion. Where the
+    /// stream converts elements slower than memory delivers them (f16 on a CPU), this is the
+    /// memory's own limit; `None` where the probe has none.
+    pub memory_read_gbps: Option<f64>,
+}
+
+impl Limits {
+    /// The better of two measurements, field by field: a limit is the best the run achieved.
+    pub fn max(self, other: Limits) -> Limits {
+        Limits {
+            copy_gbps: self.copy_gbps.max(other.copy_gbps),
+            stream_gbps: self.stream_gbps.max(other.stream_gbps),
+            memory_read_gbps: match (self.memory_read_gbps, other.memory_read_gbps) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -67,6 +87,9 @@ pub struct ProbeOptions {
     pub seed: u64,
 }
 
+/// Probes for a device, first the one the table's main columns show, and notes about the choice.
+pub type Probes = (Vec<Box<dyn BandwidthProbe>>, Vec<String>);
+
 pub trait BandwidthProbe {
     /// The device measured, e.g. `cpu (2 threads)`.
     fn device(&self) -> String;
@@ -90,10 +113,7 @@ pub trait BandwidthProbe {
 /// The probes for `device`, first the one the table's main columns show. The CPU gets two: with
 /// transparent huge pages (when the kernel offers them) and with 4 KiB pages. A CUDA device has no
 /// probe yet: extend this function when there is one.
-pub fn probes_for(
-    device: &Device,
-    opts: &ProbeOptions,
-) -> Result<(Vec<Box<dyn BandwidthProbe>>, Vec<String>), ProbeError> {
+pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
     match device {
         Device::Cpu => {
             let mut notes = Vec::new();

@@ -95,9 +95,19 @@ impl CpuProbe {
                 .sum();
             std::hint::black_box(sum);
         });
+        let (kw, vw) = (b.k.as_slice::<u64>(), b.v.as_slice::<u64>());
+        let raw_s = median_seconds(reps, || {
+            let sum: u64 = [kw, vw]
+                .into_par_iter()
+                .flat_map(|p| p.par_chunks(CHUNK))
+                .map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
+                .reduce(|| 0, u64::wrapping_add);
+            std::hint::black_box(sum);
+        });
         Ok(Limits {
             copy_gbps: 2.0 * bytes / copy_s / 1e9,
             stream_gbps: 2.0 * bytes / stream_s / 1e9,
+            memory_read_gbps: Some(2.0 * bytes / raw_s / 1e9),
         })
     }
 
@@ -247,7 +257,8 @@ mod tests {
             let spec = KvSpec::new(8, 128, 16, Dtype::F16).unwrap();
             let g = p.gather(&spec).unwrap();
             let l = p.limits(&spec).unwrap();
-            for x in [g.copy_gbps, g.read_gbps, l.copy_gbps, l.stream_gbps] {
+            let raw = l.memory_read_gbps.unwrap();
+            for x in [g.copy_gbps, g.read_gbps, l.copy_gbps, l.stream_gbps, raw] {
                 assert!(x.is_finite() && x > 0.0);
             }
             assert_eq!(p.attention_gbps(&spec).unwrap(), None);

@@ -66,6 +66,7 @@ pub struct MemoryBandwidth {
     pub memory: String,
     pub copy_gbps: f64,
     pub stream_gbps: f64,
+    pub memory_read_gbps: Option<f64>,
     pub gather_gbps: f64,
     pub gather_frac_of_stream: f64,
     pub gather_copy_gbps: f64,
@@ -92,6 +93,7 @@ pub struct SweepRow {
     pub gather_copy_gbps: Option<f64>,
     pub copy_gbps: Option<f64>,
     pub stream_gbps: Option<f64>,
+    pub memory_read_gbps: Option<f64>,
     pub gather_frac_of_stream: Option<f64>,
     pub gather_copy_frac_of_copy: Option<f64>,
     pub attention_gbps: Option<f64>,
@@ -145,6 +147,7 @@ pub fn memory_rows(
                 gather_copy_gbps: None,
                 copy_gbps: None,
                 stream_gbps: None,
+                memory_read_gbps: None,
                 gather_frac_of_stream: None,
                 gather_copy_frac_of_copy: None,
                 attention_gbps: None,
@@ -169,20 +172,25 @@ pub fn measure_bandwidth(
     for mut probe in probes {
         let memory = probe.memory();
         let spec_of = |bs| KvSpec::new(model.kv_heads, model.head_dim, bs, model.dtype);
+        let before = probe.limits(&spec_of(VLLM_DEFAULT_BLOCK_SIZE)?)?;
+        progress(&format!("{memory}: limits"));
         let mut gathers = Vec::with_capacity(rows.len());
         for row in rows.iter() {
             let spec = spec_of(row.block_size)?;
             gathers.push((probe.gather(&spec)?, probe.attention_gbps(&spec)?));
             progress(&format!("{memory}: block size {}", row.block_size));
         }
-        // Limits after the gathers: the buffers are warm and the pages placed, as for the gathers.
-        let limits = probe.limits(&spec_of(VLLM_DEFAULT_BLOCK_SIZE)?)?;
+        // Limits before and after the gathers, the better kept: on a shared machine the load
+        // drifts, and a limit measured in a slow moment would flatter the gathers.
+        let after = probe.limits(&spec_of(VLLM_DEFAULT_BLOCK_SIZE)?)?;
+        let limits = before.max(after);
         progress(&format!("{memory}: limits"));
         for (row, (g, attention)) in rows.iter_mut().zip(gathers) {
             row.memory.push(MemoryBandwidth {
                 memory: memory.clone(),
                 copy_gbps: limits.copy_gbps,
                 stream_gbps: limits.stream_gbps,
+                memory_read_gbps: limits.memory_read_gbps,
                 gather_gbps: g.read_gbps,
                 gather_frac_of_stream: g.read_gbps / limits.stream_gbps,
                 gather_copy_gbps: g.copy_gbps,
@@ -199,6 +207,7 @@ pub fn measure_bandwidth(
             row.gather_copy_gbps = Some(m.gather_copy_gbps);
             row.copy_gbps = Some(m.copy_gbps);
             row.stream_gbps = Some(m.stream_gbps);
+            row.memory_read_gbps = m.memory_read_gbps;
             row.gather_frac_of_stream = Some(m.gather_frac_of_stream);
             row.gather_copy_frac_of_copy = Some(m.gather_copy_frac_of_copy);
             row.attention_gbps = m.attention_gbps;

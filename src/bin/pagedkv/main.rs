@@ -23,7 +23,7 @@ enum Command {
     /// Devices, kernels built, nvcc version, per-kernel resources, CPU cores and memory.
     Info(info::Args),
     /// Block-size sweep: fragmentation (from a trace) against bandwidth (measured), vs vLLM's 16.
-    Sweep(sweep::Args),
+    Sweep(Box<sweep::Args>),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
-        Command::Sweep(args) => sweep::run(args),
+        Command::Sweep(args) => sweep::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

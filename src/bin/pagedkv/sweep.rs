@@ -84,7 +84,7 @@ pub struct Args {
     /// Fewer repetitions and a smaller probe pool (under a minute on 2 cores).
     #[arg(long)]
     quick: bool,
-    /// Probe pool in MiB, K and V together (default 512, --quick 128).
+    /// Probe pool in MiB, K and V together (default 256, --quick 64).
     #[arg(long)]
     probe_mib: Option<usize>,
     /// Timed repetitions per measurement, after a warm-up (default 5, --quick 3).
@@ -236,7 +236,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     let mut rows = sweep::memory_rows(&requests, &config)?;
 
-    let probe_mib = args.probe_mib.unwrap_or(if args.quick { 128 } else { 512 });
+    let probe_mib = args.probe_mib.unwrap_or(if args.quick { 64 } else { 256 });
     let reps = args.reps.unwrap_or(if args.quick { 3 } else { 5 });
     if probe_mib == 0 || probe_mib > 1 << 20 || reps == 0 {
         return Err("--probe-mib must be 1 to 1048576 and --reps at least 1".into());
@@ -264,7 +264,7 @@ pub fn run(args: Args) -> CmdResult {
         };
         let (probes, probe_notes) = probes;
         notes.extend(probe_notes);
-        let bar = ProgressBar::new((probes.len() * (rows.len() + 1)) as u64);
+        let bar = ProgressBar::new((probes.len() * (rows.len() + 2)) as u64);
         bar.set_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -384,8 +384,13 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
     if let Some(first) = report.rows.first() {
         for x in &first.memory {
             println!(
-                "limits ({}): copy {:.2} GB/s (read + write), read-only stream {:.2} GB/s",
-                x.memory, x.copy_gbps, x.stream_gbps
+                "limits ({}): copy {:.2} GB/s (read + write), read-only stream {:.2} GB/s (elements converted as the gather does){}",
+                x.memory,
+                x.copy_gbps,
+                x.stream_gbps,
+                x.memory_read_gbps
+                    .map(|r| format!(", raw memory read {r:.2} GB/s (u64 words)"))
+                    .unwrap_or_default()
             );
         }
     }
