@@ -6,7 +6,7 @@
 //!   bytes written (as STREAM's copy does);
 //! - `stream_gbps`: a read-only sum over the K and V pools, contiguous, converting each element as
 //!   the read-only gather does (and `memory_read_gbps`: the same bytes as u64 words);
-//! - both limits are measured before and after the gathers, and the better of the two is kept;
+//! - the limits are measured next to every block size's gathers (the sweep pairs them);
 //! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
 //!   shuffled block table, bytes read + written, to be compared with the copy limit;
 //! - gather read-only (`read_gbps`): the paged sum over K and V through the same table, bytes read,
@@ -31,20 +31,6 @@ pub struct Limits {
     /// stream converts elements slower than memory delivers them (f16 on a CPU), this is the
     /// memory's own limit; `None` where the probe has none.
     pub memory_read_gbps: Option<f64>,
-}
-
-impl Limits {
-    /// The better of two measurements, field by field: a limit is the best the run achieved.
-    pub fn max(self, other: Limits) -> Limits {
-        Limits {
-            copy_gbps: self.copy_gbps.max(other.copy_gbps),
-            stream_gbps: self.stream_gbps.max(other.stream_gbps),
-            memory_read_gbps: match (self.memory_read_gbps, other.memory_read_gbps) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            },
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -253,6 +253,9 @@ mod tests {
             seed: 1,
         };
         for pages in [Pages::Huge, Pages::Small] {
+            if pages == Pages::Huge && !super::super::pages::thp_available() {
+                continue;
+            }
             let mut p = CpuProbe::new(pages, opts).unwrap();
             let spec = KvSpec::new(8, 128, 16, Dtype::F16).unwrap();
             let g = p.gather(&spec).unwrap();

@@ -59,8 +59,10 @@ pub fn fragmentation(
         concurrent_requests: concurrent,
         mean_blocks_per_request: mean_blocks,
         block_table_bytes_per_request: TABLE_ENTRY_BYTES as f64 * mean_blocks,
-        block_table_bytes_pool: TABLE_ENTRY_BYTES * pool_blocks,
-        block_table_bytes_padded: TABLE_ENTRY_BYTES * concurrent.ceil() as u64 * max_blocks,
+        block_table_bytes_pool: TABLE_ENTRY_BYTES.saturating_mul(pool_blocks),
+        block_table_bytes_padded: TABLE_ENTRY_BYTES
+            .saturating_mul(concurrent.ceil() as u64)
+            .saturating_mul(max_blocks),
     })
 }
 

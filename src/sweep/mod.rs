@@ -159,9 +159,11 @@ pub fn memory_rows(
         .collect()
 }
 
-/// Measures every probe at every row's block size, one layer of `model`'s shape. `progress` is
-/// called after each measurement with a short label. Each probe is dropped (its buffers freed)
-/// before the next starts. Returns the probes' notes.
+/// Measures every probe at every row's block size, one layer of `model`'s shape. The limits are
+/// measured again next to each block size's gathers, and each fraction divides by its neighbour:
+/// on a shared machine the load drifts over a sweep, and a limit from another moment would skew
+/// the ratio. `progress` is called after each block size with a short label. Each probe is dropped
+/// (its buffers freed) before the next starts. Returns the probes' notes.
 pub fn measure_bandwidth(
     rows: &mut [SweepRow],
     probes: Vec<Box<dyn BandwidthProbe>>,
@@ -171,21 +173,11 @@ pub fn measure_bandwidth(
     let mut notes = Vec::new();
     for mut probe in probes {
         let memory = probe.memory();
-        let spec_of = |bs| KvSpec::new(model.kv_heads, model.head_dim, bs, model.dtype);
-        let before = probe.limits(&spec_of(VLLM_DEFAULT_BLOCK_SIZE)?)?;
-        progress(&format!("{memory}: limits"));
-        let mut gathers = Vec::with_capacity(rows.len());
-        for row in rows.iter() {
-            let spec = spec_of(row.block_size)?;
-            gathers.push((probe.gather(&spec)?, probe.attention_gbps(&spec)?));
-            progress(&format!("{memory}: block size {}", row.block_size));
-        }
-        // Limits before and after the gathers, the better kept: on a shared machine the load
-        // drifts, and a limit measured in a slow moment would flatter the gathers.
-        let after = probe.limits(&spec_of(VLLM_DEFAULT_BLOCK_SIZE)?)?;
-        let limits = before.max(after);
-        progress(&format!("{memory}: limits"));
-        for (row, (g, attention)) in rows.iter_mut().zip(gathers) {
+        for row in rows.iter_mut() {
+            let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
+            let limits = probe.limits(&spec)?;
+            let g = probe.gather(&spec)?;
+            let attention = probe.attention_gbps(&spec)?;
             row.memory.push(MemoryBandwidth {
                 memory: memory.clone(),
                 copy_gbps: limits.copy_gbps,
@@ -198,6 +190,7 @@ pub fn measure_bandwidth(
                 attention_gbps: attention,
                 attention_frac_of_stream: attention.map(|a| a / limits.stream_gbps),
             });
+            progress(&format!("{memory}: block size {}", row.block_size));
         }
         notes.extend(probe.notes());
     }

@@ -61,6 +61,9 @@ impl FromStr for SizeDist {
                 if *mean <= 0.0 {
                     return Err(err("MEAN must be positive"));
                 }
+                if lognormal(*mean, *sd).is_none() {
+                    return Err(err("SD / MEAN too large"));
+                }
                 Ok(SizeDist::LogNormal {
                     mean: *mean,
                     sd: *sd,
@@ -78,15 +81,24 @@ impl SizeDist {
         match *self {
             SizeDist::Fixed(n) => n,
             SizeDist::Uniform { lo, hi } => rng.random_range(lo..=hi),
-            SizeDist::LogNormal { mean, sd } => {
-                // Moments of the lengths → parameters of their logarithm.
-                let sigma2 = (1.0 + (sd / mean).powi(2)).ln();
-                let mu = mean.ln() - sigma2 / 2.0;
-                let d = LogNormal::new(mu, sigma2.sqrt()).expect("finite parameters checked");
-                d.sample(rng).round().clamp(0.0, u32::MAX as f64) as u32
-            }
+            SizeDist::LogNormal { mean, sd } => match lognormal(mean, sd) {
+                Some(d) => d.sample(rng).round().clamp(0.0, u32::MAX as f64) as u32,
+                // Unreachable for parsed distributions, which are checked.
+                None => mean.round().clamp(0.0, u32::MAX as f64) as u32,
+            },
         }
     }
+}
+
+/// The log-normal whose values have mean `mean` and standard deviation `sd`; `None` when the
+/// parameters of their logarithm are not finite.
+fn lognormal(mean: f64, sd: f64) -> Option<LogNormal<f64>> {
+    let sigma2 = (1.0 + (sd / mean).powi(2)).ln();
+    let mu = mean.ln() - sigma2 / 2.0;
+    if !(mu.is_finite() && sigma2.is_finite()) {
+        return None;
+    }
+    LogNormal::new(mu, sigma2.sqrt()).ok()
 }
 
 /// `count` requests with prompt and output sizes drawn from the two distributions, all arriving at

@@ -87,7 +87,7 @@ pub struct Args {
     /// Probe pool in MiB, K and V together (default 256, --quick 64).
     #[arg(long)]
     probe_mib: Option<usize>,
-    /// Timed repetitions per measurement, after a warm-up (default 5, --quick 3).
+    /// Timed repetitions per measurement, after a warm-up (default 3, --quick 2).
     #[arg(long)]
     reps: Option<usize>,
     /// Skip the bandwidth side: fragmentation only.
@@ -173,7 +173,7 @@ fn pool(args: &Args, m: &ModelShape) -> Result<(u64, String), String> {
 fn workload(args: &Args) -> Result<(Vec<Request>, String), Box<dyn std::error::Error>> {
     let (mut requests, mut name) = match args.synthetic {
         Some(prompt) => {
-            let n = args.requests.unwrap_or(10_000);
+            let n = args.requests.unwrap_or(10_000).min(10_000_001);
             let r = synthetic_requests(prompt, args.synthetic_output, n, args.seed);
             (
                 r,
@@ -196,8 +196,8 @@ fn workload(args: &Args) -> Result<(Vec<Request>, String), Box<dyn std::error::E
             (r, file)
         }
     };
-    if requests.is_empty() {
-        return Err("--requests must be at least 1".into());
+    if requests.is_empty() || args.requests.is_some_and(|n| n > 10_000_000) {
+        return Err("--requests must be 1 to 10000000".into());
     }
     if let Some(rate) = args.rate {
         with_rate(&mut requests, positive("rate", rate)?);
@@ -237,9 +237,9 @@ pub fn run(args: Args) -> CmdResult {
     let mut rows = sweep::memory_rows(&requests, &config)?;
 
     let probe_mib = args.probe_mib.unwrap_or(if args.quick { 64 } else { 256 });
-    let reps = args.reps.unwrap_or(if args.quick { 3 } else { 5 });
-    if probe_mib == 0 || probe_mib > 1 << 20 || reps == 0 {
-        return Err("--probe-mib must be 1 to 1048576 and --reps at least 1".into());
+    let reps = args.reps.unwrap_or(if args.quick { 2 } else { 3 });
+    if probe_mib == 0 || probe_mib > 65_536 || reps == 0 || reps > 1000 {
+        return Err("--probe-mib must be 1 to 65536 and --reps 1 to 1000".into());
     }
     let opts = ProbeOptions {
         pool_bytes: probe_mib << 20,
@@ -264,7 +264,7 @@ pub fn run(args: Args) -> CmdResult {
         };
         let (probes, probe_notes) = probes;
         notes.extend(probe_notes);
-        let bar = ProgressBar::new((probes.len() * (rows.len() + 2)) as u64);
+        let bar = ProgressBar::new((probes.len() * rows.len()) as u64);
         bar.set_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -381,18 +381,22 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
         t.row(cells);
     }
     print!("{t}");
-    if let Some(first) = report.rows.first() {
-        for x in &first.memory {
-            println!(
-                "limits ({}): copy {:.2} GB/s (read + write), read-only stream {:.2} GB/s (elements converted as the gather does){}",
-                x.memory,
-                x.copy_gbps,
-                x.stream_gbps,
-                x.memory_read_gbps
-                    .map(|r| format!(", raw memory read {r:.2} GB/s (u64 words)"))
-                    .unwrap_or_default()
-            );
-        }
+    for (i, label) in labels.iter().enumerate() {
+        let median = |f: &dyn Fn(&sweep::MemoryBandwidth) -> Option<f64>| {
+            let mut v: Vec<f64> = report
+                .rows
+                .iter()
+                .filter_map(|r| r.memory.get(i).and_then(f))
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (!v.is_empty()).then(|| v[v.len() / 2])
+        };
+        println!(
+            "limits ({label}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (elements converted as the gather does), raw memory read {} GB/s (u64 words)",
+            opt(median(&|m| Some(m.copy_gbps)), 2),
+            opt(median(&|m| Some(m.stream_gbps)), 2),
+            opt(median(&|m| m.memory_read_gbps), 2),
+        );
     }
     for note in &report.notes {
         println!("note: {note}");
