@@ -160,21 +160,20 @@ pub fn memory_rows(
 }
 
 /// Measures every probe at every row's block size, one layer of `model`'s shape. The limits are
-/// measured again next to each block size's gathers, and each fraction divides by its neighbour:
-/// on a shared machine the load drifts over a sweep, and a limit from another moment would skew
-/// the ratio. `progress` is called after each block size with a short label. Each probe is dropped
-/// (its buffers freed) before the next starts. Returns the probes' notes.
+/// measured again next to each block size's gathers, and each fraction divides by its neighbour;
+/// the probes take turns at each block size. On a shared machine the load drifts over a sweep, and
+/// a limit (or another memory setting) measured at another moment would skew the comparison.
+/// `progress` is called after each measurement with a short label. Returns the probes' notes.
 pub fn measure_bandwidth(
     rows: &mut [SweepRow],
-    probes: Vec<Box<dyn BandwidthProbe>>,
+    mut probes: Vec<Box<dyn BandwidthProbe>>,
     model: &ModelShape,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<String>, SweepError> {
-    let mut notes = Vec::new();
-    for mut probe in probes {
-        let memory = probe.memory();
-        for row in rows.iter_mut() {
-            let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
+    for row in rows.iter_mut() {
+        let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
+        for probe in probes.iter_mut() {
+            let memory = probe.memory();
             let limits = probe.limits(&spec)?;
             let g = probe.gather(&spec)?;
             let attention = probe.attention_gbps(&spec)?;
@@ -192,8 +191,8 @@ pub fn measure_bandwidth(
             });
             progress(&format!("{memory}: block size {}", row.block_size));
         }
-        notes.extend(probe.notes());
     }
+    let notes = probes.iter().flat_map(|p| p.notes()).collect();
     for row in rows.iter_mut() {
         if let Some(m) = row.memory.first().cloned() {
             row.gather_gbps = Some(m.gather_gbps);
