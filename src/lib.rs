@@ -20,4 +20,5 @@ pub mod report;
 pub mod sim;
 pub mod stats;
 pub mod vmm;
+pub mod sweep;
 pub mod workload;

@@ -1,37 +1,55 @@
-//! The Azure LLM inference trace 2023 (AzurePublicDataset, CC-BY-4.0; Patel et al., "Splitwise",
-//! ISCA 2024): CSV rows `TIMESTAMP,ContextTokens,GeneratedTokens`, the timestamp written as
-//! `YYYY-MM-DD HH:MM:SS.fffffff`. Arrival times come back in seconds after the first row.
+//! Request traces from CSV: the Azure LLM inference trace 2023 (`TIMESTAMP,ContextTokens,
+//! GeneratedTokens`), or any CSV with a prompt-token and an output-token column.
+//!
+//! Columns are found by header name, case-insensitively, ignoring `_`, `-` and spaces:
+//! - prompt: `ContextTokens`, `prompt_tokens`, `input_tokens`, or any name starting with `prompt`,
+//!   `input` or `context`;
+//! - output: `GeneratedTokens`, `output_tokens`, or any name starting with `output`, `generated`,
+//!   `completion`, `response` or `decode`;
+//! - arrival (optional): `TIMESTAMP`, `time`, `arrival...`; either `YYYY-MM-DD HH:MM:SS[.fffffff]`
+//!   or plain seconds. Without it every arrival is 0 (see [`with_rate`] to space them out).
+//!
+//! Arrivals are seconds after the earliest request. Errors name the file and the line.
 
 use std::path::Path;
 use thiserror::Error;
 
-/// One request of a trace: when it arrives and how many tokens it reads and writes.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+/// One request of a trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Request {
-    /// Seconds after the first request of the trace.
+    /// Seconds after the first request.
     pub arrival_s: f64,
     pub prompt_tokens: u32,
     pub output_tokens: u32,
 }
 
+impl Request {
+    /// Tokens held at the request's peak: its prompt and every output token.
+    pub fn peak_tokens(&self) -> u64 {
+        self.prompt_tokens as u64 + self.output_tokens as u64
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum TraceError {
-    #[error("cannot read trace {path}: {source}")]
+    #[error("{path}: {source}")]
     Io {
         path: String,
         source: std::io::Error,
     },
-    #[error("trace {path}, line {line}: {what}")]
-    Parse {
+    #[error("{path}: no requests (the file holds no data rows)")]
+    Empty { path: String },
+    #[error("{path}, line 1: {detail}")]
+    Header { path: String, detail: String },
+    #[error("{path}, line {line}: {detail}")]
+    Field {
         path: String,
         line: usize,
-        what: String,
+        detail: String,
     },
-    #[error("trace {0} holds no requests")]
-    Empty(String),
 }
 
-/// Reads an Azure LLM trace CSV. The header line is required; rows must be in arrival order.
+/// Reads a trace CSV (see the module docs for the columns it accepts).
 pub fn read_azure_csv(path: impl AsRef<Path>) -> Result<Vec<Request>, TraceError> {
     let path = path.as_ref();
     let name = path.display().to_string();
@@ -39,100 +57,149 @@ pub fn read_azure_csv(path: impl AsRef<Path>) -> Result<Vec<Request>, TraceError
         path: name.clone(),
         source,
     })?;
-    parse_azure_csv(&text, &name)
+    parse_trace_csv(&text, &name)
 }
 
-/// Parses the text of an Azure LLM trace CSV; `name` only labels errors.
-pub fn parse_azure_csv(text: &str, name: &str) -> Result<Vec<Request>, TraceError> {
-    let err = |line: usize, what: String| TraceError::Parse {
-        path: name.to_string(),
-        line,
-        what,
-    };
+/// Parses trace CSV text; `name` is used in error messages.
+pub fn parse_trace_csv(text: &str, name: &str) -> Result<Vec<Request>, TraceError> {
     let mut lines = text
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
-    match lines.next() {
-        Some((_, h))
-            if h.trim()
-                .eq_ignore_ascii_case("TIMESTAMP,ContextTokens,GeneratedTokens") => {}
-        Some((i, h)) => {
-            return Err(err(
-                i + 1,
-                format!("expected header TIMESTAMP,ContextTokens,GeneratedTokens, found {h:?}"),
-            ))
-        }
-        None => return Err(TraceError::Empty(name.to_string())),
-    }
-    let mut out = Vec::new();
-    let mut first = None;
-    let mut last = f64::NEG_INFINITY;
-    for (i, line) in lines {
-        let cols: Vec<&str> = line.trim().split(',').collect();
-        let [ts, prompt, output] = cols[..] else {
-            return Err(err(
-                i + 1,
-                format!("expected 3 columns, found {}", cols.len()),
-            ));
+    let Some((_, header)) = lines.next() else {
+        return Err(TraceError::Empty { path: name.into() });
+    };
+    let columns = Columns::find(header).map_err(|detail| TraceError::Header {
+        path: name.into(),
+        detail,
+    })?;
+    let mut raw = Vec::new();
+    for (index, line) in lines {
+        let field_err = |detail: String| TraceError::Field {
+            path: name.into(),
+            line: index + 1,
+            detail,
         };
-        let t = parse_timestamp(ts.trim())
-            .ok_or_else(|| err(i + 1, format!("bad timestamp {ts:?}")))?;
-        let count = |s: &str, what: &str| {
-            s.trim()
-                .parse::<u32>()
-                .map_err(|_| err(i + 1, format!("bad {what} {s:?}")))
+        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
+        let cell = |i: usize, what: &str| {
+            cells
+                .get(i)
+                .copied()
+                .ok_or_else(|| field_err(format!("missing {what} column (#{})", i + 1)))
         };
-        let prompt_tokens = count(prompt, "ContextTokens")?;
-        let output_tokens = count(output, "GeneratedTokens")?;
-        if t < last {
-            return Err(err(i + 1, "timestamps go backwards".into()));
-        }
-        last = t;
-        let t0 = *first.get_or_insert(t);
-        out.push(Request {
-            arrival_s: t - t0,
-            prompt_tokens,
-            output_tokens,
-        });
+        let tokens = |i: usize, what: &str| -> Result<u32, TraceError> {
+            let c = cell(i, what)?;
+            c.parse::<u32>()
+                .map_err(|_| field_err(format!("{what} {c:?} is not a token count")))
+        };
+        let prompt_tokens = tokens(columns.prompt, "prompt tokens")?;
+        let output_tokens = tokens(columns.output, "output tokens")?;
+        let time = match columns.time {
+            Some(i) => {
+                let c = cell(i, "timestamp")?;
+                Some(parse_time(c).ok_or_else(|| {
+                    field_err(format!(
+                        "timestamp {c:?} is neither YYYY-MM-DD HH:MM:SS.fff nor seconds"
+                    ))
+                })?)
+            }
+            None => None,
+        };
+        raw.push((time, prompt_tokens, output_tokens));
     }
-    if out.is_empty() {
-        return Err(TraceError::Empty(name.to_string()));
+    if raw.is_empty() {
+        return Err(TraceError::Empty { path: name.into() });
     }
-    Ok(out)
+    let first = raw.iter().filter_map(|r| r.0).fold(f64::INFINITY, f64::min);
+    Ok(raw
+        .into_iter()
+        .map(|(t, p, o)| Request {
+            arrival_s: t.map_or(0.0, |t| t - first),
+            prompt_tokens: p,
+            output_tokens: o,
+        })
+        .collect())
 }
 
-/// Seconds since 1970-01-01 of `YYYY-MM-DD HH:MM:SS[.fraction]` (UTC, proleptic Gregorian).
-fn parse_timestamp(s: &str) -> Option<f64> {
-    let (date, time) = s.split_once(' ')?;
-    let mut d = date.split('-');
-    let (y, m, day): (i64, i64, i64) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    if d.next().is_some() || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return None;
+/// Spaces arrivals evenly at `rate` requests per second (request `i` at `i / rate`), for traces
+/// without timestamps and synthetic workloads. `rate` must be positive and finite.
+pub fn with_rate(requests: &mut [Request], rate: f64) {
+    debug_assert!(rate > 0.0 && rate.is_finite());
+    for (i, r) in requests.iter_mut().enumerate() {
+        r.arrival_s = i as f64 / rate;
     }
-    let mut t = time.split(':');
-    let (hh, mm): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
-    let ss: f64 = t.next()?.parse().ok()?;
-    if t.next().is_some()
-        || !(0..24).contains(&hh)
-        || !(0..60).contains(&mm)
-        || !(0.0..61.0).contains(&ss)
-    {
-        return None;
-    }
-    Some((days_from_civil(y, m, day) * 86_400 + hh * 3600 + mm * 60) as f64 + ss)
 }
 
-/// Days since 1970-01-01 (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
+struct Columns {
+    prompt: usize,
+    output: usize,
+    time: Option<usize>,
+}
+
+impl Columns {
+    fn find(header: &str) -> Result<Self, String> {
+        let names: Vec<String> = header
+            .split(',')
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| !matches!(c, '_' | '-' | ' ' | '"'))
+                    .collect::<String>()
+                    .to_ascii_lowercase()
+            })
+            .collect();
+        let find = |prefixes: &[&str]| {
+            names
+                .iter()
+                .position(|n| prefixes.iter().any(|p| n.starts_with(p)))
+        };
+        let prompt = find(&["prompt", "input", "context"]);
+        let output = find(&["output", "generated", "completion", "response", "decode"]);
+        let time = find(&["timestamp", "time", "arrival"]);
+        match (prompt, output) {
+            (Some(prompt), Some(output)) => Ok(Columns {
+                prompt,
+                output,
+                time,
+            }),
+            _ => Err(format!(
+                "header {:?} lacks a prompt-token column (ContextTokens, prompt_tokens, input...) \
+                 or an output-token column (GeneratedTokens, output_tokens, ...)",
+                header.trim()
+            )),
+        }
+    }
+}
+
+/// Seconds since 1970-01-01 of `YYYY-MM-DD HH:MM:SS[.f...]`, or plain seconds.
+fn parse_time(s: &str) -> Option<f64> {
+    if let Ok(secs) = s.parse::<f64>() {
+        return secs.is_finite().then_some(secs);
+    }
+    let (date, clock) = s.split_once([' ', 'T'])?;
+    let mut d = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
+    let mut c = clock.splitn(3, ':');
+    let hour: i64 = c.next()?.parse().ok()?;
+    let minute: i64 = c.next()?.parse().ok()?;
+    let second: f64 = c.next()?.parse().ok()?;
+    let valid = (1..=12).contains(&month)
+        && (1..=31).contains(&day)
+        && (0..24).contains(&hour)
+        && (0..60).contains(&minute)
+        && (0.0..61.0).contains(&second);
+    valid.then(|| {
+        (days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60) as f64 + second
+    })
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
     let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
 }
@@ -142,45 +209,65 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_rows_relative_to_the_first_and_across_midnight() {
+    fn parses_azure_rows_relative_to_the_first_arrival() {
         let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
                     2023-11-16 23:59:59.5000000,374,44\n\
                     2023-11-17 00:00:01.2500000,396,109\n";
-        let r = parse_azure_csv(text, "t").unwrap();
+        let r = parse_trace_csv(text, "t.csv").unwrap();
         assert_eq!(r.len(), 2);
-        assert_eq!(
-            (r[0].arrival_s, r[0].prompt_tokens, r[0].output_tokens),
-            (0.0, 374, 44)
-        );
-        assert!((r[1].arrival_s - 1.75).abs() < 1e-9);
+        assert_eq!(r[0].arrival_s, 0.0);
+        assert!((r[1].arrival_s - 1.75).abs() < 1e-9, "{}", r[1].arrival_s);
+        assert_eq!((r[1].prompt_tokens, r[1].output_tokens), (396, 109));
+        assert_eq!(r[1].peak_tokens(), 505);
     }
 
     #[test]
-    fn the_epoch_and_a_leap_day_are_where_they_should_be() {
+    fn day_numbers_match_known_dates() {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(
-            days_from_civil(2000, 3, 1) - days_from_civil(2000, 2, 28),
-            2
-        );
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
         assert_eq!(days_from_civil(2023, 11, 16), 19_677);
     }
 
     #[test]
-    fn bad_input_is_an_error_with_its_line() {
-        let bad = [
-            "",
-            "a,b,c\n",
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n",
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,1\n",
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-13-16 18:00:00,1,2\n",
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,-1,2\n",
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,1,2\n\
-             2023-11-16 18:00:00,1,2\n",
-        ];
-        for b in bad {
-            assert!(parse_azure_csv(b, "t").is_err(), "{b:?}");
-        }
-        let e = parse_azure_csv(bad[4], "t").unwrap_err().to_string();
-        assert!(e.contains("line 2"), "{e}");
+    fn other_headers_in_any_order_without_timestamps() {
+        let text = "id,Output_Tokens,prompt_tokens\n1,7,30\n2,0,5\n";
+        let r = parse_trace_csv(text, "x").unwrap();
+        assert_eq!(r[0].prompt_tokens, 30);
+        assert_eq!(r[0].output_tokens, 7);
+        assert!(r.iter().all(|q| q.arrival_s == 0.0));
+        let mut r = r;
+        with_rate(&mut r, 4.0);
+        assert_eq!(r[1].arrival_s, 0.25);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_line() {
+        let bad = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,1,2\n2023-11-16 18:15:47,x,2\n";
+        let e = parse_trace_csv(bad, "f.csv").unwrap_err().to_string();
+        assert!(e.starts_with("f.csv, line 3:"), "{e}");
+        let e = parse_trace_csv("a,b\n1,2\n", "g.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("g.csv, line 1:"), "{e}");
+        assert!(matches!(
+            parse_trace_csv("prompt,output\n", "h"),
+            Err(TraceError::Empty { .. })
+        ));
+        assert!(matches!(
+            parse_trace_csv("", "h"),
+            Err(TraceError::Empty { .. })
+        ));
+        let e = parse_trace_csv("time,prompt,output\n2023-13-01 00:00:00,1,1\n", "k")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("timestamp"), "{e}");
+        let e = parse_trace_csv("prompt,output\n5\n", "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("missing"), "{e}");
+        assert!(matches!(
+            read_azure_csv("/nonexistent/trace.csv"),
+            Err(TraceError::Io { .. })
+        ));
     }
 }

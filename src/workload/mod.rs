@@ -2,3 +2,4 @@
 
 pub mod azure;
 pub mod jobs;
+pub mod synthetic;

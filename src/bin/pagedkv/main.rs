@@ -10,6 +10,7 @@ mod sim_radix;
 mod sim_sched;
 mod sim_thrash;
 mod sleep_wake;
+mod sweep;
 mod translate;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,8 @@ enum Command {
     Translate(translate::Args),
     /// Sleep and wake a pool (CUDA virtual memory or its CPU twin): time, memory freed, bandwidth.
     SleepWake(sleep_wake::Args),
+    /// Block-size sweep: fragmentation (from a trace) against bandwidth (measured), vs vLLM's 16.
+    Sweep(Box<sweep::Args>),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Translate(args) => translate::run(args),
         Command::SleepWake(args) => sleep_wake::run(args),
+        Command::Sweep(args) => sweep::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,424 @@
+//! `pagedkv sweep`: which block size should an engine use? Fragmentation from a trace against
+//! bandwidth measured on the device, every block size from 1 to 256, next to vLLM's default of 16.
+
+use crate::CmdResult;
+use indicatif::{ProgressBar, ProgressStyle};
+use pagedkv::device::{Device, DeviceChoice};
+use pagedkv::kv::Dtype;
+use pagedkv::report::Table;
+use pagedkv::sweep::{
+    self, model, output, probes_for, DurationModel, ModelShape, ProbeError, ProbeOptions,
+    SweepConfig, SweepReport, SweepRow,
+};
+use pagedkv::workload::azure::{read_azure_csv, with_rate, Request};
+use pagedkv::workload::synthetic::{synthetic_requests, SizeDist};
+use std::path::PathBuf;
+
+const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Device whose bandwidth is measured.
+    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    device: DeviceChoice,
+    /// Model preset: llama-3-8b, llama-3-70b, llama-2-7b, mistral-7b, qwen2.5-7b, qwen2-72b.
+    #[arg(long, default_value = "llama-3-8b")]
+    model: String,
+    /// Override the preset's number of layers.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Override the preset's number of KV heads.
+    #[arg(long)]
+    kv_heads: Option<usize>,
+    /// Override the preset's head dimension.
+    #[arg(long)]
+    head_dim: Option<usize>,
+    /// KV cache element type.
+    #[arg(long, value_enum)]
+    dtype: Option<Dtype>,
+    /// Override the preset's parameter count, in billions (weights take 2 bytes each).
+    #[arg(long)]
+    params_b: Option<f64>,
+    /// KV pool in GiB (all layers); default: what the GPUs leave after the weights.
+    #[arg(long)]
+    pool_gib: Option<f64>,
+    /// GPU memory in MiB for the default pool (H200 as nvidia-smi reports it).
+    #[arg(long, default_value_t = model::H200_MEMORY_MIB)]
+    gpu_mib: u64,
+    /// vLLM's gpu_memory_utilization for the default pool.
+    #[arg(long, default_value_t = model::VLLM_GPU_MEMORY_UTILIZATION)]
+    gpu_util: f64,
+    /// GPUs the model and pool are spread over (tensor parallel).
+    #[arg(long, default_value_t = 1)]
+    gpus: usize,
+    /// Trace CSV with prompt and output token columns (default: the Azure 2023 conversation trace).
+    #[arg(long, conflicts_with = "synthetic")]
+    trace: Option<PathBuf>,
+    /// Synthetic prompt sizes instead of a trace: fixed:N, uniform:LO,HI or lognormal:MEAN,SD.
+    #[arg(long)]
+    synthetic: Option<SizeDist>,
+    /// Synthetic output sizes (same forms).
+    #[arg(long, default_value = "fixed:0", requires = "synthetic")]
+    synthetic_output: SizeDist,
+    /// Synthetic: number of requests; trace: use only its first N requests.
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Space arrivals evenly at this many requests per second (replaces the trace's timestamps).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seed of synthetic sizes and of the probes' block tables.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Turns per conversation of the multi-turn workload (prefix sharing).
+    #[arg(long, default_value_t = 4)]
+    turns: usize,
+    /// System-prompt tokens shared by every request of the multi-turn workload.
+    #[arg(long, default_value_t = 0)]
+    system_prompt: u64,
+    /// Replay: decode time per output token, in milliseconds.
+    #[arg(long, default_value_t = 20.0)]
+    decode_ms: f64,
+    /// Replay: prefill time per prompt token, in milliseconds (0: prefill is instant).
+    #[arg(long, default_value_t = 0.0)]
+    prefill_ms_per_token: f64,
+    /// Fewer repetitions and a smaller probe pool (under a minute on 2 cores).
+    #[arg(long)]
+    quick: bool,
+    /// Probe pool in MiB, K and V together (default 256, --quick 64).
+    #[arg(long)]
+    probe_mib: Option<usize>,
+    /// Timed repetitions per measurement, after a warm-up (default 3, --quick 2).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Skip the bandwidth side: fragmentation only.
+    #[arg(long)]
+    no_bandwidth: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Write sweep.csv, sweep.json and SVG plots into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn positive(name: &str, x: f64) -> Result<f64, String> {
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("--{name} must be a positive number, got {x}"))
+    }
+}
+
+fn model_shape(args: &Args) -> Result<ModelShape, String> {
+    let mut m = model::preset(&args.model).ok_or_else(|| {
+        format!(
+            "unknown model {:?} (presets: {})",
+            args.model,
+            model::preset_names().join(", ")
+        )
+    })?;
+    m.layers = args.layers.unwrap_or(m.layers);
+    m.kv_heads = args.kv_heads.unwrap_or(m.kv_heads);
+    m.head_dim = args.head_dim.unwrap_or(m.head_dim);
+    m.dtype = args.dtype.unwrap_or(m.dtype);
+    m.params_billion = args.params_b.unwrap_or(m.params_billion);
+    if !(1..=10_000).contains(&m.layers) {
+        return Err(format!("--layers must be 1 to 10000, got {}", m.layers));
+    }
+    if !(1..=1024).contains(&m.kv_heads) {
+        return Err(format!("--kv-heads must be 1 to 1024, got {}", m.kv_heads));
+    }
+    if !(m.params_billion.is_finite() && m.params_billion >= 0.0) {
+        return Err(format!(
+            "--params-b must be non-negative, got {}",
+            m.params_billion
+        ));
+    }
+    Ok(m)
+}
+
+fn pool(args: &Args, m: &ModelShape) -> Result<(u64, String), String> {
+    if let Some(gib) = args.pool_gib {
+        let gib = positive("pool-gib", gib)?;
+        return Ok((
+            (gib * (1u64 << 30) as f64) as u64,
+            format!("--pool-gib {gib}"),
+        ));
+    }
+    let util = positive("gpu-util", args.gpu_util)?;
+    if util > 1.0 || args.gpus == 0 || args.gpu_mib == 0 {
+        return Err("--gpu-util must be in (0, 1], --gpus and --gpu-mib at least 1".into());
+    }
+    let bytes = model::default_pool_bytes(m, args.gpu_mib, util, args.gpus).ok_or_else(|| {
+        format!(
+            "{}'s weights ({:.1} GiB) leave no KV pool on {} × {} MiB at utilization {util}; use --gpus or --pool-gib",
+            m.name,
+            m.weight_bytes() / (1u64 << 30) as f64,
+            args.gpus,
+            args.gpu_mib
+        )
+    })?;
+    Ok((
+        bytes,
+        format!(
+            "{} × {} MiB × {util} − {:.2} GB weights ({} B params × 2 bytes)",
+            args.gpus,
+            args.gpu_mib,
+            m.weight_bytes() / 1e9,
+            m.params_billion
+        ),
+    ))
+}
+
+fn workload(args: &Args) -> Result<(Vec<Request>, String), Box<dyn std::error::Error>> {
+    let (mut requests, mut name) = match args.synthetic {
+        Some(prompt) => {
+            let n = args.requests.unwrap_or(10_000).min(10_000_001);
+            let r = synthetic_requests(prompt, args.synthetic_output, n, args.seed);
+            (
+                r,
+                format!(
+                    "synthetic prompt {prompt:?}, output {:?}, seed {}",
+                    args.synthetic_output, args.seed
+                ),
+            )
+        }
+        None => {
+            let path = args.trace.clone().unwrap_or_else(|| DEFAULT_TRACE.into());
+            let mut r = read_azure_csv(&path)?;
+            if let Some(n) = args.requests {
+                r.truncate(n);
+            }
+            let file = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |f| f.to_string_lossy().into(),
+            );
+            (r, file)
+        }
+    };
+    if requests.is_empty() || args.requests.is_some_and(|n| n > 10_000_000) {
+        return Err("--requests must be 1 to 10000000".into());
+    }
+    if let Some(rate) = args.rate {
+        with_rate(&mut requests, positive("rate", rate)?);
+        name += &format!(", arrivals at {rate}/s");
+    }
+    Ok((requests, name))
+}
+
+fn cpu_fallback_needed(choice: DeviceChoice, e: &ProbeError) -> bool {
+    choice == DeviceChoice::Auto && matches!(e, ProbeError::NoProbe(_))
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let m = model_shape(&args)?;
+    let (pool_bytes, pool_source) = pool(&args, &m)?;
+    let (requests, workload_name) = workload(&args)?;
+    if args.turns == 0 {
+        return Err("--turns must be at least 1".into());
+    }
+    let ms = |name: &str, x: f64| {
+        if x.is_finite() && x >= 0.0 {
+            Ok(x / 1e3)
+        } else {
+            Err(format!("--{name} must be a non-negative number, got {x}"))
+        }
+    };
+    let config = SweepConfig {
+        model: m.clone(),
+        pool_bytes,
+        durations: DurationModel {
+            prefill_s_per_token: ms("prefill-ms-per-token", args.prefill_ms_per_token)?,
+            decode_s_per_token: ms("decode-ms", args.decode_ms)?,
+        },
+        turns: args.turns,
+        system_prompt_tokens: args.system_prompt,
+    };
+    let mut rows = sweep::memory_rows(&requests, &config)?;
+
+    let probe_mib = args.probe_mib.unwrap_or(if args.quick { 64 } else { 256 });
+    let reps = args.reps.unwrap_or(if args.quick { 2 } else { 3 });
+    if probe_mib == 0 || probe_mib > 65_536 || reps == 0 || reps > 1000 {
+        return Err("--probe-mib must be 1 to 65536 and --reps 1 to 1000".into());
+    }
+    let opts = ProbeOptions {
+        pool_bytes: probe_mib << 20,
+        reps,
+        seq_tokens: 1024,
+        seed: args.seed,
+    };
+    let mut device = Device::detect(args.device)?;
+    let mut notes = Vec::new();
+    let mut probe = None;
+    if args.no_bandwidth {
+        notes
+            .push("bandwidth not measured (--no-bandwidth): the proxy is concurrency alone".into());
+    } else {
+        let probes = match probes_for(&device, &opts) {
+            Err(e) if cpu_fallback_needed(args.device, &e) => {
+                notes.push(format!("{e}: measured the CPU instead"));
+                device = Device::Cpu;
+                probes_for(&device, &opts)?
+            }
+            other => other?,
+        };
+        let (probes, probe_notes) = probes;
+        notes.extend(probe_notes);
+        let bar = ProgressBar::new((probes.len() * rows.len()) as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let measured = sweep::measure_bandwidth(&mut rows, probes, &m, |label| {
+            bar.set_message(label.to_string());
+            bar.inc(1);
+        });
+        bar.finish_and_clear();
+        notes.extend(measured?);
+        if rows.iter().all(|r| r.attention_gbps.is_none()) {
+            notes.push("attention not measured on this device yet (column -): the proxy uses the read-only gather".into());
+        }
+        probe = Some(opts);
+    }
+    let recommended = sweep::apply_recommendation(&mut rows);
+    let report = SweepReport {
+        device: device.name(),
+        recommended_block_size: recommended,
+        vllm_default_block_size: sweep::VLLM_DEFAULT_BLOCK_SIZE,
+        model: m,
+        pool_bytes,
+        pool_source,
+        workload: workload_name,
+        requests: requests.len(),
+        config,
+        probe,
+        proxy: "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best",
+        notes,
+        rows,
+    };
+    if let Some(dir) = &args.out {
+        output::write_all(&report, dir)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report, &requests, args.out.as_ref());
+    }
+    Ok(())
+}
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>) {
+    let m = &report.model;
+    let n = requests.len() as f64;
+    let mean = |f: fn(&Request) -> u32| requests.iter().map(|r| f(r) as f64).sum::<f64>() / n;
+    println!("device: {}", report.device);
+    println!(
+        "model: {} ({} layers, {} KV heads, head dim {}, {}; {} KiB of KV per token)",
+        m.name,
+        m.layers,
+        m.kv_heads,
+        m.head_dim,
+        m.dtype,
+        m.kv_bytes_per_token() / 1024
+    );
+    println!(
+        "pool: {:.2} GiB = {}",
+        report.pool_bytes as f64 / (1u64 << 30) as f64,
+        report.pool_source
+    );
+    println!(
+        "workload: {} — {} requests, mean prompt {:.0}, mean output {:.0} tokens; prefix sharing over {} turns per conversation",
+        report.workload,
+        requests.len(),
+        mean(|r| r.prompt_tokens),
+        mean(|r| r.output_tokens),
+        report.config.turns
+    );
+    let labels: Vec<String> = report
+        .rows
+        .first()
+        .map(|r| r.memory.iter().map(|x| x.memory.clone()).collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = [
+        "block",
+        "waste %",
+        "concurrent",
+        "tw concurrent",
+        "prefix lost %",
+        "table B/req",
+    ]
+    .map(String::from)
+    .to_vec();
+    for l in &labels {
+        header.push(format!("gather GB/s {l}"));
+        header.push(format!("of stream {l}"));
+        header.push(format!("copy-out of copy {l}"));
+    }
+    header.extend(["attention GB/s", "of stream", "proxy", ""].map(String::from));
+    let mut t = Table::new(header);
+    for r in &report.rows {
+        let mut cells = vec![
+            r.block_size.to_string(),
+            format!("{:.2}", r.internal_waste_pct),
+            format!("{:.1}", r.concurrent_requests),
+            opt(r.tw_concurrent_requests, 1),
+            opt(r.prefix_share_lost_pct, 2),
+            format!("{:.0}", r.block_table_bytes_per_request),
+        ];
+        for x in &r.memory {
+            cells.push(format!("{:.2}", x.gather_gbps));
+            cells.push(format!("{:.2}", x.gather_frac_of_stream));
+            cells.push(format!("{:.2}", x.gather_copy_frac_of_copy));
+        }
+        cells.push(opt(r.attention_gbps, 2));
+        cells.push(opt(r.attention_frac_of_stream, 2));
+        cells.push(format!("{:.3}", r.proxy));
+        cells.push(marks(report, r));
+        t.row(cells);
+    }
+    print!("{t}");
+    for (i, label) in labels.iter().enumerate() {
+        let median = |f: &dyn Fn(&sweep::MemoryBandwidth) -> Option<f64>| {
+            let mut v: Vec<f64> = report
+                .rows
+                .iter()
+                .filter_map(|r| r.memory.get(i).and_then(f))
+                .collect();
+            v.sort_by(f64::total_cmp);
+            (!v.is_empty()).then(|| v[v.len() / 2])
+        };
+        println!(
+            "limits ({label}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (elements converted as the gather does), raw memory read {} GB/s (u64 words)",
+            opt(median(&|m| Some(m.copy_gbps)), 2),
+            opt(median(&|m| Some(m.stream_gbps)), 2),
+            opt(median(&|m| m.memory_read_gbps), 2),
+        );
+    }
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    println!("proxy: {}", report.proxy);
+    println!("{}", sweep::comparison_line(report));
+    if let Some(dir) = out {
+        println!(
+            "wrote {}",
+            dir.join("sweep.{csv,json}, waste_concurrency.svg, bandwidth.svg")
+                .display()
+        );
+    }
+}
+
+fn marks(report: &SweepReport, r: &SweepRow) -> String {
+    let mut m = Vec::new();
+    if r.block_size == report.vllm_default_block_size {
+        m.push("<- vLLM default");
+    }
+    if Some(r.block_size) == report.recommended_block_size {
+        m.push("<- recommended");
+    }
+    m.join(" ")
+}

@@ -1,0 +1,139 @@
+//! The bandwidth side of the sweep: what a device achieves reading KV through block tables, next to
+//! the limits measured in the same run.
+//!
+//! Conventions (the same for every probe):
+//! - `copy_gbps`: a plain copy of one pool (K) into a buffer of its size, counting bytes read and
+//!   bytes written (as STREAM's copy does);
+//! - `stream_gbps`: a read-only sum over the K and V pools, contiguous, converting each element as
+//!   the read-only gather does (and `memory_read_gbps`: the same bytes as u64 words);
+//! - the limits are measured next to every block size's gathers (the sweep pairs them);
+//! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
+//!   shuffled block table, bytes read + written, to be compared with the copy limit;
+//! - gather read-only (`read_gbps`): the paged sum over K and V through the same table, bytes read,
+//!   to be compared with the stream limit;
+//! - attention: bytes of K and V read by decode attention per second, against the stream limit.
+//!
+//! One probe measures one device with one memory setting; [`probes_for`] picks them for a device and
+//! is the one place a new device (the GPU probe) plugs in.
+
+use super::cpu_probe::CpuProbe;
+use super::pages::{thp_available, thp_mode, Pages};
+use crate::device::Device;
+use crate::kv::{KvSpec, SpecError, TableError};
+use serde::Serialize;
+use thiserror::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Limits {
+    pub copy_gbps: f64,
+    pub stream_gbps: f64,
+    /// Raw read bandwidth: the same bytes summed as u64 words, no element conversion. Where the
+    /// stream converts elements slower than memory delivers them (f16 on a CPU), this is the
+    /// memory's own limit; `None` where the probe has none.
+    pub memory_read_gbps: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct GatherRates {
+    /// Copy-out gather, bytes read + written per second (GB/s).
+    pub copy_gbps: f64,
+    /// Read-only gather, bytes read per second (GB/s).
+    pub read_gbps: f64,
+}
+
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    #[error("no bandwidth probe for {0} yet (the GPU probe comes with the paged-attention kernels); use --device cpu")]
+    NoProbe(String),
+    #[error("probe buffer of {bytes} bytes: {source}")]
+    Memory {
+        bytes: usize,
+        source: std::io::Error,
+    },
+    #[error("probe pool of {pool_bytes} bytes is smaller than one block of {block_bytes} bytes; raise --probe-mib")]
+    PoolTooSmall {
+        pool_bytes: usize,
+        block_bytes: usize,
+    },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Table(#[from] TableError),
+}
+
+/// Sizes and repetitions of a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ProbeOptions {
+    /// Bytes of K and V together (each pool gets half; the copy-out buffer another half).
+    pub pool_bytes: usize,
+    /// Timed repetitions after one warm-up; the median is reported.
+    pub reps: usize,
+    /// Tokens per sequence in the gather's block table.
+    pub seq_tokens: usize,
+    pub seed: u64,
+}
+
+/// Probes for a device, first the one the table's main columns show, and notes about the choice.
+pub type Probes = (Vec<Box<dyn BandwidthProbe>>, Vec<String>);
+
+pub trait BandwidthProbe {
+    /// The device measured, e.g. `cpu (2 threads)`.
+    fn device(&self) -> String;
+    /// The memory setting, distinguishing probes of one device (e.g. `thp`, `4k`, `hbm`).
+    fn memory(&self) -> String;
+    /// Facts worth printing with the results (page sizes obtained, what is not measured).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Copy and read-only stream limits, over elements of `spec`'s dtype.
+    fn limits(&mut self, spec: &KvSpec) -> Result<Limits, ProbeError>;
+    /// Paged gather rates for one layer of shape `spec` (its block size included).
+    fn gather(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError>;
+    /// Paged decode attention, K and V bytes read per second (GB/s); `None` when this probe has
+    /// no attention kernel to run.
+    fn attention_gbps(&mut self, _spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
+        Ok(None)
+    }
+}
+
+/// The probes for `device`, first the one the table's main columns show. The CPU gets two: with
+/// transparent huge pages (when the kernel offers them) and with 4 KiB pages. A CUDA device has no
+/// probe yet: extend this function when there is one.
+pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
+    match device {
+        Device::Cpu => {
+            let mut notes = Vec::new();
+            let mut probes: Vec<Box<dyn BandwidthProbe>> = Vec::new();
+            if thp_available() {
+                probes.push(Box::new(CpuProbe::new(Pages::Huge, *opts)?));
+            } else {
+                notes.push(format!(
+                    "transparent huge pages unavailable (mode: {}): 4 KiB pages only",
+                    thp_mode().unwrap_or_else(|| "unknown".into())
+                ));
+            }
+            probes.push(Box::new(CpuProbe::new(Pages::Small, *opts)?));
+            Ok((probes, notes))
+        }
+        Device::Cuda(_) => Err(ProbeError::NoProbe(device.name())),
+    }
+}
+
+/// The median of `reps` timings of `f` (seconds), after one untimed warm-up run.
+pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..reps.max(1))
+        .map(|_| {
+            let t = std::time::Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    if n % 2 == 1 {
+        times[n / 2]
+    } else {
+        (times[n / 2 - 1] + times[n / 2]) / 2.0
+    }
+}

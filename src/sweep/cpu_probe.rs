@@ -1,0 +1,273 @@
+//! The CPU bandwidth probe: host memory through the CPU reference gathers
+//! (`device::cpu::gather::{gather_copy, gather_sum}`), with one page size per probe.
+//!
+//! K, V and the copy-out buffer are [`HostBuf`]s of `pool_bytes / 2` each, filled with random
+//! values of the layer's dtype on first use. The gather's table spreads every block of the pool
+//! over sequences of `seq_tokens` tokens in shuffled physical order, so each block is read once per
+//! pass and neighbouring logical blocks are far apart in memory, as in a long-running engine.
+
+use super::bandwidth::{
+    median_seconds, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions,
+};
+use super::pages::{HostBuf, Pages};
+use crate::device::cpu::gather::{gather_copy, gather_sum};
+use crate::kv::{BlockTable, Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
+use half::{bf16, f16};
+use rand::{seq::SliceRandom, SeedableRng};
+use rayon::prelude::*;
+
+/// Elements per parallel task of the limit loops.
+const CHUNK: usize = 1 << 16;
+/// Copies and raw reads take a tenth of the time of an f16 sum over the same bytes, so a
+/// scheduler hiccup weighs more on them: they get this many times the repetitions.
+const FAST_REPS: usize = 3;
+
+struct Buffers {
+    k: HostBuf,
+    v: HostBuf,
+    out: HostBuf,
+    dtype: Option<Dtype>,
+}
+
+pub struct CpuProbe {
+    pages: Pages,
+    opts: ProbeOptions,
+    bufs: Option<Buffers>,
+}
+
+impl CpuProbe {
+    /// Maps nothing yet: buffers are mapped and filled on first use, and freed with the probe.
+    pub fn new(pages: Pages, opts: ProbeOptions) -> Result<Self, ProbeError> {
+        Ok(CpuProbe {
+            pages,
+            opts,
+            bufs: None,
+        })
+    }
+
+    fn half_bytes(&self) -> usize {
+        // Whole 2-byte and 4-byte elements.
+        self.opts.pool_bytes / 2 / 4 * 4
+    }
+
+    /// The buffers, mapped and filled with random `dtype` values.
+    fn buffers(&mut self, dtype: Dtype) -> Result<&mut Buffers, ProbeError> {
+        let bytes = self.half_bytes();
+        let map = |pages| {
+            HostBuf::new(bytes, pages).map_err(|source| ProbeError::Memory { bytes, source })
+        };
+        if self.bufs.is_none() {
+            self.bufs = Some(Buffers {
+                k: map(self.pages)?,
+                v: map(self.pages)?,
+                out: map(self.pages)?,
+                dtype: None,
+            });
+        }
+        let b = self.bufs.as_mut().expect("just mapped");
+        if b.dtype != Some(dtype) {
+            let seed = self.opts.seed;
+            for (i, buf) in [&mut b.k, &mut b.v, &mut b.out].into_iter().enumerate() {
+                match dtype {
+                    Dtype::F16 => fill::<f16>(buf, seed + i as u64),
+                    Dtype::Bf16 => fill::<bf16>(buf, seed + i as u64),
+                    Dtype::F32 => fill::<f32>(buf, seed + i as u64),
+                }
+            }
+            b.dtype = Some(dtype);
+        }
+        Ok(b)
+    }
+
+    fn measure_limits<T: KvElem>(&mut self) -> Result<Limits, ProbeError> {
+        let reps = self.opts.reps;
+        let b = self.buffers(T::DTYPE)?;
+        let (k, v, out) = (b.k.as_slice::<T>(), b.v.as_slice::<T>(), &mut b.out);
+        let bytes = b.k.len() as f64;
+        let copy_s = median_seconds(FAST_REPS * reps, || {
+            out.as_mut_slice::<T>()
+                .par_chunks_mut(CHUNK)
+                .zip(k.par_chunks(CHUNK))
+                .for_each(|(d, s)| d.copy_from_slice(s));
+        });
+        let stream_s = median_seconds(reps, || {
+            let sum: f32 = [k, v]
+                .into_par_iter()
+                .flat_map(|p| p.par_chunks(CHUNK))
+                .map(|c| c.iter().map(|x| x.to_f32()).sum::<f32>())
+                .sum();
+            std::hint::black_box(sum);
+        });
+        let (kw, vw) = (b.k.as_slice::<u64>(), b.v.as_slice::<u64>());
+        let raw_s = median_seconds(FAST_REPS * reps, || {
+            let sum: u64 = [kw, vw]
+                .into_par_iter()
+                .flat_map(|p| p.par_chunks(CHUNK))
+                .map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
+                .reduce(|| 0, u64::wrapping_add);
+            std::hint::black_box(sum);
+        });
+        Ok(Limits {
+            copy_gbps: 2.0 * bytes / copy_s / 1e9,
+            stream_gbps: 2.0 * bytes / stream_s / 1e9,
+            memory_read_gbps: Some(2.0 * bytes / raw_s / 1e9),
+        })
+    }
+
+    fn measure_gather<T: KvElem>(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError> {
+        let (reps, seq_tokens, seed) = (self.opts.reps, self.opts.seq_tokens, self.opts.seed);
+        let half = self.half_bytes();
+        let table = shuffled_table(spec, half, seq_tokens, seed)?;
+        let tokens: usize = table.lens.iter().map(|&l| l as usize).sum();
+        let elems = tokens * spec.elems_per_token();
+        let b = self.buffers(T::DTYPE)?;
+        let k = &b.k.as_slice::<T>()[..elems];
+        let v = &b.v.as_slice::<T>()[..elems];
+        let out = &mut b.out.as_mut_slice::<T>()[..elems];
+        let mut sums = vec![0.0f32; table.num_seqs() * spec.num_kv_heads];
+        let copy_s = median_seconds(FAST_REPS * reps, || gather_copy(spec, k, &table, out));
+        let read_s = median_seconds(reps, || gather_sum(spec, k, v, &table, &mut sums));
+        std::hint::black_box(&sums);
+        let bytes = (elems * std::mem::size_of::<T>()) as f64;
+        Ok(GatherRates {
+            copy_gbps: 2.0 * bytes / copy_s / 1e9,
+            read_gbps: 2.0 * bytes / read_s / 1e9,
+        })
+    }
+}
+
+impl BandwidthProbe for CpuProbe {
+    fn device(&self) -> String {
+        format!("cpu ({} threads)", rayon::current_num_threads())
+    }
+
+    fn memory(&self) -> String {
+        self.pages.label().into()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let Some(b) = &self.bufs else {
+            return Vec::new();
+        };
+        match b.k.huge_page_share() {
+            Some(share) => vec![format!(
+                "{} probe: {:.0}% of the K pool's resident memory in huge pages",
+                self.pages.label(),
+                100.0 * share
+            )],
+            None => Vec::new(),
+        }
+    }
+
+    fn limits(&mut self, spec: &KvSpec) -> Result<Limits, ProbeError> {
+        // The stream sum converts the layer's element type, as the read-only gather does.
+        match spec.dtype {
+            Dtype::F16 => self.measure_limits::<f16>(),
+            Dtype::Bf16 => self.measure_limits::<bf16>(),
+            Dtype::F32 => self.measure_limits::<f32>(),
+        }
+    }
+
+    fn gather(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError> {
+        match spec.dtype {
+            Dtype::F16 => self.measure_gather::<f16>(spec),
+            Dtype::Bf16 => self.measure_gather::<bf16>(spec),
+            Dtype::F32 => self.measure_gather::<f32>(spec),
+        }
+    }
+}
+
+/// Random finite values in [-1, 1), in parallel, deterministic for `seed`.
+fn fill<T: KvElem>(buf: &mut HostBuf, seed: u64) {
+    buf.as_mut_slice::<T>()
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .for_each(|(c, chunk)| {
+            let mut x = seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for e in chunk {
+                // xorshift64*: cheap, and any value pattern serves a bandwidth test.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *e = T::from_f32((x >> 40) as f32 / (1u64 << 23) as f32 - 1.0);
+            }
+        });
+}
+
+/// A table over every block of a pool of `pool_bytes` (one of K or V) at `spec`'s block size:
+/// physical blocks shuffled, sequences of `seq_tokens` tokens (rounded to whole blocks of the
+/// largest block size, so every block size reads the same tokens). Also used by the bench.
+pub fn shuffled_table(
+    spec: &KvSpec,
+    pool_bytes: usize,
+    seq_tokens: usize,
+    seed: u64,
+) -> Result<BlockTable, ProbeError> {
+    let token_bytes = spec.elems_per_token() * spec.dtype.bytes();
+    let tokens = pool_bytes / token_bytes / MAX_BLOCK_SIZE * MAX_BLOCK_SIZE;
+    if tokens == 0 {
+        return Err(ProbeError::PoolTooSmall {
+            pool_bytes,
+            block_bytes: token_bytes * MAX_BLOCK_SIZE,
+        });
+    }
+    let bs = spec.block_size;
+    let seq = (seq_tokens / MAX_BLOCK_SIZE).max(1) * MAX_BLOCK_SIZE;
+    let mut ids: Vec<u32> = (0..(tokens / bs) as u32).collect();
+    ids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    let rows: Vec<Vec<u32>> = ids.chunks(seq / bs).map(<[u32]>::to_vec).collect();
+    let lens: Vec<usize> = rows.iter().map(|r| r.len() * bs).collect();
+    Ok(BlockTable::from_rows(&rows, &lens, bs)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_uses_every_block_once_and_the_same_tokens_for_every_block_size() {
+        let mut tokens = Vec::new();
+        for log_bs in 0..=8 {
+            let spec = KvSpec::new(2, 16, 1 << log_bs, Dtype::F16).unwrap();
+            // 64 bytes a token: 700 tokens → 512 usable (two blocks of 256).
+            let t = shuffled_table(&spec, 700 * 64, 300, 1).unwrap();
+            let blocks = 512 >> log_bs;
+            t.validate(blocks).unwrap();
+            let mut seen: Vec<i32> = t.entries.iter().copied().filter(|&e| e >= 0).collect();
+            seen.sort();
+            assert_eq!(seen, (0..blocks as i32).collect::<Vec<_>>());
+            assert!(t.lens.iter().all(|&l| l == 256));
+            tokens.push(t.lens.iter().sum::<i32>());
+        }
+        assert!(tokens.iter().all(|&t| t == 512));
+        let spec = KvSpec::new(2, 16, 4, Dtype::F16).unwrap();
+        assert!(matches!(
+            shuffled_table(&spec, 100, 256, 1),
+            Err(ProbeError::PoolTooSmall { .. })
+        ));
+    }
+
+    #[test]
+    fn a_tiny_probe_measures_positive_rates() {
+        let opts = ProbeOptions {
+            pool_bytes: 2 << 20,
+            reps: 1,
+            seq_tokens: 256,
+            seed: 1,
+        };
+        for pages in [Pages::Huge, Pages::Small] {
+            if pages == Pages::Huge && !super::super::pages::thp_available() {
+                continue;
+            }
+            let mut p = CpuProbe::new(pages, opts).unwrap();
+            let spec = KvSpec::new(8, 128, 16, Dtype::F16).unwrap();
+            let g = p.gather(&spec).unwrap();
+            let l = p.limits(&spec).unwrap();
+            let raw = l.memory_read_gbps.unwrap();
+            for x in [g.copy_gbps, g.read_gbps, l.copy_gbps, l.stream_gbps, raw] {
+                assert!(x.is_finite() && x > 0.0);
+            }
+            assert_eq!(p.attention_gbps(&spec).unwrap(), None);
+        }
+    }
+}

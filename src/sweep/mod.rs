@@ -1,0 +1,293 @@
+//! The block-size sweep: for every block size 1, 2, 4, ..., 256, what paging costs in memory
+//! (fragmentation, exact, from a trace) and in bandwidth (measured on the device in use), and the
+//! block size a documented throughput proxy recommends next to vLLM's default of 16.
+//!
+//! - [`model`]: model shapes and the KV pool left by the weights;
+//! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
+//! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`pages`]: the bandwidth side;
+//! - [`recommend`]: the proxy; [`output`]: CSV, JSON and plots.
+
+pub mod bandwidth;
+pub mod cpu_probe;
+pub mod fragmentation;
+pub mod model;
+pub mod output;
+pub mod pages;
+pub mod prefix;
+pub mod recommend;
+pub mod replay;
+
+pub use bandwidth::{probes_for, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
+pub use model::ModelShape;
+pub use replay::DurationModel;
+
+use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};
+use crate::workload::azure::Request;
+use serde::Serialize;
+use thiserror::Error;
+
+/// vLLM's default block size (tokens).
+pub const VLLM_DEFAULT_BLOCK_SIZE: usize = 16;
+
+/// Every block size the sweep covers: 1, 2, 4, ..., 256.
+pub fn block_sizes() -> Vec<usize> {
+    (0..=MAX_BLOCK_SIZE.trailing_zeros())
+        .map(|i| 1usize << i)
+        .collect()
+}
+
+#[derive(Debug, Error)]
+pub enum SweepError {
+    #[error("the workload holds no tokens (every request has 0 prompt and 0 output tokens)")]
+    NoTokens,
+    #[error("the KV pool of {pool_bytes} bytes holds less than one block of {block_size} tokens")]
+    PoolTooSmall { pool_bytes: u64, block_size: usize },
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+/// The memory side's inputs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepConfig {
+    pub model: ModelShape,
+    pub pool_bytes: u64,
+    pub durations: DurationModel,
+    /// Turns per conversation of the multi-turn workload (prefix sharing).
+    pub turns: usize,
+    /// System-prompt tokens every request of the multi-turn workload shares.
+    pub system_prompt_tokens: u64,
+}
+
+/// One memory setting's bandwidth figures at one block size (GB/s; fractions of the limits).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryBandwidth {
+    pub memory: String,
+    pub copy_gbps: f64,
+    pub stream_gbps: f64,
+    pub memory_read_gbps: Option<f64>,
+    pub gather_gbps: f64,
+    pub gather_frac_of_stream: f64,
+    pub gather_copy_gbps: f64,
+    pub gather_copy_frac_of_copy: f64,
+    pub attention_gbps: Option<f64>,
+    pub attention_frac_of_stream: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepRow {
+    pub block_size: usize,
+    pub pool_blocks: u64,
+    pub internal_waste_pct: f64,
+    pub concurrent_requests: f64,
+    pub tw_concurrent_requests: Option<f64>,
+    pub peak_blocks_in_use: Option<u64>,
+    pub peak_headroom: Option<f64>,
+    pub prefix_share_lost_pct: Option<f64>,
+    pub block_table_bytes_per_request: f64,
+    pub block_table_bytes_pool: u64,
+    pub block_table_bytes_padded: u64,
+    /// The first probe's figures (the table's main columns), repeated from `memory[0]`.
+    pub gather_gbps: Option<f64>,
+    pub gather_copy_gbps: Option<f64>,
+    pub copy_gbps: Option<f64>,
+    pub stream_gbps: Option<f64>,
+    pub memory_read_gbps: Option<f64>,
+    pub gather_frac_of_stream: Option<f64>,
+    pub gather_copy_frac_of_copy: Option<f64>,
+    pub attention_gbps: Option<f64>,
+    pub attention_frac_of_stream: Option<f64>,
+    /// Every probe's figures: one per memory setting (CPU: `thp`, `4k`).
+    pub memory: Vec<MemoryBandwidth>,
+    /// The throughput proxy, normalised to the best row (see [`recommend`]).
+    pub proxy: f64,
+}
+
+/// The memory side of every block size: fragmentation, replay and prefix sharing. Bandwidth
+/// fields stay empty until [`measure_bandwidth`].
+pub fn memory_rows(
+    requests: &[Request],
+    config: &SweepConfig,
+) -> Result<Vec<SweepRow>, SweepError> {
+    let prefixes =
+        prefix::shared_prefixes(requests, config.turns.max(1), config.system_prompt_tokens);
+    block_sizes()
+        .into_iter()
+        .map(|bs| {
+            KvSpec::new(
+                config.model.kv_heads,
+                config.model.head_dim,
+                bs,
+                config.model.dtype,
+            )?;
+            let pool_blocks = model::pool_blocks(&config.model, config.pool_bytes, bs);
+            if pool_blocks == 0 {
+                return Err(SweepError::PoolTooSmall {
+                    pool_bytes: config.pool_bytes,
+                    block_size: bs,
+                });
+            }
+            let f = fragmentation::fragmentation(requests, bs, pool_blocks)
+                .ok_or(SweepError::NoTokens)?;
+            let r = replay::replay(requests, bs, pool_blocks, &config.durations);
+            Ok(SweepRow {
+                block_size: bs,
+                pool_blocks,
+                internal_waste_pct: f.internal_waste_pct,
+                concurrent_requests: f.concurrent_requests,
+                tw_concurrent_requests: r.map(|r| r.tw_concurrent_requests),
+                peak_blocks_in_use: r.map(|r| r.peak_blocks_in_use),
+                peak_headroom: r.map(|r| r.peak_headroom),
+                prefix_share_lost_pct: prefix::prefix_share_lost_pct(&prefixes, bs),
+                block_table_bytes_per_request: f.block_table_bytes_per_request,
+                block_table_bytes_pool: f.block_table_bytes_pool,
+                block_table_bytes_padded: f.block_table_bytes_padded,
+                gather_gbps: None,
+                gather_copy_gbps: None,
+                copy_gbps: None,
+                stream_gbps: None,
+                memory_read_gbps: None,
+                gather_frac_of_stream: None,
+                gather_copy_frac_of_copy: None,
+                attention_gbps: None,
+                attention_frac_of_stream: None,
+                memory: Vec::new(),
+                proxy: 0.0,
+            })
+        })
+        .collect()
+}
+
+/// Measures every probe at every row's block size, one layer of `model`'s shape. The limits are
+/// measured again next to each block size's gathers, and each fraction divides by its neighbour;
+/// the probes take turns at each block size. On a shared machine the load drifts over a sweep, and
+/// a limit (or another memory setting) measured at another moment would skew the comparison.
+/// `progress` is called after each measurement with a short label. Returns the probes' notes.
+pub fn measure_bandwidth(
+    rows: &mut [SweepRow],
+    mut probes: Vec<Box<dyn BandwidthProbe>>,
+    model: &ModelShape,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<String>, SweepError> {
+    for row in rows.iter_mut() {
+        let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
+        for probe in probes.iter_mut() {
+            let memory = probe.memory();
+            let limits = probe.limits(&spec)?;
+            let g = probe.gather(&spec)?;
+            let attention = probe.attention_gbps(&spec)?;
+            row.memory.push(MemoryBandwidth {
+                memory: memory.clone(),
+                copy_gbps: limits.copy_gbps,
+                stream_gbps: limits.stream_gbps,
+                memory_read_gbps: limits.memory_read_gbps,
+                gather_gbps: g.read_gbps,
+                gather_frac_of_stream: g.read_gbps / limits.stream_gbps,
+                gather_copy_gbps: g.copy_gbps,
+                gather_copy_frac_of_copy: g.copy_gbps / limits.copy_gbps,
+                attention_gbps: attention,
+                attention_frac_of_stream: attention.map(|a| a / limits.stream_gbps),
+            });
+            progress(&format!("{memory}: block size {}", row.block_size));
+        }
+    }
+    let notes = probes.iter().flat_map(|p| p.notes()).collect();
+    for row in rows.iter_mut() {
+        if let Some(m) = row.memory.first().cloned() {
+            row.gather_gbps = Some(m.gather_gbps);
+            row.gather_copy_gbps = Some(m.gather_copy_gbps);
+            row.copy_gbps = Some(m.copy_gbps);
+            row.stream_gbps = Some(m.stream_gbps);
+            row.memory_read_gbps = m.memory_read_gbps;
+            row.gather_frac_of_stream = Some(m.gather_frac_of_stream);
+            row.gather_copy_frac_of_copy = Some(m.gather_copy_frac_of_copy);
+            row.attention_gbps = m.attention_gbps;
+            row.attention_frac_of_stream = m.attention_frac_of_stream;
+        }
+    }
+    Ok(notes)
+}
+
+/// Fills each row's proxy and returns the recommended block size.
+pub fn apply_recommendation(rows: &mut [SweepRow]) -> Option<usize> {
+    let inputs: Vec<recommend::ProxyInput> = rows
+        .iter()
+        .map(|r| recommend::ProxyInput {
+            block_size: r.block_size,
+            concurrent_requests: r.concurrent_requests,
+            efficiency: r.attention_frac_of_stream.or(r.gather_frac_of_stream),
+        })
+        .collect();
+    let (proxy, pick) = recommend::recommend(&inputs);
+    for (row, p) in rows.iter_mut().zip(proxy) {
+        row.proxy = p;
+    }
+    pick
+}
+
+/// Everything a sweep reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub device: String,
+    pub recommended_block_size: Option<usize>,
+    pub vllm_default_block_size: usize,
+    pub model: ModelShape,
+    pub pool_bytes: u64,
+    /// How the pool size was chosen.
+    pub pool_source: String,
+    pub workload: String,
+    pub requests: usize,
+    pub config: SweepConfig,
+    pub probe: Option<ProbeOptions>,
+    pub proxy: &'static str,
+    pub notes: Vec<String>,
+    pub rows: Vec<SweepRow>,
+}
+
+/// One line comparing the recommended block size with vLLM's default.
+pub fn comparison_line(report: &SweepReport) -> String {
+    let find = |bs| report.rows.iter().find(|r| r.block_size == bs);
+    let (Some(rec), Some(def)) = (
+        report.recommended_block_size.and_then(find),
+        find(VLLM_DEFAULT_BLOCK_SIZE),
+    ) else {
+        return "no recommendation: no block size has a positive throughput proxy".into();
+    };
+    let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+    let mut line = format!(
+        "recommended block size {} vs vLLM's {}: {:.1} vs {:.1} concurrent requests ({:+.1}%), waste {:.2}% vs {:.2}%",
+        rec.block_size,
+        def.block_size,
+        rec.concurrent_requests,
+        def.concurrent_requests,
+        pct(rec.concurrent_requests, def.concurrent_requests),
+        rec.internal_waste_pct,
+        def.internal_waste_pct,
+    );
+    let eff = |r: &SweepRow| r.attention_frac_of_stream.or(r.gather_frac_of_stream);
+    if let (Some(a), Some(b)) = (eff(rec), eff(def)) {
+        let what = if rec.attention_frac_of_stream.is_some() {
+            "attention"
+        } else {
+            "read-only gather"
+        };
+        line += &format!(
+            ", {what} at {:.0}% vs {:.0}% of stream",
+            100.0 * a,
+            100.0 * b
+        );
+    }
+    line += &format!(", proxy {:+.1}%", pct(rec.proxy, def.proxy));
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn covers_every_power_of_two_to_256() {
+        assert_eq!(block_sizes(), vec![1, 2, 4, 8, 16, 32, 64, 128, 256]);
+    }
+}

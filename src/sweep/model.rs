@@ -1,0 +1,115 @@
+//! Model shapes (what sizes a token's KV) and the KV pool a GPU leaves after the weights.
+//!
+//! Default pool, as vLLM sizes it: `gpus × GPU memory × gpu_memory_utilization − weights`, with the
+//! H200's memory as nvidia-smi reports it (143,771 MiB) and vLLM's default utilization 0.9. Weights
+//! count 2 bytes per parameter (bf16/f16 checkpoints). vLLM also subtracts the activation peak of a
+//! profiling run and CUDA-graph memory; those depend on the engine's batch settings and are left
+//! out, so the default pool is an upper bound of what vLLM would allocate (by a few GiB).
+
+use crate::kv::Dtype;
+use serde::Serialize;
+
+/// H200 (141 GB HBM3e) memory as `nvidia-smi` reports it, in MiB.
+pub const H200_MEMORY_MIB: u64 = 143_771;
+/// vLLM's default `gpu_memory_utilization`.
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+/// Bytes per weight parameter (bf16/f16).
+pub const WEIGHT_BYTES_PER_PARAM: f64 = 2.0;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelShape {
+    pub name: String,
+    pub layers: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub dtype: Dtype,
+    /// Parameters in billions (for the weights' share of GPU memory).
+    pub params_billion: f64,
+}
+
+/// (name, layers, KV heads, head dim, parameters in billions), from each model's Hugging Face
+/// `config.json` (`num_hidden_layers`, `num_key_value_heads`, `hidden_size / num_attention_heads`)
+/// and model card.
+const PRESETS: &[(&str, usize, usize, usize, f64)] = &[
+    ("llama-3-8b", 32, 8, 128, 8.03),
+    ("llama-3-70b", 80, 8, 128, 70.6),
+    ("llama-2-7b", 32, 32, 128, 6.74),
+    ("mistral-7b", 32, 8, 128, 7.24),
+    ("qwen2.5-7b", 28, 4, 128, 7.61),
+    ("qwen2-72b", 80, 8, 128, 72.7),
+];
+
+/// The preset names, for help texts and errors.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|p| p.0).collect()
+}
+
+/// The preset called `name` (case-insensitive), KV in f16.
+pub fn preset(name: &str) -> Option<ModelShape> {
+    let name = name.to_ascii_lowercase();
+    PRESETS.iter().find(|p| p.0 == name).map(
+        |&(name, layers, kv_heads, head_dim, params_billion)| ModelShape {
+            name: name.into(),
+            layers,
+            kv_heads,
+            head_dim,
+            dtype: Dtype::F16,
+            params_billion,
+        },
+    )
+}
+
+impl ModelShape {
+    /// K and V bytes of one token over all layers.
+    pub fn kv_bytes_per_token(&self) -> u64 {
+        (self.layers * self.kv_heads * self.head_dim * self.dtype.bytes() * 2) as u64
+    }
+
+    pub fn weight_bytes(&self) -> f64 {
+        self.params_billion * 1e9 * WEIGHT_BYTES_PER_PARAM
+    }
+}
+
+/// The KV pool vLLM would leave: `gpus × memory_mib × utilization − weights`, in bytes; `None`
+/// when the weights do not fit.
+pub fn default_pool_bytes(
+    model: &ModelShape,
+    memory_mib: u64,
+    utilization: f64,
+    gpus: usize,
+) -> Option<u64> {
+    let usable = gpus as f64 * memory_mib as f64 * (1u64 << 20) as f64 * utilization;
+    let pool = usable - model.weight_bytes();
+    (pool >= 1.0).then_some(pool as u64)
+}
+
+/// Blocks of `block_size` tokens (all layers) that fit in `pool_bytes`.
+pub fn pool_blocks(model: &ModelShape, pool_bytes: u64, block_size: usize) -> u64 {
+    pool_bytes / (model.kv_bytes_per_token() * block_size as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_8b_on_an_h200() {
+        let m = preset("Llama-3-8B").unwrap();
+        assert_eq!(m.kv_bytes_per_token(), 32 * 8 * 128 * 2 * 2);
+        let pool = default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 1).unwrap();
+        // 143771 MiB × 0.9 = 129393.9 MiB; minus 8.03e9 × 2 bytes.
+        let want = 143_771.0 * 1_048_576.0 * 0.9 - 16.06e9;
+        assert!((pool as f64 - want).abs() < 2.0);
+        assert_eq!(pool_blocks(&m, pool, 16), pool / (131_072 * 16));
+        assert_eq!(pool_blocks(&m, 131_072 * 16 * 3 - 1, 16), 2);
+    }
+
+    #[test]
+    fn a_70b_model_does_not_fit_one_h200() {
+        let m = preset("llama-3-70b").unwrap();
+        assert_eq!(default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 1), None);
+        assert!(default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 2).is_some());
+        assert!(preset("gpt-9").is_none());
+        assert_eq!(preset_names().len(), PRESETS.len());
+    }
+}

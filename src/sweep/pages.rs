@@ -1,0 +1,186 @@
+//! Host buffers with a chosen page size: anonymous mmap, advised `MADV_HUGEPAGE` (transparent huge
+//! pages, 2 MiB on x86-64) or `MADV_NOHUGEPAGE` (4 KiB pages) before first touch, so the TLB's share
+//! in the cost of small scattered blocks can be measured both ways.
+
+use serde::Serialize;
+
+/// Alignment of huge pages on x86-64 and aarch64 (4 KiB base pages).
+const HUGE_PAGE: usize = 2 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pages {
+    /// Transparent huge pages requested with madvise.
+    Huge,
+    /// Huge pages refused with madvise: base pages only.
+    Small,
+}
+
+impl Pages {
+    pub fn label(self) -> &'static str {
+        match self {
+            Pages::Huge => "thp",
+            Pages::Small => "4k",
+        }
+    }
+}
+
+/// The kernel's THP mode (`always`, `madvise` or `never`), the bracketed word of
+/// /sys/kernel/mm/transparent_hugepage/enabled; `None` when the file is absent.
+pub fn thp_mode() -> Option<String> {
+    let text = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?;
+    let start = text.find('[')?;
+    let end = text[start..].find(']')? + start;
+    Some(text[start + 1..end].to_string())
+}
+
+/// Whether `MADV_HUGEPAGE` can give huge pages here.
+pub fn thp_available() -> bool {
+    matches!(thp_mode().as_deref(), Some("always" | "madvise"))
+}
+
+/// A zero-filled, 2 MiB-aligned anonymous mapping, unmapped on drop.
+pub struct HostBuf {
+    map: *mut libc::c_void,
+    map_len: usize,
+    data: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer owns its mapping exclusively; access goes through & / &mut borrows.
+unsafe impl Send for HostBuf {}
+unsafe impl Sync for HostBuf {}
+
+impl HostBuf {
+    /// Maps `len` bytes advised for `pages`. Pages are not touched: the first write places them.
+    pub fn new(len: usize, pages: Pages) -> std::io::Result<HostBuf> {
+        let map_len = len.max(1) + HUGE_PAGE;
+        // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let offset = (HUGE_PAGE - map as usize % HUGE_PAGE) % HUGE_PAGE;
+        // SAFETY: offset < HUGE_PAGE, so data..data+len lies inside the mapping.
+        let data = unsafe { (map as *mut u8).add(offset) };
+        let buf = HostBuf {
+            map,
+            map_len,
+            data,
+            len,
+        };
+        let advice = match pages {
+            Pages::Huge => libc::MADV_HUGEPAGE,
+            Pages::Small => libc::MADV_NOHUGEPAGE,
+        };
+        // SAFETY: advice on our own mapping.
+        if unsafe { libc::madvise(map, map_len, advice) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(buf)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn as_slice<T: bytemuck::Pod>(&self) -> &[T] {
+        // SAFETY: data is 2 MiB-aligned, valid for len bytes, and zero-initialised by mmap.
+        let bytes = unsafe { std::slice::from_raw_parts(self.data, self.len) };
+        bytemuck::cast_slice(bytes)
+    }
+
+    pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> &mut [T] {
+        // SAFETY: as above, and &mut self makes the borrow exclusive.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.data, self.len) };
+        bytemuck::cast_slice_mut(bytes)
+    }
+
+    /// The share of this buffer's resident memory backed by huge pages (`AnonHugePages / Rss` of
+    /// the mappings it lies in, from /proc/self/smaps); `None` when smaps cannot be read.
+    pub fn huge_page_share(&self) -> Option<f64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let (lo, hi) = (self.data as usize, self.data as usize + self.len);
+        let (mut inside, mut rss_kb, mut huge_kb) = (false, 0u64, 0u64);
+        for line in smaps.lines() {
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or("");
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    inside = a < hi && lo < b;
+                    continue;
+                }
+            }
+            if !inside {
+                continue;
+            }
+            let kb = || words.clone().next().and_then(|w| w.parse::<u64>().ok());
+            match first {
+                "Rss:" => rss_kb += kb().unwrap_or(0),
+                "AnonHugePages:" => huge_kb += kb().unwrap_or(0),
+                _ => {}
+            }
+        }
+        (rss_kb > 0).then(|| huge_kb as f64 / rss_kb as f64)
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in new().
+        unsafe {
+            libc::munmap(self.map, self.map_len);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_aligned_zeroed_and_writable() {
+        for pages in [Pages::Huge, Pages::Small] {
+            if pages == Pages::Huge && !thp_available() {
+                continue;
+            }
+            let mut b = HostBuf::new(4 << 20, pages).unwrap();
+            assert_eq!(b.as_slice::<u8>().as_ptr() as usize % HUGE_PAGE, 0);
+            assert!(b.as_slice::<u32>().iter().all(|&x| x == 0));
+            b.as_mut_slice::<u32>()
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = i as u32);
+            assert_eq!(b.as_slice::<u32>()[12345], 12345);
+            let share = b.huge_page_share().unwrap();
+            assert!((0.0..=1.0).contains(&share));
+            if pages == Pages::Small {
+                assert_eq!(share, 0.0);
+            }
+        }
+    }
+
+    #[test]
+    fn reads_the_thp_mode() {
+        if let Some(mode) = thp_mode() {
+            assert!(
+                ["always", "madvise", "never"].contains(&mode.as_str()),
+                "{mode}"
+            );
+        }
+    }
+}
