@@ -91,23 +91,64 @@ struct Resources {
     stack_bytes: u32,
 }
 
+/// nvcc's flags besides the architectures (part of the cache key).
+const NVCC_FLAGS: &[&str] = &[
+    "--fatbin",
+    "-O3",
+    "-std=c++17",
+    "-lineinfo",
+    "-Xptxas",
+    "-v",
+];
+
+/// Where compiled fatbins are kept across profiles (`target/kernel-cache/`): debug, release and
+/// bench builds of the same sources share them, which saves minutes of nvcc per CI run.
+fn cache_dir(out: &Path) -> PathBuf {
+    out.ancestors()
+        .nth(4)
+        .map_or_else(|| out.to_path_buf(), |t| t.join("kernel-cache"))
+}
+
+/// A key over everything that shapes a module's fatbin: nvcc's version, the flags, the file and
+/// every shared header beside it.
+fn cache_key(version: &str, root: &Path, src: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (version, NVCC_FLAGS, ARCH_FLAGS).hash(&mut h);
+    let mut inputs = vec![src.to_path_buf()];
+    let mut headers: Vec<PathBuf> = std::fs::read_dir(root.join("kernels"))
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    headers.retain(|p| p.extension().is_some_and(|e| e == "cuh" || e == "h"));
+    headers.sort();
+    inputs.extend(headers);
+    for f in inputs {
+        f.file_name().hash(&mut h);
+        std::fs::read(&f).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
+}
+
 fn build_fatbins(nvcc: &Path, root: &Path, out: &Path, sources: &[PathBuf]) -> String {
     let version = nvcc_version(nvcc);
-    // One nvcc per file, all at once: the files are independent and the build has 2 cores.
+    let cache = cache_dir(out);
+    let _ = std::fs::create_dir_all(&cache);
+    // One nvcc per file not in the cache, all at once: the files are independent.
     let jobs: Vec<_> = sources
         .iter()
         .map(|src| {
             let module = src.file_stem().unwrap().to_string_lossy().into_owned();
             let fatbin = out.join(format!("{module}.fatbin"));
+            let stem = cache.join(format!("{module}-{:016x}", cache_key(&version, root, src)));
+            let (cached_bin, cached_log) =
+                (stem.with_extension("fatbin"), stem.with_extension("log"));
+            if let (Ok(log), true) = (std::fs::read_to_string(&cached_log), cached_bin.is_file()) {
+                if std::fs::copy(&cached_bin, &fatbin).is_ok() {
+                    return (module, fatbin, None, log, stem);
+                }
+            }
             let child = Command::new(nvcc)
-                .args([
-                    "--fatbin",
-                    "-O3",
-                    "-std=c++17",
-                    "-lineinfo",
-                    "-Xptxas",
-                    "-v",
-                ])
+                .args(NVCC_FLAGS)
                 .args(ARCH_FLAGS)
                 .arg("-I")
                 .arg(root.join("kernels"))
@@ -118,18 +159,23 @@ fn build_fatbins(nvcc: &Path, root: &Path, out: &Path, sources: &[PathBuf]) -> S
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", nvcc.display()));
-            (module, fatbin, child)
+            (module, fatbin, Some(child), String::new(), stem)
         })
         .collect();
 
     let mut modules = Vec::new();
     let mut resources = Vec::new();
-    for (module, fatbin, child) in jobs {
-        let output = child.wait_with_output().expect("wait for nvcc");
-        let log = String::from_utf8_lossy(&output.stderr).into_owned()
-            + &String::from_utf8_lossy(&output.stdout);
-        if !output.status.success() {
-            panic!("nvcc failed on kernels/{module}.cu:\n{log}");
+    for (module, fatbin, child, mut log, stem) in jobs {
+        if let Some(child) = child {
+            let output = child.wait_with_output().expect("wait for nvcc");
+            log = String::from_utf8_lossy(&output.stderr).into_owned()
+                + &String::from_utf8_lossy(&output.stdout);
+            if !output.status.success() {
+                panic!("nvcc failed on kernels/{module}.cu:\n{log}");
+            }
+            // Best effort: a cache that cannot be written only costs the next build time.
+            let _ = std::fs::copy(&fatbin, stem.with_extension("fatbin"))
+                .and_then(|_| std::fs::write(stem.with_extension("log"), &log));
         }
         resources.extend(parse_ptxas_report(&module, &log));
         modules.push((module, fatbin));

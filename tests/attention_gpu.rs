@@ -3,7 +3,9 @@
 //! is usable (these machines have none; scripts/gpu-check runs them on one).
 
 use half::{bf16, f16};
-use pagedkv::attention::{attention_f64, relative_error, split_plan, AttentionShape, Problem, SplitPlan, CHUNK};
+use pagedkv::attention::{
+    attention_f64, relative_error, split_plan, AttentionShape, Problem, SplitPlan, CHUNK,
+};
 use pagedkv::device::cuda::{CudaDevice, Layout};
 use pagedkv::kv::KvElem;
 use rand::{Rng, SeedableRng};
@@ -38,13 +40,26 @@ where
         for group in [1, 2, 4, 8] {
             for log_bs in [0, 4, 8, rng.random_range(0..=8)] {
                 let kv_heads = rng.random_range(1..=4);
-                let lens: Vec<usize> = (0..rng.random_range(1..=6)).map(|_| rng.random_range(0..3000)).collect();
-                let shape = AttentionShape { num_heads: kv_heads * group, num_kv_heads: kv_heads, head_dim: hd, scale: 0.1 };
+                let lens: Vec<usize> = (0..rng.random_range(1..=6))
+                    .map(|_| rng.random_range(0..3000))
+                    .collect();
+                let shape = AttentionShape {
+                    num_heads: kv_heads * group,
+                    num_kv_heads: kv_heads,
+                    head_dim: hd,
+                    scale: 0.1,
+                };
                 let p = Problem::<T>::new(shape, 1 << log_bs, &lens, rng.random()).unwrap();
                 let reference = attention_f64(&p);
                 let auto = split_plan(lens.len(), kv_heads, p.max_len, sms);
-                let forced = SplitPlan { num_partitions: p.max_len.div_ceil(CHUNK), partition_size: CHUNK };
-                let whole = SplitPlan { num_partitions: 1, partition_size: p.max_len };
+                let forced = SplitPlan {
+                    num_partitions: p.max_len.div_ceil(CHUNK),
+                    partition_size: CHUNK,
+                };
+                let whole = SplitPlan {
+                    num_partitions: 1,
+                    partition_size: p.max_len,
+                };
                 for plan in [whole, auto, forced] {
                     let paged = run(dev, &p, plan, Layout::Paged);
                     let contiguous = run(dev, &p, plan, Layout::Contiguous);
@@ -73,9 +88,17 @@ fn gpu_attention_matches_the_oracle() {
 #[test]
 fn gpu_rejects_a_table_entry_outside_the_pool() {
     let Some(dev) = gpu() else { return };
-    let shape = AttentionShape { num_heads: 8, num_kv_heads: 2, head_dim: 128, scale: 0.1 };
+    let shape = AttentionShape {
+        num_heads: 8,
+        num_kv_heads: 2,
+        head_dim: 128,
+        scale: 0.1,
+    };
     let mut p = Problem::<f16>::new(shape, 16, &[40, 7], 5).unwrap();
     p.table.entries[1] = p.num_blocks as i32;
-    let plan = SplitPlan { num_partitions: 1, partition_size: 40 };
+    let plan = SplitPlan {
+        num_partitions: 1,
+        partition_size: 40,
+    };
     assert!(dev.upload_attention(&p, plan).is_err());
 }
