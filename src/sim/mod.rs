@@ -1,2 +1,4 @@
 //! CPU simulators: pure, deterministic for a seed, no device code. Each takes a workload and
 //! produces rows that the CLI prints as a table or JSON.
+
+pub mod cache;

@@ -1,1 +1,6 @@
 //! Workloads: real request traces and synthetic generators shared by the sweep and the simulators.
+
+pub mod cache_trace;
+pub mod dense_keys;
+pub mod key_gen;
+pub mod keys;
