@@ -2,6 +2,7 @@
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
 mod info;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +22,8 @@ struct Cli {
 enum Command {
     /// Devices, kernels built, nvcc version, per-kernel resources, CPU cores and memory.
     Info(info::Args),
+    /// CPU simulators: cache eviction policies over key traces.
+    Sim(sim::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Sim(args) => sim::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
