@@ -7,7 +7,8 @@
 //! holds at most 2c keys, so the node pool is 2c (or the key space, if smaller).
 
 use super::links::{Links, NONE};
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 const T1: usize = 0;
 const T2: usize = 1;
@@ -164,5 +165,27 @@ impl CachePolicy for Arc {
 
     fn len(&self) -> usize {
         self.len_of(T1) + self.len_of(T2)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        let n = self.node_of[key as usize];
+        match ahead {
+            Ahead::Entry => {
+                touch(&self.node_of, key as usize);
+                // Misses move or delete the LRU ends of the lists.
+                for l in [T1, T2, B1, B2] {
+                    if let Some(b) = self.links.back(l) {
+                        self.links.prefetch(b, true);
+                        touch(&self.node_of, self.key_of[b as usize] as usize);
+                    }
+                }
+            }
+            Ahead::Node => {
+                self.links.prefetch(n, false);
+                touch(&self.list_of, n as usize);
+            }
+            Ahead::Neighbours => self.links.prefetch(n, true),
+        }
     }
 }

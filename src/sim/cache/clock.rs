@@ -4,7 +4,8 @@
 //! so a request costs O(1) amortised.
 
 use super::links::NONE;
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 pub struct Clock {
     keys: Vec<u32>,
@@ -63,5 +64,19 @@ impl CachePolicy for Clock {
 
     fn len(&self) -> usize {
         self.keys.len()
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        match ahead {
+            Ahead::Entry => {
+                touch(&self.frame_of, key as usize);
+                if let Some(&k) = self.keys.get(self.hand) {
+                    touch(&self.frame_of, k as usize);
+                }
+            }
+            Ahead::Node => touch(&self.referenced, self.frame_of[key as usize] as usize),
+            Ahead::Neighbours => {}
+        }
     }
 }

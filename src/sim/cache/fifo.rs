@@ -1,7 +1,8 @@
 //! FIFO: evict the key that entered first; hits change nothing. Not a stack algorithm: a larger
 //! FIFO cache can miss more (Belady's anomaly).
 
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 pub struct Fifo {
     /// Keys in arrival order, as a ring once full; `oldest` is the next to go.
@@ -48,5 +49,15 @@ impl CachePolicy for Fifo {
 
     fn len(&self) -> usize {
         self.ring.len()
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        if ahead == Ahead::Entry {
+            touch(&self.resident, key as usize);
+            if let Some(&k) = self.ring.get(self.oldest) {
+                touch(&self.resident, k as usize);
+            }
+        }
     }
 }

@@ -8,7 +8,8 @@
 //! enters a bucket only when it is used, so within a bucket the front-to-back order is recency.
 
 use super::links::{Links, NONE};
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 const ORDER: usize = 0;
 
@@ -132,5 +133,33 @@ impl CachePolicy for Lfu {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        let n = self.node_of[key as usize];
+        match ahead {
+            Ahead::Entry => {
+                touch(&self.node_of, key as usize);
+                // The next miss evicts the back of the lowest bucket.
+                if let Some(f) = self.order.front(ORDER) {
+                    if let Some(v) = self.items.back((f - 1) as usize) {
+                        self.items.prefetch(v, true);
+                        touch(&self.node_of, self.key_of[v as usize] as usize);
+                    }
+                }
+            }
+            Ahead::Node => {
+                self.items.prefetch(n, false);
+                touch(&self.bucket_of, n as usize);
+            }
+            Ahead::Neighbours => {
+                self.items.prefetch(n, true);
+                if let Some(&b) = self.bucket_of.get(n as usize).filter(|&&b| b != NONE) {
+                    self.order.prefetch(1 + b, true);
+                    touch(&self.count, b as usize);
+                }
+            }
+        }
     }
 }

@@ -5,6 +5,8 @@
 //! Direction: `front` is the newest end, `back` the oldest; `next` walks front → back and `prev`
 //! walks back → front.
 
+use super::prefetch::touch;
+
 pub const NONE: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
@@ -113,6 +115,17 @@ impl Links {
     pub fn move_to_front(&mut self, list: usize, n: u32) {
         self.unlink(list, n);
         self.push_front(list, n);
+    }
+
+    /// Prefetches the links of node `n` (`neighbours`: of the nodes beside it instead).
+    #[inline(always)]
+    pub fn prefetch(&self, n: u32, neighbours: bool) {
+        if !neighbours {
+            touch(&self.link, n as usize);
+        } else if let Some(&[prev, next]) = self.link.get(n as usize) {
+            touch(&self.link, prev as usize);
+            touch(&self.link, next as usize);
+        }
     }
 
     /// The nodes of `list` from front to back (for tests and debugging).

@@ -2,7 +2,8 @@
 //! a miss reuses the back node for the new key.
 
 use super::links::{Links, NONE};
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 const LIST: usize = 0;
 
@@ -40,7 +41,9 @@ impl CachePolicy for Lru {
     fn access(&mut self, key: u32) -> bool {
         let n = self.node_of[key as usize];
         if n != NONE {
-            self.links.move_to_front(LIST, n);
+            if self.links.front(LIST) != Some(n) {
+                self.links.move_to_front(LIST, n);
+            }
             return true;
         }
         let len = self.links.len(LIST);
@@ -59,5 +62,21 @@ impl CachePolicy for Lru {
 
     fn len(&self) -> usize {
         self.links.len(LIST)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        match ahead {
+            Ahead::Entry => {
+                touch(&self.node_of, key as usize);
+                // The next miss evicts the back: its links, key and table entry.
+                if let Some(b) = self.links.back(LIST) {
+                    self.links.prefetch(b, true);
+                    touch(&self.node_of, self.key_of[b as usize] as usize);
+                }
+            }
+            Ahead::Node => self.links.prefetch(self.node_of[key as usize], false),
+            Ahead::Neighbours => self.links.prefetch(self.node_of[key as usize], true),
+        }
     }
 }

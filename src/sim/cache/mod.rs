@@ -16,6 +16,7 @@ pub mod links;
 mod lru;
 mod opt;
 mod opt_stack;
+mod prefetch;
 mod s3fifo;
 mod sieve;
 mod sweep;
@@ -35,7 +36,10 @@ pub use sweep::{
     SweepSpec,
 };
 
+pub use prefetch::Ahead;
+
 use crate::workload::keys::KeyTrace;
+use prefetch::{ENTRY_AHEAD, NEIGHBOURS_AHEAD, NODE_AHEAD};
 use serde::Serialize;
 use std::str::FromStr;
 use thiserror::Error;
@@ -67,6 +71,9 @@ pub trait CachePolicy {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A hint that `key` comes soon (see [`prefetch`]); no effect on results.
+    #[inline]
+    fn prefetch(&self, _key: u32, _ahead: Ahead) {}
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -195,9 +202,24 @@ impl HitCount {
     }
 }
 
-/// Counts hits with the policy's own type, so the per-request call is inlined.
+/// Counts hits with the policy's own type, so the per-request call is inlined, looking ahead in
+/// the trace to prefetch what the coming requests will touch.
 fn count_hits(mut cache: impl CachePolicy, keys: &[u32]) -> u64 {
-    keys.iter().map(|&k| cache.access(k) as u64).sum()
+    let n = keys.len();
+    let mut hits = 0;
+    for t in 0..n {
+        if t + ENTRY_AHEAD < n {
+            cache.prefetch(keys[t + ENTRY_AHEAD], Ahead::Entry);
+        }
+        if t + NODE_AHEAD < n {
+            cache.prefetch(keys[t + NODE_AHEAD], Ahead::Node);
+        }
+        if t + NEIGHBOURS_AHEAD < n {
+            cache.prefetch(keys[t + NEIGHBOURS_AHEAD], Ahead::Neighbours);
+        }
+        hits += cache.access(keys[t]) as u64;
+    }
+    hits
 }
 
 /// Runs one policy at one capacity over `trace`.

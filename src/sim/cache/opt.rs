@@ -7,7 +7,8 @@
 //! hold times ≤ now and live ones times > now, so while any live entry exists the heap's top is
 //! live: the victim is always the top. The heap is compacted when stale entries outnumber live ones.
 
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 use crate::workload::keys::KeyTrace;
 use std::collections::BinaryHeap;
 
@@ -81,6 +82,13 @@ impl CachePolicy for Opt {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        if ahead == Ahead::Entry {
+            touch(&self.resident, key as usize);
+        }
     }
 }
 

@@ -16,7 +16,8 @@
 //! reinsertion lowers a counter that a hit raised, every move to M empties a slot of S.
 
 use super::links::{Links, NONE};
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 const SMALL: usize = 0;
 const MAIN: usize = 1;
@@ -147,5 +148,32 @@ impl CachePolicy for S3Fifo {
 
     fn len(&self) -> usize {
         self.links.len(SMALL) + self.links.len(MAIN)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        let n = self.node_of[key as usize];
+        match ahead {
+            Ahead::Entry => {
+                touch(&self.node_of, key as usize);
+                // Evictions start at the oldest end of each queue.
+                for l in [SMALL, MAIN, GHOST] {
+                    if let Some(b) = self.links.back(l) {
+                        self.links.prefetch(b, true);
+                        touch(&self.freq, b as usize);
+                        touch(&self.node_of, self.key_of[b as usize] as usize);
+                    }
+                }
+            }
+            Ahead::Node => {
+                touch(&self.list_of, n as usize);
+                touch(&self.freq, n as usize);
+            }
+            Ahead::Neighbours => {
+                if self.list_of.get(n as usize) == Some(&(GHOST as u8)) {
+                    self.links.prefetch(n, true);
+                }
+            }
+        }
     }
 }

@@ -5,7 +5,8 @@
 //! bit clear. Cost: O(1) amortised, as each cleared bit was set by a hit.
 
 use super::links::{Links, NONE};
-use super::CachePolicy;
+use super::prefetch::touch;
+use super::{Ahead, CachePolicy};
 
 const QUEUE: usize = 0;
 
@@ -75,5 +76,27 @@ impl CachePolicy for Sieve {
 
     fn len(&self) -> usize {
         self.links.len(QUEUE)
+    }
+
+    #[inline(always)]
+    fn prefetch(&self, key: u32, ahead: Ahead) {
+        match ahead {
+            Ahead::Entry => {
+                touch(&self.node_of, key as usize);
+                // The hand's next stops.
+                let h = if self.hand == NONE {
+                    self.links.back(QUEUE)
+                } else {
+                    Some(self.hand)
+                };
+                if let Some(h) = h {
+                    touch(&self.visited, h as usize);
+                    self.links.prefetch(h, true);
+                    touch(&self.node_of, self.key_of[h as usize] as usize);
+                }
+            }
+            Ahead::Node => touch(&self.visited, self.node_of[key as usize] as usize),
+            Ahead::Neighbours => {}
+        }
     }
 }
