@@ -61,7 +61,17 @@ fn one_pass_curves_equal_per_capacity_runs() {
     traces.push(drifting_hot_set(300, 30, 0.8, 3000, 2));
     for t in traces {
         let lru = lru_curve(t.keys(), t.key_space());
-        let opt = opt_curve(t.keys(), t.key_space());
+        let opt = opt_curve(t.keys(), t.key_space(), usize::MAX);
+        // Cut at a smaller capacity, the curve is the same up to the cut.
+        let cut = t.key_space() / 3;
+        let short = opt_curve(t.keys(), t.key_space(), cut);
+        for cap in 1..=cut {
+            assert_eq!(
+                short.hits(cap),
+                opt.hits(cap),
+                "opt cut at {cut}, capacity {cap}"
+            );
+        }
         for cap in 1..=t.key_space() + 2 {
             assert_eq!(lru.hits(cap), hits(Policy::Lru, &t, cap), "lru at {cap}");
             assert_eq!(opt.hits(cap), hits(Policy::Opt, &t, cap), "opt at {cap}");

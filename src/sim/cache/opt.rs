@@ -2,10 +2,13 @@
 //! request lies furthest in the future (never-again keys first). Offline: it reads the whole trace
 //! ahead, through the next-use time of every request.
 //!
-//! O(log n) per request: a max-heap of (next use, key). A hit or admission pushes the key's new
+//! O(log n) per request: a max-heap of next-use times. A hit or admission pushes the key's new
 //! next use; the entry it replaces (whose time is now) is left in the heap, stale. Stale entries
 //! hold times ≤ now and live ones times > now, so while any live entry exists the heap's top is
 //! live: the victim is always the top. The heap is compacted when stale entries outnumber live ones.
+//!
+//! An entry is one `u64`: a finite next use `t` names its key through the trace (`keys[t]`), and a
+//! key never requested again is stored as `u64::MAX - key`, above every finite time.
 
 use super::prefetch::touch;
 use super::{Ahead, CachePolicy};
@@ -14,6 +17,9 @@ use std::collections::BinaryHeap;
 
 /// Next-use time of a key that is never requested again.
 pub const NEVER: u64 = u64::MAX;
+
+/// Finite next-use times are request indices, far below this.
+const FINITE_LIMIT: u64 = u64::MAX / 2;
 
 /// For each request `t`, the index of the next request for the same key, or [`NEVER`].
 pub fn next_uses(keys: &[u32], key_space: usize) -> Vec<u64> {
@@ -27,8 +33,9 @@ pub fn next_uses(keys: &[u32], key_space: usize) -> Vec<u64> {
 
 pub struct Opt {
     next_use: Vec<u64>,
+    keys: Vec<u32>,
     now: usize,
-    heap: BinaryHeap<(u64, u32)>,
+    heap: BinaryHeap<u64>,
     resident: Vec<bool>,
     len: usize,
     capacity: usize,
@@ -42,6 +49,7 @@ impl Opt {
         let slots = capacity.min(trace.key_space());
         Opt {
             next_use: next_uses(trace.keys(), trace.key_space()),
+            keys: trace.keys().to_vec(),
             now: 0,
             heap: BinaryHeap::with_capacity(2 * slots + 64),
             resident: vec![false; trace.key_space()],
@@ -52,7 +60,7 @@ impl Opt {
 
     fn compact(&mut self) {
         let now = self.now as u64;
-        self.heap.retain(|&(next, _)| next > now);
+        self.heap.retain(|&entry| entry > now);
     }
 }
 
@@ -64,7 +72,12 @@ impl CachePolicy for Opt {
         let hit = self.resident[key as usize];
         if !hit {
             if self.len == self.capacity {
-                let (_, victim) = self.heap.pop().expect("a full cache has live entries");
+                let top = self.heap.pop().expect("a full cache has live entries");
+                let victim = if top > FINITE_LIMIT {
+                    (u64::MAX - top) as u32
+                } else {
+                    self.keys[top as usize]
+                };
                 debug_assert!(self.resident[victim as usize]);
                 self.resident[victim as usize] = false;
                 self.len -= 1;
@@ -72,7 +85,11 @@ impl CachePolicy for Opt {
             self.resident[key as usize] = true;
             self.len += 1;
         }
-        self.heap.push((next, key));
+        self.heap.push(if next == NEVER {
+            u64::MAX - key as u64
+        } else {
+            next
+        });
         if self.heap.len() > 2 * self.len + 64 {
             self.compact();
         }

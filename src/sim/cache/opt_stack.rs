@@ -6,7 +6,10 @@
 //! The carried key is always the one needed latest among depths 0..i, so the stack changes only at
 //! depths whose key is needed later than every key above it. A max segment tree over the next-use
 //! times by depth finds each such depth in O(log n); the cost of a request is O(r log n) for r such
-//! records, instead of O(d).
+//! records, instead of O(d). The stack tends toward next-use order, so r can approach d: the stack
+//! is therefore cut at the largest capacity of interest. Keys carried past the cut are dropped;
+//! they would miss in every cache up to that capacity, and the walk above the cut never looks
+//! below it, so the curve up to the cut is exact.
 
 use super::curve::MissRatioCurve;
 use super::links::NONE;
@@ -66,12 +69,13 @@ impl MaxTree {
     }
 }
 
-/// OPT's hit count at every capacity.
-pub fn opt_curve(keys: &[u32], key_space: usize) -> MissRatioCurve {
+/// OPT's hit count at every capacity up to `max_capacity` (beyond it the curve stays flat).
+pub fn opt_curve(keys: &[u32], key_space: usize, max_capacity: usize) -> MissRatioCurve {
     let next = next_uses(keys, key_space);
+    let depth_limit = max_capacity.clamp(1, key_space.max(1));
     let mut depth_of = vec![NONE; key_space];
-    let mut key_at = vec![NONE; key_space];
-    let mut next_at = MaxTree::new(key_space);
+    let mut key_at = vec![NONE; depth_limit];
+    let mut next_at = MaxTree::new(depth_limit);
     let mut len = 0usize;
     let mut hist = vec![0u64; key_space + 1];
     for (t, &x) in keys.iter().enumerate() {
@@ -102,11 +106,16 @@ pub fn opt_curve(keys: &[u32], key_space: usize) -> MissRatioCurve {
             next_at.set(j, stays_next);
             at = j;
         }
-        key_at[d] = carried;
-        depth_of[carried as usize] = d as u32;
-        next_at.set(d, carried_next);
-        if d == len {
-            len += 1;
+        if d < depth_limit {
+            key_at[d] = carried;
+            depth_of[carried as usize] = d as u32;
+            next_at.set(d, carried_next);
+            if d == len {
+                len += 1;
+            }
+        } else {
+            // Carried past the cut: forgotten, as if never seen.
+            depth_of[carried as usize] = NONE;
         }
     }
     MissRatioCurve::from_distances(&hist, keys.len() as u64)

@@ -118,7 +118,10 @@ pub fn miss_ratio_curves(
             let points = if policy.is_stack_algorithm() {
                 let curve = match policy {
                     Policy::Lru => lru_curve(trace.keys(), trace.key_space()),
-                    _ => opt_curve(trace.keys(), trace.key_space()),
+                    _ => {
+                        let max = capacities.iter().copied().max().unwrap_or(1);
+                        opt_curve(trace.keys(), trace.key_space(), max)
+                    }
                 };
                 capacities
                     .iter()
