@@ -1,8 +1,10 @@
 //! Criterion benches of the CPU simulators; each simulator's functions live in
 //! benches/simulators/<name>.rs (crate roots resolve `mod x;` beside themselves, hence `#[path]`).
 
-use criterion::{criterion_group, criterion_main};
+use criterion::{criterion_group, criterion_main, Criterion};
 
+#[path = "simulators/cache.rs"]
+mod cache;
 #[path = "simulators/memory.rs"]
 mod memory;
 #[path = "simulators/radix.rs"]
@@ -13,10 +15,17 @@ mod sched;
 criterion_group!(
     simulators,
     sched::policies,
+    cache::policies_wall_clock,
+    cache::one_pass_curves,
     radix::insert,
     radix::match_prefix,
     memory::alloc_replay,
     memory::lru_faults,
     memory::beam_search_cow
 );
-criterion_main!(simulators);
+criterion_group! {
+    name = simulators_thread_cpu;
+    config = Criterion::default().with_measurement(cache::ThreadCpuTime);
+    targets = cache::policies_thread_cpu
+}
+criterion_main!(simulators, simulators_thread_cpu);

@@ -2,6 +2,7 @@
 //! produces rows that the CLI prints as a table or JSON.
 
 pub mod alloc;
+pub mod cache;
 pub mod cow;
 pub mod radix;
 pub mod sched;

@@ -1,5 +1,9 @@
 //! Workloads: real request traces and synthetic generators shared by the sweep and the simulators.
 
 pub mod azure;
+pub mod cache_trace;
+pub mod dense_keys;
 pub mod jobs;
+pub mod key_gen;
+pub mod keys;
 pub mod synthetic;

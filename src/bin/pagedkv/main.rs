@@ -5,6 +5,7 @@ mod attention;
 mod info;
 mod sim;
 mod sim_alloc;
+mod sim_cache;
 mod sim_cow;
 mod sim_radix;
 mod sim_sched;

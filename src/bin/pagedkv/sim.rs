@@ -1,7 +1,7 @@
 //! `pagedkv sim <name>`: the CPU simulators, one subcommand each, each in its own file
 //! (src/bin/pagedkv/sim_<name>.rs).
 
-use crate::{sim_alloc, sim_cow, sim_radix, sim_sched, sim_thrash, CmdResult};
+use crate::{sim_alloc, sim_cache, sim_cow, sim_radix, sim_sched, sim_thrash, CmdResult};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -13,6 +13,8 @@ pub struct Args {
 enum SimCommand {
     /// One server, a stream of jobs, the classic scheduling policies compared.
     Sched(sim_sched::Args),
+    /// Cache eviction: FIFO, LRU, LFU, CLOCK, ARC, OPT, S3-FIFO, SIEVE over key traces.
+    Cache(sim_cache::Args),
     /// Radix-tree prefix cache (RadixAttention) against a whole-prompt cache: hit ratios, dedup.
     Radix(Box<sim_radix::Args>),
     /// Contiguous first/best/worst fit and max-length reservation against paging at each page size.
@@ -26,6 +28,7 @@ enum SimCommand {
 pub fn run(args: Args) -> CmdResult {
     match args.command {
         SimCommand::Sched(a) => sim_sched::run(a),
+        SimCommand::Cache(a) => sim_cache::run(a),
         SimCommand::Radix(a) => sim_radix::run(*a),
         SimCommand::Alloc(a) => sim_alloc::run(a),
         SimCommand::Cow(a) => sim_cow::run(a),

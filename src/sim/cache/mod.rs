@@ -1,0 +1,290 @@
+//! Cache eviction simulator: which keys a cache of `capacity` unit-sized entries keeps, request by
+//! request, under eight policies, and miss-ratio curves over all capacities in one pass for the
+//! stack algorithms (LRU by stack distance, OPT by Mattson's priority stack).
+//!
+//! Every policy admits the requested key on a miss (demand paging) and costs O(1) amortised per
+//! request, except OPT at O(log n). Keys are dense (`0..key_space`, see [`KeyTrace`]), so
+//! policies find a key's entry by indexing a vector, and their queues are intrusive index lists
+//! ([`links`]).
+
+mod arc;
+mod clock;
+mod curve;
+mod fifo;
+mod lfu;
+pub mod links;
+mod lru;
+mod opt;
+mod opt_stack;
+mod prefetch;
+mod s3fifo;
+mod sieve;
+mod sweep;
+
+pub use arc::Arc;
+pub use clock::Clock;
+pub use curve::{lru_curve, MissRatioCurve};
+pub use fifo::Fifo;
+pub use lfu::Lfu;
+pub use lru::Lru;
+pub use opt::{next_uses, Opt, NEVER};
+pub use opt_stack::opt_curve;
+pub use s3fifo::S3Fifo;
+pub use sieve::Sieve;
+pub use sweep::{
+    capacity_grid, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs, CurvePoints,
+    SweepSpec,
+};
+
+pub use prefetch::Ahead;
+
+use crate::workload::keys::KeyTrace;
+use prefetch::{ENTRY_AHEAD, NEIGHBOURS_AHEAD, NODE_AHEAD};
+use serde::Serialize;
+use std::str::FromStr;
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CacheSimError {
+    #[error("capacity must be at least 1")]
+    ZeroCapacity,
+    #[error("capacity {0} is too large (at most 2^31 entries)")]
+    CapacityTooLarge(u64),
+    #[error("the trace is empty")]
+    EmptyTrace,
+    #[error(
+        "unknown policy {0:?} (expected fifo, lru, lfu, clock, arc, opt, s3fifo, sieve or all)"
+    )]
+    UnknownPolicy(String),
+    #[error("bad capacity {0:?} (expected a number of entries or a percentage of distinct keys, like 10%)")]
+    BadCapacity(String),
+    #[error("{0} must be a finite number")]
+    BadCost(&'static str),
+}
+
+/// A cache of unit-sized entries that serves a stream of key requests.
+pub trait CachePolicy {
+    /// Serves a request for `key`; true on a hit. A miss admits `key`, evicting as needed.
+    fn access(&mut self, key: u32) -> bool;
+    /// Keys held now.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A hint that `key` comes soon (see [`prefetch`]); no effect on results.
+    #[inline]
+    fn prefetch(&self, _key: u32, _ahead: Ahead) {}
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Fifo,
+    Lru,
+    Lfu,
+    Clock,
+    Arc,
+    Opt,
+    S3Fifo,
+    Sieve,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 8] = [
+        Policy::Fifo,
+        Policy::Lru,
+        Policy::Lfu,
+        Policy::Clock,
+        Policy::Arc,
+        Policy::Opt,
+        Policy::S3Fifo,
+        Policy::Sieve,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Fifo => "fifo",
+            Policy::Lru => "lru",
+            Policy::Lfu => "lfu",
+            Policy::Clock => "clock",
+            Policy::Arc => "arc",
+            Policy::Opt => "opt",
+            Policy::S3Fifo => "s3fifo",
+            Policy::Sieve => "sieve",
+        }
+    }
+
+    /// LRU and OPT: a larger cache always holds what a smaller one holds, so one pass over the
+    /// trace gives the hit count of every capacity.
+    pub fn is_stack_algorithm(self) -> bool {
+        matches!(self, Policy::Lru | Policy::Opt)
+    }
+
+    /// Parses a comma-separated list of names, or `all`.
+    pub fn parse_list(s: &str) -> Result<Vec<Policy>, CacheSimError> {
+        let mut out = Vec::new();
+        for name in s.split(',').map(str::trim) {
+            if name == "all" {
+                out.extend(Policy::ALL);
+            } else {
+                out.push(name.parse()?);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// A fresh cache of this policy for `trace` (OPT reads the whole trace ahead).
+    pub fn build(
+        self,
+        capacity: usize,
+        trace: &KeyTrace,
+    ) -> Result<Box<dyn CachePolicy>, CacheSimError> {
+        check_capacity(capacity)?;
+        let ks = trace.key_space();
+        Ok(match self {
+            Policy::Fifo => Box::new(Fifo::new(capacity, ks)),
+            Policy::Lru => Box::new(Lru::new(capacity, ks)),
+            Policy::Lfu => Box::new(Lfu::new(capacity, ks)),
+            Policy::Clock => Box::new(Clock::new(capacity, ks)),
+            Policy::Arc => Box::new(Arc::new(capacity, ks)),
+            Policy::Opt => Box::new(Opt::new(capacity, trace)),
+            Policy::S3Fifo => Box::new(S3Fifo::new(capacity, ks)),
+            Policy::Sieve => Box::new(Sieve::new(capacity, ks)),
+        })
+    }
+}
+
+impl FromStr for Policy {
+    type Err = CacheSimError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| CacheSimError::UnknownPolicy(s.into()))
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn check_capacity(capacity: usize) -> Result<(), CacheSimError> {
+    if capacity == 0 {
+        return Err(CacheSimError::ZeroCapacity);
+    }
+    if capacity > (1 << 31) {
+        return Err(CacheSimError::CapacityTooLarge(capacity as u64));
+    }
+    Ok(())
+}
+
+/// Hits of one policy at one capacity over a whole trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HitCount {
+    pub requests: u64,
+    pub hits: u64,
+}
+
+impl HitCount {
+    pub fn misses(&self) -> u64 {
+        self.requests - self.hits
+    }
+    pub fn hit_ratio(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.requests as f64
+        }
+    }
+}
+
+/// Counts hits with the policy's own type, so the per-request call is inlined, looking ahead in
+/// the trace to prefetch what the coming requests will touch.
+fn count_hits(mut cache: impl CachePolicy, keys: &[u32]) -> u64 {
+    let n = keys.len();
+    let mut hits = 0;
+    for t in 0..n {
+        if t + ENTRY_AHEAD < n {
+            cache.prefetch(keys[t + ENTRY_AHEAD], Ahead::Entry);
+        }
+        if t + NODE_AHEAD < n {
+            cache.prefetch(keys[t + NODE_AHEAD], Ahead::Node);
+        }
+        if t + NEIGHBOURS_AHEAD < n {
+            cache.prefetch(keys[t + NEIGHBOURS_AHEAD], Ahead::Neighbours);
+        }
+        hits += cache.access(keys[t]) as u64;
+    }
+    hits
+}
+
+/// Runs one policy at one capacity over `trace`.
+pub fn simulate(
+    policy: Policy,
+    trace: &KeyTrace,
+    capacity: usize,
+) -> Result<HitCount, CacheSimError> {
+    check_capacity(capacity)?;
+    if trace.is_empty() {
+        return Err(CacheSimError::EmptyTrace);
+    }
+    let ks = trace.key_space();
+    let keys = trace.keys();
+    let hits = match policy {
+        Policy::Fifo => count_hits(Fifo::new(capacity, ks), keys),
+        Policy::Lru => count_hits(Lru::new(capacity, ks), keys),
+        Policy::Lfu => count_hits(Lfu::new(capacity, ks), keys),
+        Policy::Clock => count_hits(Clock::new(capacity, ks), keys),
+        Policy::Arc => count_hits(Arc::new(capacity, ks), keys),
+        Policy::Opt => count_hits(Opt::new(capacity, trace), keys),
+        Policy::S3Fifo => count_hits(S3Fifo::new(capacity, ks), keys),
+        Policy::Sieve => count_hits(Sieve::new(capacity, ks), keys),
+    };
+    Ok(HitCount {
+        requests: keys.len() as u64,
+        hits,
+    })
+}
+
+/// Hit (true) or miss of every request: for tests that compare policies request by request.
+pub fn hit_sequence(
+    policy: Policy,
+    trace: &KeyTrace,
+    capacity: usize,
+) -> Result<Vec<bool>, CacheSimError> {
+    let mut cache = policy.build(capacity, trace)?;
+    Ok(trace.keys().iter().map(|&k| cache.access(k)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_policy_lists() {
+        assert_eq!(Policy::parse_list("all").unwrap(), Policy::ALL.to_vec());
+        assert_eq!(
+            Policy::parse_list("sieve, lru,lru").unwrap(),
+            vec![Policy::Lru, Policy::Sieve]
+        );
+        assert!(Policy::parse_list("lru,mru").is_err());
+    }
+
+    #[test]
+    fn rejects_zero_capacity_and_empty_traces() {
+        let t = KeyTrace::from_keys(vec![1, 2]);
+        assert_eq!(
+            simulate(Policy::Lru, &t, 0),
+            Err(CacheSimError::ZeroCapacity)
+        );
+        let empty = KeyTrace::from_keys(vec![]);
+        assert_eq!(
+            simulate(Policy::Opt, &empty, 3),
+            Err(CacheSimError::EmptyTrace)
+        );
+    }
+}

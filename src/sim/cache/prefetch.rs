@@ -1,0 +1,32 @@
+//! Look-ahead for trace replay. A replay knows which keys come next, and most of a request's cost is
+//! waiting for the cache lines of the key's table entry and list node; asking for them a few
+//! requests early overlaps those waits. Hints only: nothing here changes a result.
+
+/// How far ahead of the current request each step of the look-ahead runs.
+pub const ENTRY_AHEAD: usize = 16;
+pub const NODE_AHEAD: usize = 8;
+pub const NEIGHBOURS_AHEAD: usize = 3;
+
+/// Which lines to pull for a coming key; each step reads what the step before pulled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ahead {
+    /// The key-indexed table entry.
+    Entry,
+    /// The node the entry points at.
+    Node,
+    /// The nodes linked to that node (what unlinking it will write).
+    Neighbours,
+}
+
+/// Asks the CPU to load `slice[i]`'s cache line; out of range is ignored.
+#[inline(always)]
+pub fn touch<T>(slice: &[T], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(r) = slice.get(i) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetching is a hint with no effect on memory; the pointer is in bounds.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>((r as *const T).cast::<i8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slice, i);
+}

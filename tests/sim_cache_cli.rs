@@ -1,0 +1,217 @@
+//! `pagedkv sim cache` end to end: JSON rows, the FIFO anomaly through the CLI, curves written with
+//! --out, determinism, and one-line errors with exit code 2 on bad input.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn pagedkv(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
+        .args(["sim", "cache"])
+        .args(args)
+        .output()
+        .expect("runs")
+}
+
+fn json_rows(args: &[&str]) -> Vec<Value> {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = pagedkv(&a);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match serde_json::from_slice(&out.stdout).expect("JSON") {
+        Value::Array(rows) => rows,
+        v => panic!("not an array: {v}"),
+    }
+}
+
+#[test]
+fn json_rows_show_fifos_anomaly() {
+    let rows = json_rows(&[
+        "--policy",
+        "fifo",
+        "--workload",
+        "seq:1,2,3,4,1,2,5,1,2,3,4,5",
+        "--capacity",
+        "3,4",
+    ]);
+    let misses: Vec<u64> = rows.iter().map(|r| r["misses"].as_u64().unwrap()).collect();
+    assert_eq!(misses, [9, 10]);
+    for r in &rows {
+        for field in ["policy", "capacity", "requests", "hits", "hit_ratio"] {
+            assert!(!r[field].is_null(), "{field} missing in {r}");
+        }
+        assert_eq!(r["requests"], 12);
+    }
+}
+
+#[test]
+fn all_policies_give_one_row_per_capacity_and_are_deterministic() {
+    let args = [
+        "--policy",
+        "all",
+        "--workload",
+        "drift",
+        "--keys",
+        "2000",
+        "--requests",
+        "20000",
+        "--capacity",
+        "50,5%",
+        "--seed",
+        "3",
+    ];
+    let rows = json_rows(&args);
+    assert_eq!(rows.len(), 16);
+    assert_eq!(rows[1]["capacity"], 100);
+    for r in &rows {
+        let h = r["hit_ratio"].as_f64().unwrap();
+        assert!(h <= r["opt_hit_ratio"].as_f64().unwrap() + 1e-12, "{r}");
+    }
+    assert_eq!(rows, json_rows(&args));
+    let mut other = args;
+    other[11] = "4";
+    assert_ne!(rows, json_rows(&other));
+}
+
+#[test]
+fn out_writes_the_curves() {
+    let dir = std::env::temp_dir().join(format!("pagedkv-cache-cli-{}", std::process::id()));
+    let out = pagedkv(&[
+        "--policy",
+        "lru,opt,sieve",
+        "--workload",
+        "zipf",
+        "--keys",
+        "3000",
+        "--requests",
+        "30000",
+        "--capacity",
+        "300",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(dir.join("cache_mrc.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("sieve") && svg.contains("one pass"));
+    let curves: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("cache_mrc.json")).unwrap())
+            .unwrap();
+    assert_eq!(curves.as_array().unwrap().len(), 3);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_2() {
+    let dir = std::env::temp_dir().join(format!("pagedkv-cache-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let partial = dir.join("p.oracleGeneral.bin");
+    std::fs::write(&partial, [0u8; 25]).unwrap();
+    let empty = dir.join("e.txt");
+    std::fs::write(&empty, "").unwrap();
+    let partial = format!("trace:{}", partial.display());
+    let empty = format!("trace:{}", empty.display());
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--policy", "lru", "--workload", "zipf", "--capacity", "0"],
+        vec!["--policy", "lru", "--workload", "zipf", "--capacity", "ten"],
+        vec!["--policy", "mru", "--workload", "zipf", "--capacity", "5"],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "zipfian",
+            "--capacity",
+            "5",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "seq:1,x",
+            "--capacity",
+            "5",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "zipf",
+            "--capacity",
+            "5",
+            "--alpha",
+            "-1",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "zipf",
+            "--capacity",
+            "5",
+            "--keys",
+            "0",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "trace:/no/such/file.csv",
+            "--capacity",
+            "5",
+        ],
+        vec!["--policy", "lru", "--workload", &partial, "--capacity", "5"],
+        vec!["--policy", "lru", "--workload", &empty, "--capacity", "5"],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            &empty,
+            "--capacity",
+            "5",
+            "--trace-params",
+            "x=1",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "trace:noext",
+            "--capacity",
+            "5",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "zipf",
+            "--capacity",
+            "5",
+            "--format",
+            "zip",
+        ],
+        vec![
+            "--policy",
+            "lru",
+            "--workload",
+            "zipf",
+            "--capacity",
+            "5",
+            "--miss-cost",
+            "nan",
+        ],
+    ];
+    for args in cases {
+        let out = pagedkv(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("pagedkv: "), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
