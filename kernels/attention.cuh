@@ -21,8 +21,10 @@ constexpr int kChunk = 128;     // tokens scored per pass (logits buffer: GROUP 
 constexpr int kMaxGroup = 8;    // query heads per KV head
 // CTAs per SM promised to ptxas: it caps registers at 65536 / (kThreads * n). Without a promise
 // its heuristic spilled a few bytes at 40-80 registers; groups of 8 keep 8 query slices in
-// registers and need up to 256.
-__host__ __device__ constexpr int min_blocks_per_sm(int group) { return group >= 8 ? 2 : 4; }
+// registers and need up to 256; head dim 256 needed a little over 128 on sm_80.
+__host__ __device__ constexpr int min_blocks_per_sm(int head_dim, int group) {
+  return group >= 8 ? 2 : head_dim >= 256 ? 3 : 4;
+}
 
 // ---- loads ------------------------------------------------------------------------------------
 

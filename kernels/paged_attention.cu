@@ -2,7 +2,7 @@
 #include "attention.cuh"
 
 #define PAGED_ATTENTION(name, T, D, G)                                                        \
-  extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(G))                                \
+  extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G))                                \
       paged_attention_##name##_d##D##_g##G(                                                   \
           GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,       \
           GPTR(const T) q, GPTR(const T) k_cache, GPTR(const T) v_cache,                      \

@@ -60,13 +60,13 @@ pub struct Usage {
     pub wasted_slots: usize,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Sequence {
     blocks: Vec<u32>,
     len: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockAllocator {
     block_size: usize,
     /// Free blocks, used as a stack: the most recently freed block is reused first.
