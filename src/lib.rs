@@ -19,6 +19,6 @@ pub mod kv;
 pub mod report;
 pub mod sim;
 pub mod stats;
-pub mod vmm;
 pub mod sweep;
+pub mod vmm;
 pub mod workload;
