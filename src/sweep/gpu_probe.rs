@@ -153,7 +153,8 @@ impl GpuProbe {
         gather_sum(spec, &pools.k, &pools.v, &table, &mut want_sums);
         let reference: Vec<f64> = want_sums.iter().map(|&x| x as f64).collect();
         let err = relative_error(&sums[..n_sum], &reference);
-        if !(err <= SUM_TOLERANCE) {
+        let within = err <= SUM_TOLERANCE; // false for NaN too
+        if !within {
             return Err(ProbeError::Check(format!(
                 "GPU read-only gather at block size {}: relative error {err:.2e} against the CPU's",
                 spec.block_size
@@ -189,7 +190,8 @@ impl GpuProbe {
         check_finite(&out, &format!("GPU {layout:?} attention"))?;
         let err = relative_error(&out, reference);
         let bound = attention_tolerance(T::DTYPE);
-        if !(err <= bound) {
+        let within = err <= bound; // false for NaN too
+        if !within {
             return Err(ProbeError::Check(format!(
                 "GPU {layout:?} attention at block size {}: relative error {err:.2e} > {bound:.0e}",
                 p.spec.block_size
