@@ -125,6 +125,14 @@ impl CudaDevice {
             .into());
         }
         let plan = GatherPlan::new(spec, table, geometry)?;
+        // A GPU grid's y (KV heads) and z (sequences) stop at 65535.
+        if plan.grid.1 > 65_535 || plan.grid.2 > 65_535 {
+            return Err(GeometryError(format!(
+                "grid {:?}: at most 65535 KV heads and 65535 sequences per launch",
+                plan.grid
+            ))
+            .into());
+        }
         let st = &self.stream;
         Ok(DeviceGather {
             pool_id: pool.id,
