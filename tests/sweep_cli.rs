@@ -12,7 +12,18 @@ fn sweep(args: &[&str]) -> std::process::Output {
         .expect("run pagedkv")
 }
 
-const TINY: [&str; 6] = ["--probe-mib", "4", "--reps", "1", "--requests", "300"];
+const TINY: [&str; 10] = [
+    "--probe-mib",
+    "4",
+    "--reps",
+    "1",
+    "--requests",
+    "300",
+    "--attention-batch",
+    "2",
+    "--attention-context",
+    "300",
+];
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("pagedkv-sweep-{name}-{}", std::process::id()));
@@ -42,7 +53,10 @@ fn bad_input_is_one_line_and_exit_code_2() {
         vec!["--requests".into(), "0".into()],
         vec!["--reps".into(), "0".into()],
         vec!["--pool-gib".into(), "0.0001".into()],
-        vec!["--device".into(), "cuda".into()],
+        // 30 query heads over Llama-3-8B's 8 KV heads: no whole group.
+        vec!["--heads".into(), "30".into()],
+        vec!["--attention-batch".into(), "0".into()],
+        vec!["--attention-context".into(), "0".into()],
         vec!["--trace".into(), "/nonexistent/trace.csv".into()],
         vec!["--trace".into(), bad_trace.display().to_string()],
         vec!["--trace".into(), empty.display().to_string()],
@@ -54,6 +68,12 @@ fn bad_input_is_one_line_and_exit_code_2() {
             "32".into(),
         ],
     ];
+    let mut cases = cases;
+    if let Err(e) = pagedkv::device::cuda::CudaDevice::open(0) {
+        // Without a GPU, asking for one is bad input.
+        println!("--device cuda expected to fail: {e}");
+        cases.push(vec!["--device".into(), "cuda".into()]);
+    }
     for case in cases {
         let mut args: Vec<&str> = case.iter().map(String::as_str).collect();
         // Small and fast unless the case sets these itself.
@@ -124,9 +144,12 @@ fn quick_json_has_every_key_and_exact_waste() {
         ] {
             assert!(r[key].as_f64().is_some(), "{key} in {r}");
         }
-        // Not measured on the CPU yet: present, and null rather than invented.
-        assert!(r["attention_gbps"].is_null());
-        assert!(r["attention_frac_of_stream"].is_null());
+        // Attention measured on the CPU, as a fraction of the stream measured beside it.
+        let a = r["attention_gbps"].as_f64().unwrap();
+        let frac = r["attention_frac_of_stream"].as_f64().unwrap();
+        let stream = r["stream_gbps"].as_f64().unwrap();
+        assert!(a.is_finite() && a > 0.0, "{r}");
+        assert!((frac - a / stream).abs() <= 1e-9 * frac.max(1.0), "{r}");
         let bs = r["block_size"].as_u64().unwrap();
         let want = waste_pct_from_csv(trace, 300, bs);
         let got = r["internal_waste_pct"].as_f64().unwrap();
@@ -139,6 +162,65 @@ fn quick_json_has_every_key_and_exact_waste() {
             .collect();
         assert!(labels.contains(&"4k"), "{labels:?}");
     }
+    // The recommendation weighs concurrency by attention's fraction (capped at 1), recomputed here.
+    let raw: Vec<f64> = rows
+        .iter()
+        .map(|r| {
+            let frac = r["attention_frac_of_stream"].as_f64().unwrap().min(1.0);
+            r["concurrent_requests"].as_f64().unwrap() * frac
+        })
+        .collect();
+    let best = raw.iter().copied().fold(0.0, f64::max);
+    let want = rows
+        .iter()
+        .zip(&raw)
+        .filter(|(_, &x)| x >= 0.99 * best)
+        .map(|(r, _)| r["block_size"].as_u64().unwrap())
+        .max();
+    assert_eq!(Some(rec), want);
+}
+
+#[test]
+fn attention_can_take_its_contexts_from_the_trace_or_be_skipped() {
+    let mut args = vec!["--json", "--attention-trace-context"];
+    args.extend(TINY);
+    let out = sweep(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The first two requests of the trace, prompt + output, capped at 300: counted here.
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+    let text = std::fs::read_to_string(trace).unwrap();
+    let want: Vec<u64> = text
+        .lines()
+        .skip(1)
+        .take(2)
+        .map(|l| {
+            let f: Vec<u64> = l.split(',').skip(1).map(|x| x.parse().unwrap()).collect();
+            (f[0] + f[1]).min(300)
+        })
+        .collect();
+    let lens: Vec<u64> = v["probe"]["attention"]["lens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(lens, want);
+    assert_eq!(v["probe"]["attention"]["num_heads"], 32);
+    assert!(v["rows"][0]["attention_gbps"].as_f64().is_some());
+
+    let mut args = vec!["--json", "--no-attention"];
+    args.extend(TINY);
+    let out = sweep(&args);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert!(rows.iter().all(|r| r["attention_gbps"].is_null()));
+    assert!(rows.iter().all(|r| r["gather_gbps"].as_f64().is_some()));
 }
 
 #[test]

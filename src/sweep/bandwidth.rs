@@ -13,12 +13,16 @@
 //!   to be compared with the stream limit;
 //! - attention: bytes of K and V read by decode attention per second, against the stream limit.
 //!
-//! One probe measures one device with one memory setting; [`probes_for`] picks them for a device and
-//! is the one place a new device (the GPU probe) plugs in.
+//! One probe measures one device with one memory setting; [`probes_for`] picks them for a device
+//! (the CPU: [`CpuProbe`] with and without huge pages; CUDA: [`GpuProbe`]) and is the one place a
+//! new device plugs in.
 
+use super::attention_probe::AttentionBatch;
 use super::cpu_probe::CpuProbe;
+use super::gpu_probe::GpuProbe;
 use super::pages::{thp_available, thp_mode, Pages};
-use crate::device::Device;
+use crate::device::cuda::gather::GatherError;
+use crate::device::{Device, DeviceError};
 use crate::kv::{KvSpec, SpecError, TableError};
 use serde::Serialize;
 use thiserror::Error;
@@ -43,8 +47,6 @@ pub struct GatherRates {
 
 #[derive(Debug, Error)]
 pub enum ProbeError {
-    #[error("no bandwidth probe for {0} yet (the GPU probe comes with the paged-attention kernels); use --device cpu")]
-    NoProbe(String),
     #[error("probe buffer of {bytes} bytes: {source}")]
     Memory {
         bytes: usize,
@@ -59,10 +61,18 @@ pub enum ProbeError {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Table(#[from] TableError),
+    #[error("attention probe: {0}")]
+    Attention(String),
+    #[error("probe check failed: {0}")]
+    Check(String),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Gather(#[from] GatherError),
 }
 
 /// Sizes and repetitions of a measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProbeOptions {
     /// Bytes of K and V together (each pool gets half; the copy-out buffer another half).
     pub pool_bytes: usize,
@@ -71,6 +81,8 @@ pub struct ProbeOptions {
     /// Tokens per sequence in the gather's block table.
     pub seq_tokens: usize,
     pub seed: u64,
+    /// The decode batch paged attention is measured on; `None`: attention is not measured.
+    pub attention: Option<AttentionBatch>,
 }
 
 /// Probes for a device, first the one the table's main columns show, and notes about the choice.
@@ -97,25 +109,28 @@ pub trait BandwidthProbe {
 }
 
 /// The probes for `device`, first the one the table's main columns show. The CPU gets two: with
-/// transparent huge pages (when the kernel offers them) and with 4 KiB pages. A CUDA device has no
-/// probe yet: extend this function when there is one.
+/// transparent huge pages (when the kernel offers them) and with 4 KiB pages. A CUDA device gets
+/// one, over its memory (HBM), running the paged gather and attention kernels.
 pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
     match device {
         Device::Cpu => {
             let mut notes = Vec::new();
             let mut probes: Vec<Box<dyn BandwidthProbe>> = Vec::new();
             if thp_available() {
-                probes.push(Box::new(CpuProbe::new(Pages::Huge, *opts)?));
+                probes.push(Box::new(CpuProbe::new(Pages::Huge, opts.clone())?));
             } else {
                 notes.push(format!(
                     "transparent huge pages unavailable (mode: {}): 4 KiB pages only",
                     thp_mode().unwrap_or_else(|| "unknown".into())
                 ));
             }
-            probes.push(Box::new(CpuProbe::new(Pages::Small, *opts)?));
+            probes.push(Box::new(CpuProbe::new(Pages::Small, opts.clone())?));
             Ok((probes, notes))
         }
-        Device::Cuda(_) => Err(ProbeError::NoProbe(device.name())),
+        Device::Cuda(dev) => Ok((
+            vec![Box::new(GpuProbe::new(dev.clone(), opts.clone()))],
+            Vec::new(),
+        )),
     }
 }
 

@@ -5,7 +5,11 @@
 //! values of the layer's dtype on first use. The gather's table spreads every block of the pool
 //! over sequences of `seq_tokens` tokens in shuffled physical order, so each block is read once per
 //! pass and neighbouring logical blocks are far apart in memory, as in a long-running engine.
+//!
+//! Attention: the CPU decode attention (`device::cpu::attention`) on the options' batch, its K and
+//! V pools in memory of the probe's page size (see [`super::attention_probe`]).
 
+use super::attention_probe::cpu_attention_gbps;
 use super::bandwidth::{
     median_seconds, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions,
 };
@@ -68,10 +72,11 @@ impl CpuProbe {
         if b.dtype != Some(dtype) {
             let seed = self.opts.seed;
             for (i, buf) in [&mut b.k, &mut b.v, &mut b.out].into_iter().enumerate() {
+                let seed = seed + i as u64;
                 match dtype {
-                    Dtype::F16 => fill::<f16>(buf, seed + i as u64),
-                    Dtype::Bf16 => fill::<bf16>(buf, seed + i as u64),
-                    Dtype::F32 => fill::<f32>(buf, seed + i as u64),
+                    Dtype::F16 => fill::<f16>(buf.as_mut_slice(), seed),
+                    Dtype::Bf16 => fill::<bf16>(buf.as_mut_slice(), seed),
+                    Dtype::F32 => fill::<f32>(buf.as_mut_slice(), seed),
                 }
             }
             b.dtype = Some(dtype);
@@ -175,11 +180,24 @@ impl BandwidthProbe for CpuProbe {
             Dtype::F32 => self.measure_gather::<f32>(spec),
         }
     }
+
+    fn attention_gbps(&mut self, spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
+        let Some(batch) = &self.opts.attention else {
+            return Ok(None);
+        };
+        let (pages, reps, seed) = (self.pages, self.opts.reps, self.opts.seed);
+        let gbps = match spec.dtype {
+            Dtype::F16 => cpu_attention_gbps::<f16>(spec, batch, pages, reps, seed),
+            Dtype::Bf16 => cpu_attention_gbps::<bf16>(spec, batch, pages, reps, seed),
+            Dtype::F32 => cpu_attention_gbps::<f32>(spec, batch, pages, reps, seed),
+        }?;
+        Ok(Some(gbps))
+    }
 }
 
-/// Random finite values in [-1, 1), in parallel, deterministic for `seed`.
-fn fill<T: KvElem>(buf: &mut HostBuf, seed: u64) {
-    buf.as_mut_slice::<T>()
+/// Random finite values in [-1, 1), in parallel, deterministic for `seed` (also the GPU probe's).
+pub(super) fn fill<T: KvElem>(elems: &mut [T], seed: u64) {
+    elems
         .par_chunks_mut(CHUNK)
         .enumerate()
         .for_each(|(c, chunk)| {
@@ -222,6 +240,7 @@ pub fn shuffled_table(
 
 #[cfg(test)]
 mod tests {
+    use super::super::attention_probe::AttentionBatch;
     use super::*;
 
     #[test]
@@ -254,12 +273,13 @@ mod tests {
             reps: 1,
             seq_tokens: 256,
             seed: 1,
+            attention: Some(AttentionBatch::fixed(32, 2, 40)),
         };
         for pages in [Pages::Huge, Pages::Small] {
             if pages == Pages::Huge && !super::super::pages::thp_available() {
                 continue;
             }
-            let mut p = CpuProbe::new(pages, opts).unwrap();
+            let mut p = CpuProbe::new(pages, opts.clone()).unwrap();
             let spec = KvSpec::new(8, 128, 16, Dtype::F16).unwrap();
             let g = p.gather(&spec).unwrap();
             let l = p.limits(&spec).unwrap();
@@ -267,7 +287,19 @@ mod tests {
             for x in [g.copy_gbps, g.read_gbps, l.copy_gbps, l.stream_gbps, raw] {
                 assert!(x.is_finite() && x > 0.0);
             }
-            assert_eq!(p.attention_gbps(&spec).unwrap(), None);
+            // Llama-3-8B's one-layer shape: 32 query heads over 8 KV heads.
+            let a = p.attention_gbps(&spec).unwrap().unwrap();
+            assert!(a.is_finite() && a > 0.0);
+            assert!((a / l.stream_gbps).is_finite());
+            let mut without = CpuProbe::new(
+                pages,
+                ProbeOptions {
+                    attention: None,
+                    ..opts.clone()
+                },
+            )
+            .unwrap();
+            assert_eq!(without.attention_gbps(&spec).unwrap(), None);
         }
     }
 }

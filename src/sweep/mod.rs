@@ -4,12 +4,15 @@
 //!
 //! - [`model`]: model shapes and the KV pool left by the weights;
 //! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
-//! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`pages`]: the bandwidth side;
+//! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
+//!   [`attention_probe`], [`pages`]: the bandwidth side;
 //! - [`recommend`]: the proxy; [`output`]: CSV, JSON and plots.
 
+pub mod attention_probe;
 pub mod bandwidth;
 pub mod cpu_probe;
 pub mod fragmentation;
+pub mod gpu_probe;
 pub mod model;
 pub mod output;
 pub mod pages;
@@ -17,6 +20,7 @@ pub mod prefix;
 pub mod recommend;
 pub mod replay;
 
+pub use attention_probe::AttentionBatch;
 pub use bandwidth::{probes_for, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 pub use model::ModelShape;
 pub use replay::DurationModel;

@@ -20,6 +20,8 @@ pub const WEIGHT_BYTES_PER_PARAM: f64 = 2.0;
 pub struct ModelShape {
     pub name: String,
     pub layers: usize,
+    /// Query heads (attention's shape; KV bytes depend only on the KV heads).
+    pub num_heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
     pub dtype: Dtype,
@@ -27,16 +29,16 @@ pub struct ModelShape {
     pub params_billion: f64,
 }
 
-/// (name, layers, KV heads, head dim, parameters in billions), from each model's Hugging Face
-/// `config.json` (`num_hidden_layers`, `num_key_value_heads`, `hidden_size / num_attention_heads`)
-/// and model card.
-const PRESETS: &[(&str, usize, usize, usize, f64)] = &[
-    ("llama-3-8b", 32, 8, 128, 8.03),
-    ("llama-3-70b", 80, 8, 128, 70.6),
-    ("llama-2-7b", 32, 32, 128, 6.74),
-    ("mistral-7b", 32, 8, 128, 7.24),
-    ("qwen2.5-7b", 28, 4, 128, 7.61),
-    ("qwen2-72b", 80, 8, 128, 72.7),
+/// (name, layers, query heads, KV heads, head dim, parameters in billions), from each model's
+/// Hugging Face `config.json` (`num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`,
+/// `hidden_size / num_attention_heads`) and model card.
+const PRESETS: &[(&str, usize, usize, usize, usize, f64)] = &[
+    ("llama-3-8b", 32, 32, 8, 128, 8.03),
+    ("llama-3-70b", 80, 64, 8, 128, 70.6),
+    ("llama-2-7b", 32, 32, 32, 128, 6.74),
+    ("mistral-7b", 32, 32, 8, 128, 7.24),
+    ("qwen2.5-7b", 28, 28, 4, 128, 7.61),
+    ("qwen2-72b", 80, 64, 8, 128, 72.7),
 ];
 
 /// The preset names, for help texts and errors.
@@ -48,9 +50,10 @@ pub fn preset_names() -> Vec<&'static str> {
 pub fn preset(name: &str) -> Option<ModelShape> {
     let name = name.to_ascii_lowercase();
     PRESETS.iter().find(|p| p.0 == name).map(
-        |&(name, layers, kv_heads, head_dim, params_billion)| ModelShape {
+        |&(name, layers, num_heads, kv_heads, head_dim, params_billion)| ModelShape {
             name: name.into(),
             layers,
+            num_heads,
             kv_heads,
             head_dim,
             dtype: Dtype::F16,
@@ -110,6 +113,12 @@ mod tests {
         assert_eq!(default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 1), None);
         assert!(default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 2).is_some());
         assert!(preset("gpt-9").is_none());
+        // GQA: every preset's query heads are a whole multiple of its KV heads.
+        for name in preset_names() {
+            let m = preset(name).unwrap();
+            assert_eq!(m.num_heads % m.kv_heads, 0, "{name}");
+        }
+        assert_eq!(preset("llama-3-8b").unwrap().num_heads, 32);
         assert_eq!(preset_names().len(), PRESETS.len());
     }
 }

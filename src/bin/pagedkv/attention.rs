@@ -6,6 +6,8 @@ use pagedkv::attention::{measure_dtype, AttentionReport, AttentionShape, Measure
 use pagedkv::device::{Device, DeviceChoice};
 use pagedkv::kv::Dtype;
 use pagedkv::report::Table;
+use pagedkv::workload::azure::read_azure_csv;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,6 +22,13 @@ pub struct Args {
     /// Ragged lengths instead of --context, comma-separated (e.g. 17,4096,0,300).
     #[arg(long, value_delimiter = ',')]
     lens: Option<Vec<usize>>,
+    /// Ragged lengths from a trace CSV (e.g. the Azure LLM trace): the first --batch requests'
+    /// prompt + output tokens, each capped at --max-context.
+    #[arg(long, conflicts_with_all = ["lens", "context"])]
+    trace: Option<PathBuf>,
+    /// Longest context taken from --trace.
+    #[arg(long, default_value_t = 4096, requires = "trace")]
+    max_context: usize,
     /// Query heads.
     #[arg(long, default_value_t = 32)]
     heads: usize,
@@ -46,6 +55,22 @@ pub struct Args {
     json: bool,
 }
 
+/// The first `batch` requests' contexts (prompt + output tokens), each capped at `max_context`.
+fn trace_lens(
+    path: &PathBuf,
+    batch: usize,
+    max_context: usize,
+) -> Result<Vec<usize>, Box<dyn std::error::Error>> {
+    if max_context == 0 {
+        return Err("--max-context must be at least 1".into());
+    }
+    Ok(read_azure_csv(path)?
+        .iter()
+        .take(batch)
+        .map(|r| (r.peak_tokens() as usize).min(max_context))
+        .collect())
+}
+
 /// The error bound a dtype must meet against the f64 oracle.
 pub fn tolerance(dtype: Dtype) -> f64 {
     match dtype {
@@ -67,7 +92,10 @@ pub fn run(args: Args) -> CmdResult {
         Some(l) if l.is_empty() => return Err("--lens is empty".into()),
         Some(l) => l.clone(),
         None if args.batch == 0 => return Err("--batch must be at least 1".into()),
-        None => vec![args.context.unwrap_or(4096); args.batch],
+        None => match &args.trace {
+            Some(path) => trace_lens(path, args.batch, args.max_context)?,
+            None => vec![args.context.unwrap_or(4096); args.batch],
+        },
     };
     let device = Device::detect(args.device)?;
     let shape = AttentionShape {

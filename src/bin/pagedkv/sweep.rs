@@ -7,7 +7,7 @@ use pagedkv::device::{Device, DeviceChoice};
 use pagedkv::kv::Dtype;
 use pagedkv::report::Table;
 use pagedkv::sweep::{
-    self, model, output, probes_for, DurationModel, ModelShape, ProbeError, ProbeOptions,
+    self, model, output, probes_for, AttentionBatch, DurationModel, ModelShape, ProbeOptions,
     SweepConfig, SweepReport, SweepRow,
 };
 use pagedkv::workload::azure::{read_azure_csv, with_rate, Request};
@@ -27,6 +27,9 @@ pub struct Args {
     /// Override the preset's number of layers.
     #[arg(long)]
     layers: Option<usize>,
+    /// Override the preset's number of query heads (attention's shape).
+    #[arg(long)]
+    heads: Option<usize>,
     /// Override the preset's number of KV heads.
     #[arg(long)]
     kv_heads: Option<usize>,
@@ -93,6 +96,20 @@ pub struct Args {
     /// Skip the bandwidth side: fragmentation only.
     #[arg(long)]
     no_bandwidth: bool,
+    /// Skip paged attention (the gathers are still measured).
+    #[arg(long)]
+    no_attention: bool,
+    /// Sequences in attention's decode batch (default: CPU 8, --quick 4; GPU 64, --quick 32).
+    #[arg(long)]
+    attention_batch: Option<usize>,
+    /// Tokens per sequence of attention's batch; with --attention-trace-context, the cap
+    /// (default: CPU 2048, --quick 1024; GPU 4096, --quick 2048).
+    #[arg(long)]
+    attention_context: Option<usize>,
+    /// Attention's contexts from the workload: its first requests' prompt + output tokens, each
+    /// capped at --attention-context (a ragged batch).
+    #[arg(long)]
+    attention_trace_context: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -118,6 +135,7 @@ fn model_shape(args: &Args) -> Result<ModelShape, String> {
         )
     })?;
     m.layers = args.layers.unwrap_or(m.layers);
+    m.num_heads = args.heads.unwrap_or(m.num_heads);
     m.kv_heads = args.kv_heads.unwrap_or(m.kv_heads);
     m.head_dim = args.head_dim.unwrap_or(m.head_dim);
     m.dtype = args.dtype.unwrap_or(m.dtype);
@@ -127,6 +145,12 @@ fn model_shape(args: &Args) -> Result<ModelShape, String> {
     }
     if !(1..=1024).contains(&m.kv_heads) {
         return Err(format!("--kv-heads must be 1 to 1024, got {}", m.kv_heads));
+    }
+    if m.num_heads == 0 || !m.num_heads.is_multiple_of(m.kv_heads) {
+        return Err(format!(
+            "{} query heads are not a whole multiple of {} KV heads (use --heads)",
+            m.num_heads, m.kv_heads
+        ));
     }
     if !(m.params_billion.is_finite() && m.params_billion >= 0.0) {
         return Err(format!(
@@ -206,8 +230,46 @@ fn workload(args: &Args) -> Result<(Vec<Request>, String), Box<dyn std::error::E
     Ok((requests, name))
 }
 
-fn cpu_fallback_needed(choice: DeviceChoice, e: &ProbeError) -> bool {
-    choice == DeviceChoice::Auto && matches!(e, ProbeError::NoProbe(_))
+/// Attention's decode batch: a fixed context, or the workload's first requests' contexts.
+fn attention_batch(
+    args: &Args,
+    m: &ModelShape,
+    requests: &[Request],
+    gpu: bool,
+) -> Result<Option<AttentionBatch>, String> {
+    if args.no_attention {
+        return Ok(None);
+    }
+    let (batch, context) = match (gpu, args.quick) {
+        // The CPU sizes keep --quick under a minute and the default under five on 2 cores.
+        (false, true) => (4, 1024),
+        (false, false) => (8, 2048),
+        (true, true) => (32, 2048),
+        (true, false) => (64, 4096),
+    };
+    let batch = args.attention_batch.unwrap_or(batch);
+    let context = args.attention_context.unwrap_or(context);
+    if !(1..=65_536).contains(&batch) || !(1..=1 << 20).contains(&context) {
+        return Err(
+            "--attention-batch must be 1 to 65536 and --attention-context 1 to 1048576".into(),
+        );
+    }
+    if !args.attention_trace_context {
+        return Ok(Some(AttentionBatch::fixed(m.num_heads, batch, context)));
+    }
+    let lens: Vec<usize> = requests
+        .iter()
+        .take(batch)
+        .map(|r| (r.peak_tokens() as usize).clamp(1, context))
+        .collect();
+    Ok(Some(AttentionBatch {
+        num_heads: m.num_heads,
+        source: format!(
+            "the workload's first {} requests (prompt + output tokens, capped at {context})",
+            lens.len()
+        ),
+        lens,
+    }))
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -236,7 +298,15 @@ pub fn run(args: Args) -> CmdResult {
     };
     let mut rows = sweep::memory_rows(&requests, &config)?;
 
-    let probe_mib = args.probe_mib.unwrap_or(if args.quick { 64 } else { 256 });
+    let device = Device::detect(args.device)?;
+    let gpu = device.is_cuda();
+    // A GPU's pool must dwarf its L2 cache (50 MB and more).
+    let probe_mib = args.probe_mib.unwrap_or(match (gpu, args.quick) {
+        (false, true) => 64,
+        (false, false) => 256,
+        (true, true) => 512,
+        (true, false) => 2048,
+    });
     let reps = args.reps.unwrap_or(if args.quick { 2 } else { 3 });
     if probe_mib == 0 || probe_mib > 65_536 || reps == 0 || reps > 1000 {
         return Err("--probe-mib must be 1 to 65536 and --reps 1 to 1000".into());
@@ -246,23 +316,15 @@ pub fn run(args: Args) -> CmdResult {
         reps,
         seq_tokens: 1024,
         seed: args.seed,
+        attention: attention_batch(&args, &m, &requests, gpu)?,
     };
-    let mut device = Device::detect(args.device)?;
     let mut notes = Vec::new();
     let mut probe = None;
     if args.no_bandwidth {
         notes
             .push("bandwidth not measured (--no-bandwidth): the proxy is concurrency alone".into());
     } else {
-        let probes = match probes_for(&device, &opts) {
-            Err(e) if cpu_fallback_needed(args.device, &e) => {
-                notes.push(format!("{e}: measured the CPU instead"));
-                device = Device::Cpu;
-                probes_for(&device, &opts)?
-            }
-            other => other?,
-        };
-        let (probes, probe_notes) = probes;
+        let (probes, probe_notes) = probes_for(&device, &opts)?;
         notes.extend(probe_notes);
         let bar = ProgressBar::new((probes.len() * rows.len()) as u64);
         bar.set_style(
@@ -275,8 +337,14 @@ pub fn run(args: Args) -> CmdResult {
         });
         bar.finish_and_clear();
         notes.extend(measured?);
-        if rows.iter().all(|r| r.attention_gbps.is_none()) {
-            notes.push("attention not measured on this device yet (column -): the proxy uses the read-only gather".into());
+        match &opts.attention {
+            Some(a) if rows.iter().any(|r| r.attention_gbps.is_some()) => notes.push(format!(
+                "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
+                m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
+            )),
+            _ => notes.push(
+                "attention not measured (column -): the proxy uses the read-only gather".into(),
+            ),
         }
         probe = Some(opts);
     }
