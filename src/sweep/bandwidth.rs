@@ -4,8 +4,9 @@
 //! Conventions (the same for every probe):
 //! - `copy_gbps`: a plain copy of one pool (K) into a buffer of its size, counting bytes read and
 //!   bytes written (as STREAM's copy does);
-//! - `stream_gbps`: a read-only sum over the K and V pools, contiguous, converting each element as
-//!   the read-only gather does (and `memory_read_gbps`: the same bytes as u64 words);
+//! - `stream_gbps`: a read-only pass over the K and V pools, contiguous, as raw words: the memory's
+//!   own read limit (and on the CPU `convert_stream_gbps`: the same bytes converted element by
+//!   element to f32, the bound the conversion alone puts on a CPU kernel);
 //! - the limits are measured next to every block size's gathers (the sweep pairs them);
 //! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
 //!   shuffled block table, bytes read + written, to be compared with the copy limit;
@@ -31,10 +32,9 @@ use thiserror::Error;
 pub struct Limits {
     pub copy_gbps: f64,
     pub stream_gbps: f64,
-    /// Raw read bandwidth: the same bytes summed as u64 words, no element conversion. Where the
-    /// stream converts elements slower than memory delivers them (f16 on a CPU), this is the
-    /// memory's own limit; `None` where the probe has none.
-    pub memory_read_gbps: Option<f64>,
+    /// The same bytes summed after converting each element to f32: on a CPU, f16 conversion can
+    /// be slower than memory, and this shows by how much; `None` where the probe has none.
+    pub convert_stream_gbps: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

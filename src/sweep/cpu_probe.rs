@@ -114,8 +114,8 @@ impl CpuProbe {
         });
         Ok(Limits {
             copy_gbps: 2.0 * bytes / copy_s / 1e9,
-            stream_gbps: 2.0 * bytes / stream_s / 1e9,
-            memory_read_gbps: Some(2.0 * bytes / raw_s / 1e9),
+            stream_gbps: 2.0 * bytes / raw_s / 1e9,
+            convert_stream_gbps: Some(2.0 * bytes / stream_s / 1e9),
         })
     }
 
@@ -283,7 +283,7 @@ mod tests {
             let spec = KvSpec::new(8, 128, 16, Dtype::F16).unwrap();
             let g = p.gather(&spec).unwrap();
             let l = p.limits(&spec).unwrap();
-            let raw = l.memory_read_gbps.unwrap();
+            let raw = l.convert_stream_gbps.unwrap();
             for x in [g.copy_gbps, g.read_gbps, l.copy_gbps, l.stream_gbps, raw] {
                 assert!(x.is_finite() && x > 0.0);
             }

@@ -278,7 +278,7 @@ impl BandwidthProbe for GpuProbe {
         Ok(Limits {
             copy_gbps: l.copy_gbps,
             stream_gbps: l.stream_gbps,
-            memory_read_gbps: None,
+            convert_stream_gbps: None,
         })
     }
 

@@ -70,7 +70,7 @@ pub struct MemoryBandwidth {
     pub memory: String,
     pub copy_gbps: f64,
     pub stream_gbps: f64,
-    pub memory_read_gbps: Option<f64>,
+    pub convert_stream_gbps: Option<f64>,
     pub gather_gbps: f64,
     pub gather_frac_of_stream: f64,
     pub gather_copy_gbps: f64,
@@ -97,7 +97,7 @@ pub struct SweepRow {
     pub gather_copy_gbps: Option<f64>,
     pub copy_gbps: Option<f64>,
     pub stream_gbps: Option<f64>,
-    pub memory_read_gbps: Option<f64>,
+    pub convert_stream_gbps: Option<f64>,
     pub gather_frac_of_stream: Option<f64>,
     pub gather_copy_frac_of_copy: Option<f64>,
     pub attention_gbps: Option<f64>,
@@ -151,7 +151,7 @@ pub fn memory_rows(
                 gather_copy_gbps: None,
                 copy_gbps: None,
                 stream_gbps: None,
-                memory_read_gbps: None,
+                convert_stream_gbps: None,
                 gather_frac_of_stream: None,
                 gather_copy_frac_of_copy: None,
                 attention_gbps: None,
@@ -185,7 +185,7 @@ pub fn measure_bandwidth(
                 memory: memory.clone(),
                 copy_gbps: limits.copy_gbps,
                 stream_gbps: limits.stream_gbps,
-                memory_read_gbps: limits.memory_read_gbps,
+                convert_stream_gbps: limits.convert_stream_gbps,
                 gather_gbps: g.read_gbps,
                 gather_frac_of_stream: g.read_gbps / limits.stream_gbps,
                 gather_copy_gbps: g.copy_gbps,
@@ -203,7 +203,7 @@ pub fn measure_bandwidth(
             row.gather_copy_gbps = Some(m.gather_copy_gbps);
             row.copy_gbps = Some(m.copy_gbps);
             row.stream_gbps = Some(m.stream_gbps);
-            row.memory_read_gbps = m.memory_read_gbps;
+            row.convert_stream_gbps = m.convert_stream_gbps;
             row.gather_frac_of_stream = Some(m.gather_frac_of_stream);
             row.gather_copy_frac_of_copy = Some(m.gather_copy_frac_of_copy);
             row.attention_gbps = m.attention_gbps;

@@ -463,7 +463,7 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
             "limits ({label}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (elements converted as the gather does), raw memory read {} GB/s (u64 words)",
             opt(median(&|m| Some(m.copy_gbps)), 2),
             opt(median(&|m| Some(m.stream_gbps)), 2),
-            opt(median(&|m| m.memory_read_gbps), 2),
+            opt(median(&|m| m.convert_stream_gbps), 2),
         );
     }
     for note in &report.notes {
