@@ -2,12 +2,23 @@
 //! `kernels/attention.cuh`. Same semantics: query head `h` reads KV head `h / group`; scores are
 //! `q · k * scale` in f32; softmax over the sequence's tokens; a sequence of length 0 gives zeros.
 //!
-//! Each (sequence, KV head) task reads its K rows once and its V rows once for the whole group of
-//! query heads, as the GPU kernel does, so the CPU figures measure the same traffic.
+//! Work is split as the GPU kernel splits it: each (sequence, KV head) is cut into partitions of
+//! [`PARTITION`] tokens, one rayon task each, so a batch of one long sequence still fills every
+//! core. A task reads each K row and each V row once for the whole group of query heads, chunk by
+//! chunk ([`CHUNK`] tokens) with an online softmax; the partitions are merged by log-sum-exp. The
+//! split depends only on the lengths, never on the thread count or the layout, so a result is the
+//! same on every machine with the same kernels, and paged and contiguous agree bit for bit.
 
-use super::simd;
+use super::simd::Kernels;
 use crate::kv::{BlockTable, KvElem, KvSpec};
 use rayon::prelude::*;
+
+/// Tokens per partition (one task). 512 f16 tokens of head dim 128 are 256 KiB of K and V: long
+/// enough that task overhead is noise, short enough that 2048 tokens make four tasks.
+pub const PARTITION: usize = 512;
+/// Tokens per online-softmax step: a chunk's K rows (16 KiB at head dim 128, f16) stay in L1 for
+/// the second pass a group of more than four heads needs.
+pub const CHUNK: usize = 64;
 
 /// The shape of one decode-attention call.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -27,6 +38,14 @@ impl AttentionShape {
 /// Where token `t` of sequence `seq`, KV head `head`, starts in a K or V buffer.
 pub trait RowLocator: Sync {
     fn row(&self, seq: usize, head: usize, t: usize) -> usize;
+
+    /// The rows of tokens `t0..t0 + out.len()`, into `out`. Must agree with [`Self::row`];
+    /// implementations may skip its per-token work.
+    fn rows(&self, seq: usize, head: usize, t0: usize, out: &mut [usize]) {
+        for (i, r) in out.iter_mut().enumerate() {
+            *r = self.row(seq, head, t0 + i);
+        }
+    }
 }
 
 /// Rows of a paged pool, found through the block table.
@@ -40,6 +59,21 @@ impl RowLocator for PagedRows<'_> {
     fn row(&self, seq: usize, head: usize, t: usize) -> usize {
         let (block, offset) = self.table.locate(seq, t);
         self.spec.elem_offset(block, head, offset, 0)
+    }
+
+    /// One table lookup per block rather than per token.
+    fn rows(&self, seq: usize, head: usize, t0: usize, out: &mut [usize]) {
+        let hd = self.spec.head_dim;
+        let mut i = 0;
+        while i < out.len() {
+            let (block, offset) = self.table.locate(seq, t0 + i);
+            let run = (self.spec.block_size - offset).min(out.len() - i);
+            let base = self.spec.elem_offset(block, head, offset, 0);
+            for (j, r) in out[i..i + run].iter_mut().enumerate() {
+                *r = base + j * hd;
+            }
+            i += run;
+        }
     }
 }
 
@@ -55,6 +89,36 @@ impl RowLocator for ContiguousRows {
     fn row(&self, seq: usize, head: usize, t: usize) -> usize {
         ((seq * self.num_kv_heads + head) * self.max_len + t) * self.head_dim
     }
+}
+
+/// One task: tokens `start..end` of (sequence, KV head).
+#[derive(Debug, Clone, Copy)]
+struct Task {
+    seq: usize,
+    head: usize,
+    start: usize,
+    end: usize,
+}
+
+/// The tasks of a call in (sequence, KV head, partition) order, and where each (sequence, KV head)
+/// starts in that list (one extra entry at the end).
+fn plan(lens: &[i32], num_kv_heads: usize) -> (Vec<Task>, Vec<usize>) {
+    let mut tasks = Vec::new();
+    let mut first = Vec::with_capacity(lens.len() * num_kv_heads + 1);
+    for (seq, &len) in lens.iter().enumerate() {
+        let len = len.max(0) as usize;
+        for head in 0..num_kv_heads {
+            first.push(tasks.len());
+            tasks.extend((0..len).step_by(PARTITION).map(|start| Task {
+                seq,
+                head,
+                start,
+                end: (start + PARTITION).min(len),
+            }));
+        }
+    }
+    first.push(tasks.len());
+    (tasks, first)
 }
 
 /// Decode attention for every sequence: `q` and `out` are `[num_seqs, num_heads, head_dim]`,
@@ -73,70 +137,145 @@ pub fn decode_attention<T: KvElem>(
     assert_eq!(out.len(), q.len(), "output shape");
     let group = shape.group();
     let group_elems = group * hd;
-    // One task per (sequence, KV head): it owns that group's rows of the output.
+    if group_elems == 0 {
+        return;
+    }
+    let kernels = Kernels::detect(hd);
+    let (tasks, first) = plan(lens, shape.num_kv_heads);
+    // Per task: the unnormalised output `[group, hd]`, then the running max and sum per head.
+    let partial_len = group_elems + 2 * group;
+    let mut partials = vec![0f32; tasks.len() * partial_len];
+    partials
+        .par_chunks_mut(partial_len)
+        .zip(tasks.par_iter())
+        .for_each(|(partial, task)| {
+            let pair = task.seq * shape.num_kv_heads + task.head;
+            let q_g = &q[pair * group_elems..(pair + 1) * group_elems];
+            attend_partition(kernels, shape, q_g, k, v, rows, task, partial);
+        });
     out.par_chunks_mut(group_elems)
-        .zip(q.par_chunks(group_elems))
         .enumerate()
-        .for_each(|(task, (out_g, q_g))| {
-            let (seq, kv_head) = (task / shape.num_kv_heads, task % shape.num_kv_heads);
-            let len = lens[seq] as usize;
-            let result = simd::dispatch(|| {
-                attend_group(shape, q_g, k, v, len, |t| rows.row(seq, kv_head, t))
-            });
-            for (o, r) in out_g.iter_mut().zip(result) {
-                *o = T::from_f32(r);
-            }
+        .for_each(|(pair, out_g)| {
+            let parts = &partials[first[pair] * partial_len..first[pair + 1] * partial_len];
+            merge(parts, group, hd, out_g);
         });
 }
 
-/// One (sequence, KV head): the outputs of its `group` query heads, `[group, head_dim]`, in f32.
-#[inline(always)]
-fn attend_group<T: KvElem>(
+/// One partition of one (sequence, KV head) for its `group` query heads: writes `[acc | max | sum]`
+/// into `partial`, where `acc[g] = Σ_t e^(s_gt - max_g) v_t` and `sum_g = Σ_t e^(s_gt - max_g)`.
+#[allow(clippy::too_many_arguments)]
+fn attend_partition<T: KvElem>(
+    kernels: Kernels,
     shape: &AttentionShape,
     q_g: &[T],
     k: &[T],
     v: &[T],
-    len: usize,
-    row: impl Fn(usize) -> usize,
-) -> Vec<f32> {
-    let hd = shape.head_dim;
-    let group = shape.group();
+    rows: &impl RowLocator,
+    task: &Task,
+    partial: &mut [f32],
+) {
+    let (hd, group) = (shape.head_dim, shape.group());
     let mut q = vec![0f32; group * hd];
     T::slice_to_f32(q_g, &mut q);
-    let mut acc = vec![0f32; group * hd];
-    if len == 0 {
-        return acc;
-    }
-    let mut buf = vec![0f32; hd];
-    let mut scores = vec![0f32; group * len];
-    for t in 0..len {
-        let r = row(t);
-        T::slice_to_f32(&k[r..r + hd], &mut buf);
+    let (acc, stats) = partial.split_at_mut(group * hd);
+    let (maxs, sums) = stats.split_at_mut(group);
+    acc.fill(0.0);
+    maxs.fill(f32::NEG_INFINITY);
+    sums.fill(0.0);
+    let mut offsets = [0usize; CHUNK];
+    // Scores, then weights, of the chunk: `[group, CHUNK]`.
+    let mut s = vec![0f32; group * CHUNK];
+    for start in (task.start..task.end).step_by(CHUNK) {
+        let n = CHUNK.min(task.end - start);
+        let offsets = &mut offsets[..n];
+        rows.rows(task.seq, task.head, start, offsets);
+        kernels.scores(&q, group, k, offsets, shape.scale, &mut s, CHUNK);
         for g in 0..group {
-            scores[g * len + t] = simd::dot(&q[g * hd..(g + 1) * hd], &buf) * shape.scale;
+            let sg = &mut s[g * CHUNK..g * CHUNK + n];
+            let new_max = sg.iter().copied().fold(maxs[g], f32::max);
+            // 0 on the first chunk (max was -inf), when `acc` and `sum` are still 0.
+            let rescale = (maxs[g] - new_max).exp();
+            sums[g] = sums[g] * rescale + kernels.exp_shifted(sg, new_max);
+            if rescale != 1.0 {
+                acc[g * hd..(g + 1) * hd]
+                    .iter_mut()
+                    .for_each(|x| *x *= rescale);
+            }
+            maxs[g] = new_max;
         }
+        kernels.accumulate(&s, CHUNK, group, v, offsets, acc);
     }
-    let mut sums = vec![0f32; group];
+}
+
+/// Log-sum-exp merge of a (sequence, KV head)'s partitions into its output `[group, hd]`; no
+/// partitions (an empty sequence) gives zeros.
+fn merge<T: KvElem>(parts: &[f32], group: usize, hd: usize, out_g: &mut [T]) {
+    let partial_len = group * hd + 2 * group;
+    let mut row = vec![0f32; hd];
     for g in 0..group {
-        let s = &mut scores[g * len..(g + 1) * len];
-        let max = s.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let stat = |p: &[f32], i: usize| p[group * hd + i * group + g];
+        let max = parts
+            .chunks_exact(partial_len)
+            .map(|p| stat(p, 0))
+            .fold(f32::NEG_INFINITY, f32::max);
+        row.fill(0.0);
         let mut sum = 0.0;
-        for x in s.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x;
+        for p in parts.chunks_exact(partial_len) {
+            let w = (stat(p, 0) - max).exp();
+            sum += stat(p, 1) * w;
+            for (r, a) in row.iter_mut().zip(&p[g * hd..(g + 1) * hd]) {
+                *r += a * w;
+            }
         }
-        sums[g] = sum;
-    }
-    for t in 0..len {
-        let r = row(t);
-        T::slice_to_f32(&v[r..r + hd], &mut buf);
-        for g in 0..group {
-            simd::axpy(scores[g * len + t], &buf, &mut acc[g * hd..(g + 1) * hd]);
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        for (o, r) in out_g[g * hd..(g + 1) * hd].iter_mut().zip(&row) {
+            *o = T::from_f32(r * inv);
         }
     }
-    for g in 0..group {
-        let inv = 1.0 / sums[g];
-        acc[g * hd..(g + 1) * hd].iter_mut().for_each(|x| *x *= inv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_covers_every_token_once_in_partitions() {
+        let lens = [0, 1, PARTITION as i32, 2 * PARTITION as i32 + 7];
+        let (tasks, first) = plan(&lens, 3);
+        assert_eq!(first.len(), lens.len() * 3 + 1);
+        for (seq, &len) in lens.iter().enumerate() {
+            for head in 0..3 {
+                let pair = seq * 3 + head;
+                let mine = &tasks[first[pair]..first[pair + 1]];
+                let mut next = 0;
+                for t in mine {
+                    assert_eq!((t.seq, t.head, t.start), (seq, head, next));
+                    assert!(t.end > t.start && t.end - t.start <= PARTITION);
+                    next = t.end;
+                }
+                assert_eq!(next, len as usize);
+            }
+        }
     }
-    acc
+
+    #[test]
+    fn paged_rows_agree_with_row_by_row_lookup() {
+        let spec = KvSpec::new(2, 16, 4, crate::kv::Dtype::F16).unwrap();
+        let rows = vec![vec![3u32, 0, 5], vec![1, 2]];
+        let table = BlockTable::from_rows(&rows, &[11, 6], 4).unwrap();
+        let paged = PagedRows {
+            spec: &spec,
+            table: &table,
+        };
+        for (seq, len) in [(0usize, 11usize), (1, 6)] {
+            for head in 0..2 {
+                for t0 in 0..len {
+                    let mut got = vec![0; len - t0];
+                    paged.rows(seq, head, t0, &mut got);
+                    let want: Vec<usize> = (t0..len).map(|t| paged.row(seq, head, t)).collect();
+                    assert_eq!(got, want);
+                }
+            }
+        }
+    }
 }
