@@ -9,7 +9,7 @@
 //! split depends only on the lengths, never on the thread count or the layout, so a result is the
 //! same on every machine with the same kernels, and paged and contiguous agree bit for bit.
 
-use super::simd::Kernels;
+use super::simd::{Ahead, Kernels};
 use crate::kv::{BlockTable, KvElem, KvSpec};
 use rayon::prelude::*;
 
@@ -182,14 +182,25 @@ fn attend_partition<T: KvElem>(
     acc.fill(0.0);
     maxs.fill(f32::NEG_INFINITY);
     sums.fill(0.0);
-    let mut offsets = [0usize; CHUNK];
+    // Rows of this chunk and of the next, whose K rows are requested while this chunk's V rows
+    // are summed, as this chunk's V rows are while its K rows are scored.
+    let mut cur = [0usize; CHUNK];
+    let mut next = [0usize; CHUNK];
+    let chunk_len = |start: usize| CHUNK.min(task.end.saturating_sub(start));
+    rows.rows(
+        task.seq,
+        task.head,
+        task.start,
+        &mut cur[..chunk_len(task.start)],
+    );
     // Scores, then weights, of the chunk: `[group, CHUNK]`.
     let mut s = vec![0f32; group * CHUNK];
     for start in (task.start..task.end).step_by(CHUNK) {
-        let n = CHUNK.min(task.end - start);
-        let offsets = &mut offsets[..n];
-        rows.rows(task.seq, task.head, start, offsets);
-        kernels.scores(&q, group, k, offsets, shape.scale, &mut s, CHUNK);
+        let (n, n_next) = (chunk_len(start), chunk_len(start + CHUNK));
+        rows.rows(task.seq, task.head, start + CHUNK, &mut next[..n_next]);
+        let (here, after) = (&cur[..n], &next[..n_next]);
+        let v_ahead = Ahead { buf: v, rows: here };
+        kernels.scores(&q, group, k, here, shape.scale, &mut s, CHUNK, v_ahead);
         for g in 0..group {
             let sg = &mut s[g * CHUNK..g * CHUNK + n];
             let new_max = sg.iter().copied().fold(maxs[g], f32::max);
@@ -203,7 +214,12 @@ fn attend_partition<T: KvElem>(
             }
             maxs[g] = new_max;
         }
-        kernels.accumulate(&s, CHUNK, group, v, offsets, acc);
+        let k_ahead = Ahead {
+            buf: k,
+            rows: after,
+        };
+        kernels.accumulate(&s, CHUNK, group, v, here, acc, k_ahead);
+        std::mem::swap(&mut cur, &mut next);
     }
 }
 

@@ -8,6 +8,30 @@ mod avx2;
 
 use crate::kv::KvElem;
 
+/// Rows to request from memory while a kernel works on others: `rows` of `buf`.
+#[derive(Clone, Copy)]
+pub struct Ahead<'a, T> {
+    pub buf: &'a [T],
+    pub rows: &'a [usize],
+}
+
+impl<'a, T> Ahead<'a, T> {
+    pub fn none() -> Self {
+        Ahead {
+            buf: &[],
+            rows: &[],
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn avx2(self) -> avx2::Prefetch<'a, T> {
+        avx2::Prefetch {
+            buf: self.buf,
+            rows: self.rows,
+        }
+    }
+}
+
 /// The row kernels chosen for one call, for rows of `hd` elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernels {
@@ -46,12 +70,13 @@ impl Kernels {
         Kernels { avx2: false, hd }
     }
 
+    #[cfg(test)]
     pub fn is_avx2(&self) -> bool {
         self.avx2
     }
 
     /// `scores[g * stride + c] = scale * q[g] · k[rows[c]..][..hd]` for the `group` heads of `q`
-    /// (`[group, hd]`).
+    /// (`[group, hd]`), requesting the rows of `ahead` meanwhile.
     #[allow(clippy::too_many_arguments)]
     pub fn scores<T: KvElem>(
         self,
@@ -62,6 +87,7 @@ impl Kernels {
         scale: f32,
         scores: &mut [f32],
         stride: usize,
+        ahead: Ahead<T>,
     ) {
         let hd = self.hd;
         assert!(q.len() >= group * hd && rows.len() <= stride);
@@ -70,12 +96,14 @@ impl Kernels {
         if self.avx2 {
             for (g0, n) in group_runs(group) {
                 let (q, s) = (&q[g0 * hd..], &mut scores[g0 * stride..]);
+                // Only the first run of heads requests rows; later runs read from cache.
+                let pf = if g0 == 0 { ahead } else { Ahead::none() }.avx2();
                 // SAFETY: `detect` found the features and `hd % 8 == 0`; lengths asserted above.
                 unsafe {
                     match n {
-                        1 => avx2::scores::<T, 1>(q, k, rows, hd, scale, s, stride),
-                        2 => avx2::scores::<T, 2>(q, k, rows, hd, scale, s, stride),
-                        _ => avx2::scores::<T, 4>(q, k, rows, hd, scale, s, stride),
+                        1 => avx2::scores::<T, 1>(q, k, rows, hd, scale, s, stride, pf),
+                        2 => avx2::scores::<T, 2>(q, k, rows, hd, scale, s, stride, pf),
+                        _ => avx2::scores::<T, 4>(q, k, rows, hd, scale, s, stride, pf),
                     }
                 }
             }
@@ -91,7 +119,8 @@ impl Kernels {
     }
 
     /// `acc[g] += Σ_c weights[g * stride + c] * v[rows[c]..][..hd]` for `group` heads
-    /// (`acc` is `[group, hd]`).
+    /// (`acc` is `[group, hd]`), requesting the rows of `ahead` meanwhile.
+    #[allow(clippy::too_many_arguments)]
     pub fn accumulate<T: KvElem>(
         self,
         weights: &[f32],
@@ -100,6 +129,7 @@ impl Kernels {
         v: &[T],
         rows: &[usize],
         acc: &mut [f32],
+        ahead: Ahead<T>,
     ) {
         let hd = self.hd;
         assert!(acc.len() >= group * hd && rows.len() <= stride);
@@ -108,12 +138,13 @@ impl Kernels {
         if self.avx2 {
             for (g0, n) in group_runs(group) {
                 let (w, a) = (&weights[g0 * stride..], &mut acc[g0 * hd..]);
+                let pf = if g0 == 0 { ahead } else { Ahead::none() }.avx2();
                 // SAFETY: as in `scores`.
                 unsafe {
                     match n {
-                        1 => avx2::accumulate::<T, 1>(w, stride, v, rows, hd, a),
-                        2 => avx2::accumulate::<T, 2>(w, stride, v, rows, hd, a),
-                        _ => avx2::accumulate::<T, 4>(w, stride, v, rows, hd, a),
+                        1 => avx2::accumulate::<T, 1>(w, stride, v, rows, hd, a, pf),
+                        2 => avx2::accumulate::<T, 2>(w, stride, v, rows, hd, a, pf),
+                        _ => avx2::accumulate::<T, 4>(w, stride, v, rows, hd, a, pf),
                     }
                 }
             }
@@ -236,7 +267,7 @@ mod tests {
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
             let mut s = vec![f32::NAN; group * stride];
-            kernels.scores(&q, group, &k, &rows, 0.3, &mut s, stride);
+            kernels.scores(&q, group, &k, &rows, 0.3, &mut s, stride, Ahead::none());
             for g in 0..group {
                 for (c, &r) in rows.iter().enumerate() {
                     let want: f64 = (0..hd)
@@ -257,7 +288,18 @@ mod tests {
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
             let mut acc = init.clone();
-            kernels.accumulate(&w, stride, group, &k, &rows, &mut acc);
+            kernels.accumulate(
+                &w,
+                stride,
+                group,
+                &k,
+                &rows,
+                &mut acc,
+                Ahead {
+                    buf: &k,
+                    rows: &rows,
+                },
+            );
             for g in 0..group {
                 for d in 0..hd {
                     let want = init[g * hd + d] as f64

@@ -6,6 +6,9 @@
 //! with [`available`] first. Row slices are bounds-checked once per row; loads within a row use
 //! raw pointers over the checked slice.
 
+// Register arrays (`[__m256; G]`) are indexed by head and column in lockstep with pointers.
+#![allow(clippy::needless_range_loop)]
+
 use crate::kv::{Dtype, KvElem};
 use std::arch::x86_64::*;
 
@@ -40,12 +43,45 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// Asks for every cache line of `buf[r..r + hd]` to be brought in, for each `r` in `rows`;
+/// rows that do not lie in `buf` are skipped.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn prefetch_row<T>(buf: &[T], r: usize, hd: usize) {
+    if let Some(row) = buf.get(r..r + hd) {
+        let bytes = std::mem::size_of_val(row);
+        let p = row.as_ptr().cast::<i8>();
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: `off` lies inside `row`; a prefetch never faults anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
+        }
+    }
+}
+
+/// Rows to fetch ahead of use while a kernel works: row `c` of `rows` is requested as row `c`
+/// of the kernel's own work is read, so the requests are spread over the kernel's run.
+#[derive(Clone, Copy)]
+pub struct Prefetch<'a, T> {
+    pub buf: &'a [T],
+    pub rows: &'a [usize],
+}
+
+impl<T> Prefetch<'_, T> {
+    pub fn none() -> Self {
+        Prefetch {
+            buf: &[],
+            rows: &[],
+        }
+    }
+}
+
 /// `scores[g * stride + c] = scale * q[g] · rows[c]` for `G` query heads (`q` is `[G, hd]`).
 /// Two accumulator sets per head hide the FMA latency; `hd` is a multiple of 8.
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available; `hd % 8 == 0`; `q.len() >= G * hd`;
 /// `scores.len() >= (G - 1) * stride + rows.len()`.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scores<T: KvElem, const G: usize>(
     q: &[f32],
@@ -55,11 +91,15 @@ pub unsafe fn scores<T: KvElem, const G: usize>(
     scale: f32,
     scores: &mut [f32],
     stride: usize,
+    ahead: Prefetch<T>,
 ) {
-    debug_assert!(hd % 8 == 0 && q.len() >= G * hd);
+    debug_assert!(hd.is_multiple_of(8) && q.len() >= G * hd);
     debug_assert!(scores.len() >= (G - 1) * stride + rows.len());
     let q = q.as_ptr();
     for (c, &r) in rows.iter().enumerate() {
+        if let Some(&p) = ahead.rows.get(c) {
+            prefetch_row(ahead.buf, p, hd);
+        }
         let row = k[r..r + hd].as_ptr();
         let mut a0 = [_mm256_setzero_ps(); G];
         let mut a1 = [_mm256_setzero_ps(); G];
@@ -88,6 +128,9 @@ pub unsafe fn scores<T: KvElem, const G: usize>(
 
 /// `acc[g] += Σ_c weights[g * stride + c] * rows[c]` for `G` query heads (`acc` is `[G, hd]`).
 ///
+/// Column-blocked: `W` vectors of each head's accumulator stay in registers while every row of
+/// the chunk passes (the chunk is in L1 after the first pass), so the inner loop has no stores.
+///
 /// # Safety
 /// As [`scores`], with `acc.len() >= G * hd` and `weights` in place of `scores`.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -98,24 +141,63 @@ pub unsafe fn accumulate<T: KvElem, const G: usize>(
     rows: &[usize],
     hd: usize,
     acc: &mut [f32],
+    ahead: Prefetch<T>,
 ) {
-    debug_assert!(hd % 8 == 0 && acc.len() >= G * hd);
+    debug_assert!(hd.is_multiple_of(8) && acc.len() >= G * hd);
     debug_assert!(weights.len() >= (G - 1) * stride + rows.len());
-    let acc = acc.as_mut_ptr();
-    for (c, &r) in rows.iter().enumerate() {
-        let row = v[r..r + hd].as_ptr();
-        let mut w = [_mm256_setzero_ps(); G];
-        for (g, wg) in w.iter_mut().enumerate() {
-            *wg = _mm256_set1_ps(*weights.get_unchecked(g * stride + c));
+    assert!(rows.iter().all(|&r| r + hd <= v.len()), "row out of range");
+    // The requests ride on the first pass, the one that waits for memory.
+    let mut ahead = ahead;
+    let mut d = 0;
+    while d + 16 <= hd {
+        columns::<T, G, 2>(weights, stride, v, rows, hd, acc, d, ahead);
+        ahead = Prefetch::none();
+        d += 16;
+    }
+    if d < hd {
+        columns::<T, G, 1>(weights, stride, v, rows, hd, acc, d, ahead);
+    }
+}
+
+/// Columns `d..d + 8 W` of [`accumulate`].
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn columns<T: KvElem, const G: usize, const W: usize>(
+    weights: &[f32],
+    stride: usize,
+    v: &[T],
+    rows: &[usize],
+    hd: usize,
+    acc: &mut [f32],
+    d: usize,
+    ahead: Prefetch<T>,
+) {
+    let (vp, ap, wp) = (v.as_ptr(), acc.as_mut_ptr(), weights.as_ptr());
+    let mut a = [[_mm256_setzero_ps(); W]; G];
+    for g in 0..G {
+        for j in 0..W {
+            a[g][j] = _mm256_loadu_ps(ap.add(g * hd + d + 8 * j));
         }
-        let mut d = 0;
-        while d < hd {
-            let x = load8(row.add(d));
-            for (g, wg) in w.iter().enumerate() {
-                let a = acc.add(g * hd + d);
-                _mm256_storeu_ps(a, _mm256_fmadd_ps(*wg, x, _mm256_loadu_ps(a)));
+    }
+    for (c, &r) in rows.iter().enumerate() {
+        if let Some(&p) = ahead.rows.get(c) {
+            prefetch_row(ahead.buf, p, hd);
+        }
+        let mut x = [_mm256_setzero_ps(); W];
+        for (j, xj) in x.iter_mut().enumerate() {
+            *xj = load8(vp.add(r + d + 8 * j));
+        }
+        for g in 0..G {
+            let w = _mm256_broadcast_ss(&*wp.add(g * stride + c));
+            for j in 0..W {
+                a[g][j] = _mm256_fmadd_ps(w, x[j], a[g][j]);
             }
-            d += 8;
+        }
+    }
+    for g in 0..G {
+        for j in 0..W {
+            _mm256_storeu_ps(ap.add(g * hd + d + 8 * j), a[g][j]);
         }
     }
 }
@@ -144,7 +226,7 @@ fn exp8(x: __m256) -> __m256 {
         8.333_452e-3,
         4.166_579_6e-2,
         1.666_666_5e-1,
-        5.000_000_1e-1,
+        0.5,
     ] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
