@@ -6,6 +6,7 @@
 //! - Read-only: for each (sequence, KV head), the f32 sum of all its K and V elements, shape
 //!   `[num_seqs, num_kv_heads]`. Only reads count, so it measures read bandwidth.
 
+use super::simd::Kernels;
 use crate::kv::{BlockTable, KvElem, KvSpec};
 use rayon::prelude::*;
 
@@ -46,10 +47,12 @@ pub fn gather_copy<T: KvElem>(spec: &KvSpec, pool: &[T], table: &BlockTable, out
 }
 
 /// Read-only gather: per (sequence, KV head), the sum of its K and V elements, into `out`
-/// (`[num_seqs, num_kv_heads]`).
+/// (`[num_seqs, num_kv_heads]`). Sums run with the vector kernels (F16C conversion, four AVX2
+/// accumulators) so the loop is bound by memory, not by converting halves one at a time.
 pub fn gather_sum<T: KvElem>(spec: &KvSpec, k: &[T], v: &[T], table: &BlockTable, out: &mut [f32]) {
     let heads = spec.num_kv_heads;
     assert_eq!(out.len(), table.num_seqs() * heads, "output size");
+    let kernels = Kernels::detect(spec.head_dim);
     out.par_iter_mut().enumerate().for_each(|(i, sum)| {
         let (seq, head) = (i / heads, i % heads);
         let len = table.lens[seq] as usize;
@@ -60,8 +63,8 @@ pub fn gather_sum<T: KvElem>(spec: &KvSpec, k: &[T], v: &[T], table: &BlockTable
             let run = (spec.block_size - off).min(len - t);
             let src = spec.elem_offset(block, head, off, 0);
             let n = run * spec.head_dim;
-            acc += k[src..src + n].iter().map(|x| x.to_f32()).sum::<f32>();
-            acc += v[src..src + n].iter().map(|x| x.to_f32()).sum::<f32>();
+            acc += kernels.sum(&k[src..src + n]);
+            acc += kernels.sum(&v[src..src + n]);
             t += run;
         }
         *sum = acc;
