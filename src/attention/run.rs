@@ -203,9 +203,10 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Timed<T> {
         paged_out,
         contiguous_out,
         limits: cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
+        // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
-            num_partitions: 1,
-            partition_size: p.max_len,
+            num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
+            partition_size: cpu::attention::PARTITION,
         },
     }
 }
