@@ -6,7 +6,7 @@
 //!   bytes written (as STREAM's copy does);
 //! - `stream_gbps`: a read-only pass over the K and V pools, contiguous, as raw words: the memory's
 //!   own read limit (and on the CPU `convert_stream_gbps`: the same bytes converted element by
-//!   element to f32, the bound the conversion alone puts on a CPU kernel);
+//!   element to f32 with scalar code, for reference: the vectorised CPU kernels beat it);
 //! - the limits are measured next to every block size's gathers (the sweep pairs them);
 //! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
 //!   shuffled block table, bytes read + written, to be compared with the copy limit;
@@ -32,8 +32,8 @@ use thiserror::Error;
 pub struct Limits {
     pub copy_gbps: f64,
     pub stream_gbps: f64,
-    /// The same bytes summed after converting each element to f32: on a CPU, f16 conversion can
-    /// be slower than memory, and this shows by how much; `None` where the probe has none.
+    /// The same bytes summed after converting each element to f32 with scalar code (for
+    /// reference: the vectorised CPU kernels beat it); `None` where the probe has none.
     pub convert_stream_gbps: Option<f64>,
 }
 

@@ -165,7 +165,7 @@ impl BandwidthProbe for CpuProbe {
     }
 
     fn limits(&mut self, spec: &KvSpec) -> Result<Limits, ProbeError> {
-        // The stream sum converts the layer's element type, as the read-only gather does.
+        // The stream limit reads raw words; the scalar conversion pass beside it converts each element.
         match spec.dtype {
             Dtype::F16 => self.measure_limits::<f16>(),
             Dtype::Bf16 => self.measure_limits::<bf16>(),

@@ -460,7 +460,7 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
             (!v.is_empty()).then(|| v[v.len() / 2])
         };
         println!(
-            "limits ({label}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (elements converted as the gather does), raw memory read {} GB/s (u64 words)",
+            "limits ({label}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (raw words), scalar f16-to-f32 pass {} GB/s (element by element, for reference)",
             opt(median(&|m| Some(m.copy_gbps)), 2),
             opt(median(&|m| Some(m.stream_gbps)), 2),
             opt(median(&|m| m.convert_stream_gbps), 2),
