@@ -124,15 +124,13 @@ impl Backing for HostBacking {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(VmmError::os("ftruncate(memfd)"));
         }
-        // MAP_POPULATE allocates the pages now, as cuMemCreate does, so wake pays for its memory
-        // and resident memory comes back at wake rather than at first touch.
         // SAFETY: MAP_FIXED over our own PROT_NONE reservation, replacing nothing else.
         let mapped = unsafe {
             libc::mmap(
                 addr,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
                 fd.as_raw_fd(),
                 0,
             )
@@ -140,6 +138,10 @@ impl Backing for HostBacking {
         if mapped == libc::MAP_FAILED {
             return Err(VmmError::os("mmap(MAP_FIXED, memfd)"));
         }
+        // Allocate the pages now, as cuMemCreate does, so wake pays for its memory and resident
+        // memory comes back at wake. MAP_POPULATE would map shared pages read-only, and the
+        // restore would then take one write fault per 4 KiB page; populating for write does not.
+        populate_for_write(mapped, len)?;
         self.chunks[i] = Some(fd);
         Ok(())
     }
@@ -194,6 +196,24 @@ impl Backing for HostBacking {
     }
 }
 
+/// Faults in every page of `addr..addr + len` writable (MADV_POPULATE_WRITE, Linux 5.14+; older
+/// kernels get one write per page, which the zero-filled memfd pages tolerate).
+fn populate_for_write(addr: *mut libc::c_void, len: usize) -> Result<(), VmmError> {
+    // SAFETY: `addr..addr + len` is a mapping we just created.
+    if unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_WRITE) } == 0 {
+        return Ok(());
+    }
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        return Err(VmmError::os("madvise(MADV_POPULATE_WRITE)"));
+    }
+    for offset in (0..len).step_by(page_size()) {
+        // SAFETY: inside the fresh, writable mapping; the page holds zeros, so writing zero
+        // changes nothing but allocates it.
+        unsafe { std::ptr::write_volatile(addr.cast::<u8>().add(offset), 0) };
+    }
+    Ok(())
+}
+
 impl Drop for HostBacking {
     fn drop(&mut self) {
         // Unmapping the whole reservation drops every chunk mapping too; the memfds close after.
@@ -202,9 +222,10 @@ impl Drop for HostBacking {
     }
 }
 
-/// The offload buffer of the CPU twin: anonymous memory populated at allocation
-/// (`MAP_POPULATE`), as pinned memory is, so the copy into it is a plain copy and the cost of
-/// getting the pages shows apart, as allocation time.
+/// The offload buffer of the CPU twin: anonymous memory populated at allocation, as pinned
+/// memory is, so the copy into it is a plain copy and the cost of getting the pages shows apart,
+/// as allocation time. Transparent huge pages are asked for (madvise) because that allocation
+/// otherwise costs one page fault per 4 KiB.
 pub struct HostBuffer {
     ptr: *mut u8,
     len: usize,
@@ -227,13 +248,20 @@ impl HostBuffer {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 -1,
                 0,
             )
         };
         if ptr == libc::MAP_FAILED {
             return Err(VmmError::os("mmap(offload buffer)"));
+        }
+        // SAFETY: advice on our own fresh mapping; refusal (THP off) only costs speed.
+        unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
+        if let Err(e) = populate_for_write(ptr, len) {
+            // SAFETY: the mapping is ours and unused.
+            unsafe { libc::munmap(ptr, len) };
+            return Err(e);
         }
         Ok(HostBuffer {
             ptr: ptr.cast(),
