@@ -1,10 +1,13 @@
-//! The CUDA pool: the same checks as the CPU twin, plus a paged gather (a kernel, or per-block
-//! copies when NVRTC is missing) run before sleep and after wake, directly and as a captured CUDA
-//! graph. Every test skips, saying why, when no GPU is usable.
+//! The CUDA pool: the same checks as the CPU twin, plus paged decode attention (the project's
+//! kernel, reading K/V and the block table from inside the pool) run before sleep and after wake,
+//! directly and as a captured CUDA graph. Every test skips, saying why, when no GPU is usable.
 
-use cudarc::driver::{
-    result, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
+use cudarc::driver::{result, sys, CudaContext, CudaStream, LaunchConfig, PushKernelArg};
+use half::f16;
+use pagedkv::attention::{
+    attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
 };
+use pagedkv::device::cuda::CudaDevice;
 use pagedkv::vmm::checksum::fill_random;
 use pagedkv::vmm::cuda::{device_memory, open_context, CudaPool};
 use pagedkv::vmm::{
@@ -238,167 +241,233 @@ fn cuda_levels_and_tags() {
     set.wake(None).unwrap();
 }
 
-// --- A paged gather through a block table that lives inside the pool -------------------------
+// --- Paged decode attention over K/V and a block table that live inside the pool -----------
 
-/// `out[b, i] = pool[table[b], i] * 2 + 1`, one CUDA block per output block.
-const GATHER_SRC: &str = r#"
-extern "C" __global__ void gather_scale(
-    const float* pool,   // [num_pool_blocks, block_elems]
-    const int* table,    // [num_out_blocks]
-    float* out,          // [num_out_blocks, block_elems]
-    int block_elems)
-{
-    const long src = (long)table[blockIdx.x] * block_elems;
-    const long dst = (long)blockIdx.x * block_elems;
-    for (int i = threadIdx.x; i < block_elems; i += blockDim.x)
-        out[dst + i] = pool[src + i] * 2.0f + 1.0f;
-}
-"#;
-
-const BLOCK_ELEMS: usize = 1024;
-const POOL_BLOCKS: usize = 1536; // 6 MiB of f32 blocks, then the table
-const OUT_BLOCKS: usize = 512;
-
-enum Gather {
-    Kernel(CudaFunction),
-    /// NVRTC missing or unable to build: per-block device-to-device copies (no scaling).
-    Copies,
+/// Byte offsets of the problem's pieces inside the KV pool and the output pool.
+struct Placement {
+    q: usize,
+    k: usize,
+    v: usize,
+    table: usize,
+    lens: usize,
+    kv_size: usize,
+    out: usize,
+    part_out: usize,
+    part_max: usize,
+    part_sum: usize,
+    out_size: usize,
 }
 
-fn gather_op(ctx: &Arc<CudaContext>) -> Gather {
-    // SAFETY: only tries to load the NVRTC library.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        println!("NVRTC missing: the gather runs as per-block copies");
-        return Gather::Copies;
-    }
-    let built = cudarc::nvrtc::compile_ptx(GATHER_SRC)
-        .map_err(|e| e.to_string())
-        .and_then(|ptx| ctx.load_module(ptx).map_err(|e| e.to_string()))
-        .and_then(|m| m.load_function("gather_scale").map_err(|e| e.to_string()));
-    match built {
-        Ok(f) => Gather::Kernel(f),
-        Err(e) => {
-            println!("NVRTC kernel unavailable ({e}): the gather runs as per-block copies");
-            Gather::Copies
-        }
-    }
-}
-
-/// Enqueues the gather on `stream` (capturable: no host synchronisation inside).
-fn enqueue_gather(op: &Gather, stream: &CudaStream, pool: u64, table: &[i32], out: u64) {
-    let table_ptr = pool + (POOL_BLOCKS * BLOCK_ELEMS * 4) as u64;
-    match op {
-        Gather::Kernel(f) => {
-            let block_elems = BLOCK_ELEMS as i32;
-            let cfg = LaunchConfig {
-                grid_dim: (OUT_BLOCKS as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut launch = stream.launch_builder(f);
-            launch
-                .arg(&pool)
-                .arg(&table_ptr)
-                .arg(&out)
-                .arg(&block_elems);
-            // SAFETY: the pointers address mapped pools of the sizes in the kernel's comments.
-            unsafe { launch.launch(cfg) }.unwrap();
-        }
-        Gather::Copies => {
-            let bytes = BLOCK_ELEMS * 4;
-            for (b, &src) in table.iter().enumerate() {
-                // SAFETY: both ranges lie inside mapped pools.
-                unsafe {
-                    result::memcpy_dtod_async(
-                        out + (b * bytes) as u64,
-                        pool + (src as usize * bytes) as u64,
-                        bytes,
-                        stream.cu_stream(),
-                    )
-                }
-                .unwrap();
-            }
-        }
-    }
-}
-
-/// The host's own gather: the oracle.
-fn gather_on_host(op: &Gather, values: &[f32], table: &[i32]) -> Vec<f32> {
-    let scale = matches!(op, Gather::Kernel(_));
-    table
+/// Packs pieces of the given byte lengths one after another, 256-byte aligned.
+fn pack(lens: &[usize]) -> (Vec<usize>, usize) {
+    let mut at = 0;
+    let offsets = lens
         .iter()
-        .flat_map(|&b| values[b as usize * BLOCK_ELEMS..][..BLOCK_ELEMS].iter())
-        .map(|&x| if scale { x * 2.0 + 1.0 } else { x })
-        .collect()
+        .map(|&l| {
+            let here = at;
+            at = (at + l).next_multiple_of(256);
+            here
+        })
+        .collect();
+    (offsets, at.max(256))
 }
 
-fn read_out(out: &CudaPool) -> Vec<f32> {
-    let mut bytes = vec![0u8; OUT_BLOCKS * BLOCK_ELEMS * 4];
-    out.read(0, &mut bytes).unwrap();
+fn place(p: &Problem<f16>, plan: SplitPlan) -> Placement {
+    let (kv, kv_size) = pack(&[
+        p.q.len() * 2,
+        p.k.len() * 2,
+        p.v.len() * 2,
+        p.table.entries.len() * 4,
+        p.lens.len() * 4,
+    ]);
+    let partials = p.lens.len() * p.shape.num_heads * plan.num_partitions;
+    let (out, out_size) = pack(&[
+        p.q.len() * 2,
+        partials * p.shape.head_dim * 4,
+        partials * 4,
+        partials * 4,
+    ]);
+    Placement {
+        q: kv[0],
+        k: kv[1],
+        v: kv[2],
+        table: kv[3],
+        lens: kv[4],
+        kv_size,
+        out: out[0],
+        part_out: out[1],
+        part_max: out[2],
+        part_sum: out[3],
+        out_size,
+    }
+}
+
+/// Enqueues paged attention (and the split-K merge) on `stream` with raw pool addresses; no
+/// host synchronisation inside, so it can be captured into a graph.
+fn enqueue_attention(
+    dev: &CudaDevice,
+    stream: &CudaStream,
+    p: &Problem<f16>,
+    plan: SplitPlan,
+    at: &Placement,
+    kv: u64,
+    out: u64,
+) {
+    let s = &p.shape;
+    let group = s.num_heads / s.num_kv_heads;
+    let hd = s.head_dim;
+    let f = dev
+        .function(
+            "paged_attention",
+            &format!("paged_attention_f16_d{hd}_g{group}"),
+        )
+        .unwrap();
+    let args_u64 = [
+        out + at.out as u64,
+        out + at.part_out as u64,
+        out + at.part_max as u64,
+        out + at.part_sum as u64,
+        kv + at.q as u64,
+        kv + at.k as u64,
+        kv + at.v as u64,
+        kv + at.table as u64,
+        kv + at.lens as u64,
+    ];
+    let stride = p.table.stride as i32;
+    let log2_bs = p.spec.block_size.trailing_zeros() as i32;
+    let parts = plan.num_partitions as i32;
+    let psize = plan.partition_size as i32;
+    let mut launch = stream.launch_builder(&f);
+    for a in &args_u64 {
+        launch.arg(a);
+    }
+    launch
+        .arg(&stride)
+        .arg(&log2_bs)
+        .arg(&parts)
+        .arg(&psize)
+        .arg(&s.scale);
+    let cfg = LaunchConfig {
+        grid_dim: (s.num_kv_heads as u32, p.lens.len() as u32, parts as u32),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: the argument list matches paged_attention's signature (src/device/cuda/attention.rs
+    // launches the same kernel); every address lies inside a mapped pool of the placed size, and
+    // the table was validated against the pool's blocks.
+    unsafe { launch.launch(cfg) }.unwrap();
+    if parts > 1 {
+        let merge = dev
+            .function("paged_attention", &format!("merge_partitions_f16_d{hd}"))
+            .unwrap();
+        let mut launch = stream.launch_builder(&merge);
+        for a in &args_u64[..4] {
+            launch.arg(a);
+        }
+        launch.arg(&parts);
+        let cfg = LaunchConfig {
+            grid_dim: (s.num_heads as u32, p.lens.len() as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: as above; the partial buffers hold num_seqs * num_heads * parts entries.
+        unsafe { launch.launch(cfg) }.unwrap();
+    }
+}
+
+fn read_out(out: &CudaPool, at: &Placement, elems: usize) -> Vec<f16> {
+    let mut bytes = vec![0u8; elems * 2];
+    out.read(at.out, &mut bytes).unwrap();
     bytemuck::cast_slice(&bytes).to_vec()
 }
 
+fn poison(out: &mut CudaPool, at: &Placement) {
+    out.write(0, &vec![0xFFu8; at.out_size]).unwrap();
+}
+
 #[test]
-fn cuda_gather_gives_identical_output_before_sleep_and_after_wake() {
-    let Some((_gpu, ctx)) = gpu("cuda_gather_across_sleep") else {
+fn cuda_paged_attention_gives_identical_output_before_sleep_and_after_wake() {
+    let Some((_gpu, _ctx)) = gpu("cuda_attention_across_sleep") else {
         return;
     };
-    let op = gather_op(&ctx);
-    let stream = ctx.new_stream().unwrap();
+    let dev = match CudaDevice::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipping cuda_attention_across_sleep: {e}");
+            return;
+        }
+    };
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-    let values: Vec<f32> = (0..POOL_BLOCKS * BLOCK_ELEMS)
-        .map(|_| rng.random_range(-1.0..1.0))
-        .collect();
-    let table: Vec<i32> = (0..OUT_BLOCKS)
-        .map(|_| rng.random_range(0..POOL_BLOCKS as i32))
-        .collect();
-    let mut pool = CudaPool::create(&ctx, 8 * MIB, Some(2 * MIB)).unwrap();
-    pool.write(0, bytemuck::cast_slice(&values)).unwrap();
-    pool.write(POOL_BLOCKS * BLOCK_ELEMS * 4, bytemuck::cast_slice(&table))
+    let shape = AttentionShape {
+        num_heads: 16,
+        num_kv_heads: 4,
+        head_dim: 128,
+        scale: 0.09,
+    };
+    let lens: Vec<usize> = (0..6).map(|_| rng.random_range(1..900)).collect();
+    let p = Problem::<f16>::new(shape, 16, &lens, rng.random()).unwrap();
+    p.table.validate(p.num_blocks).unwrap();
+    let reference = attention_f64(&p);
+    // Split-K, so the captured graph holds the attention kernel and the merge.
+    let plan = SplitPlan {
+        num_partitions: p.max_len.div_ceil(2 * CHUNK),
+        partition_size: 2 * CHUNK,
+    };
+    let at = place(&p, plan);
+    let stream = dev.ctx.new_stream().unwrap();
+    let mut kv = CudaPool::create(&dev.ctx, at.kv_size, Some(2 * MIB)).unwrap();
+    kv.write(at.q, bytemuck::cast_slice(&p.q)).unwrap();
+    kv.write(at.k, bytemuck::cast_slice(&p.k)).unwrap();
+    kv.write(at.v, bytemuck::cast_slice(&p.v)).unwrap();
+    kv.write(at.table, bytemuck::cast_slice(&p.table.entries))
         .unwrap();
-    let mut out = CudaPool::create(&ctx, OUT_BLOCKS * BLOCK_ELEMS * 4, None).unwrap();
-    let (pool_ptr, out_ptr) = (pool.ptr().unwrap(), out.ptr().unwrap());
-    let expected = gather_on_host(&op, &values, &table);
+    kv.write(at.lens, bytemuck::cast_slice(&p.lens)).unwrap();
+    let mut out = CudaPool::create(&dev.ctx, at.out_size, None).unwrap();
+    let (kv_ptr, out_ptr) = (kv.ptr().unwrap(), out.ptr().unwrap());
+    let elems = p.q.len();
 
-    // Before sleep: direct, then captured into a graph.
-    enqueue_gather(&op, &stream, pool_ptr, &table, out_ptr);
+    // Before sleep: direct (checked against the f64 oracle), then captured into a graph.
+    poison(&mut out, &at);
+    enqueue_attention(&dev, &stream, &p, plan, &at, kv_ptr, out_ptr);
     stream.synchronize().unwrap();
-    let before = read_out(&out);
-    assert!(
-        before == expected,
-        "the gather disagrees with the host before sleep"
-    );
+    let before = read_out(&out, &at, elems);
+    let e = relative_error(&before, &reference);
+    assert!(e <= 2e-3, "attention before sleep: relative error {e:.2e}");
     stream
         .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
         .unwrap();
-    enqueue_gather(&op, &stream, pool_ptr, &table, out_ptr);
+    enqueue_attention(&dev, &stream, &p, plan, &at, kv_ptr, out_ptr);
     let graph = stream
         .end_capture(sys::CUgraphInstantiate_flags(0))
         .unwrap()
         .expect("a captured graph");
 
-    for mode_cycle in 0..3 {
-        // Poison the output so a gather that does nothing fails.
-        out.write(0, &vec![0xFFu8; OUT_BLOCKS * BLOCK_ELEMS * 4])
-            .unwrap();
-        pool.sleep(SleepMode::Offload).unwrap();
-        pool.wake().unwrap();
-        assert_eq!(pool.ptr().unwrap(), pool_ptr);
-        if mode_cycle % 2 == 0 {
-            enqueue_gather(&op, &stream, pool_ptr, &table, out_ptr);
+    let same = |a: &[f16], b: &[f16]| {
+        bytemuck::cast_slice::<f16, u8>(a) == bytemuck::cast_slice::<f16, u8>(b)
+    };
+    for cycle in 0..4 {
+        // Poison the output so a launch that does nothing fails.
+        poison(&mut out, &at);
+        kv.sleep(SleepMode::Offload).unwrap();
+        kv.wake().unwrap();
+        assert_eq!(kv.ptr().unwrap(), kv_ptr);
+        if cycle % 2 == 0 {
+            enqueue_attention(&dev, &stream, &p, plan, &at, kv_ptr, out_ptr);
         } else {
             graph.launch().unwrap();
         }
         stream.synchronize().unwrap();
         assert!(
-            read_out(&out) == before,
-            "cycle {mode_cycle}: output changed across sleep/wake"
+            same(&read_out(&out, &at, elems), &before),
+            "cycle {cycle}: output changed across sleep/wake"
         );
     }
-    // The output pool can sleep too: the graph's pointers stay valid for it as well.
+    // The output pool can sleep too (discarded: the graph rewrites it), pointers unchanged.
     out.sleep(SleepMode::Discard).unwrap();
     out.wake().unwrap();
+    assert_eq!(out.ptr().unwrap(), out_ptr);
+    poison(&mut out, &at);
     graph.launch().unwrap();
     stream.synchronize().unwrap();
-    assert!(read_out(&out) == before);
+    assert!(same(&read_out(&out, &at, elems), &before));
 }
