@@ -145,6 +145,7 @@ fn the_gpu_probe_measures_checked_kernels() {
     let opts = ProbeOptions {
         pool_bytes: 64 << 20,
         reps: 2,
+        rounds: 1,
         seq_tokens: 1024,
         seed: 3,
         attention: Some(AttentionBatch::fixed(32, 8, 1000)),

@@ -78,6 +78,8 @@ pub struct ProbeOptions {
     pub pool_bytes: usize,
     /// Timed repetitions after one warm-up; the median is reported.
     pub reps: usize,
+    /// Passes over every block size (see [`super::measure_bandwidth`]).
+    pub rounds: usize,
     /// Tokens per sequence in the gather's block table.
     pub seq_tokens: usize,
     pub seed: u64,

@@ -271,6 +271,7 @@ mod tests {
         let opts = ProbeOptions {
             pool_bytes: 2 << 20,
             reps: 1,
+            rounds: 1,
             seq_tokens: 256,
             seed: 1,
             attention: Some(AttentionBatch::fixed(32, 2, 40)),

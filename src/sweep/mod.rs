@@ -26,6 +26,7 @@ pub use model::ModelShape;
 pub use replay::DurationModel;
 
 use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};
+use crate::stats::median;
 use crate::workload::azure::Request;
 use serde::Serialize;
 use thiserror::Error;
@@ -77,6 +78,49 @@ pub struct MemoryBandwidth {
     pub gather_copy_frac_of_copy: f64,
     pub attention_gbps: Option<f64>,
     pub attention_frac_of_stream: Option<f64>,
+    /// Half the range of the efficiency the proxy uses (attention's fraction of stream, else the
+    /// read-only gather's) over the rounds, relative to its median; `None` with one round.
+    pub efficiency_noise: Option<f64>,
+}
+
+impl MemoryBandwidth {
+    /// The efficiency the throughput proxy uses: attention's fraction of the stream limit when
+    /// measured, else the read-only gather's.
+    pub fn efficiency(&self) -> f64 {
+        self.attention_frac_of_stream
+            .unwrap_or(self.gather_frac_of_stream)
+    }
+
+    /// Every figure the median of its values over `rounds` (each fraction the median of the
+    /// per-round fractions, each taken against its own neighbouring limit).
+    fn median_of(rounds: &[MemoryBandwidth]) -> MemoryBandwidth {
+        let med =
+            |f: &dyn Fn(&MemoryBandwidth) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
+        let med_opt = |f: &dyn Fn(&MemoryBandwidth) -> Option<f64>| {
+            let v: Option<Vec<f64>> = rounds.iter().map(f).collect();
+            v.map(|v| median(&v))
+        };
+        let eff: Vec<f64> = rounds.iter().map(MemoryBandwidth::efficiency).collect();
+        let (lo, hi) = eff
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
+                (l.min(x), h.max(x))
+            });
+        let mid = median(&eff);
+        MemoryBandwidth {
+            memory: rounds[0].memory.clone(),
+            copy_gbps: med(&|m| m.copy_gbps),
+            stream_gbps: med(&|m| m.stream_gbps),
+            convert_stream_gbps: med_opt(&|m| m.convert_stream_gbps),
+            gather_gbps: med(&|m| m.gather_gbps),
+            gather_frac_of_stream: med(&|m| m.gather_frac_of_stream),
+            gather_copy_gbps: med(&|m| m.gather_copy_gbps),
+            gather_copy_frac_of_copy: med(&|m| m.gather_copy_frac_of_copy),
+            attention_gbps: med_opt(&|m| m.attention_gbps),
+            attention_frac_of_stream: med_opt(&|m| m.attention_frac_of_stream),
+            efficiency_noise: (rounds.len() > 1 && mid > 0.0).then(|| (hi - lo) / 2.0 / mid),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -102,6 +146,7 @@ pub struct SweepRow {
     pub gather_copy_frac_of_copy: Option<f64>,
     pub attention_gbps: Option<f64>,
     pub attention_frac_of_stream: Option<f64>,
+    pub efficiency_noise: Option<f64>,
     /// Every probe's figures: one per memory setting (CPU: `thp`, `4k`).
     pub memory: Vec<MemoryBandwidth>,
     /// The throughput proxy, normalised to the best row (see [`recommend`]).
@@ -156,6 +201,7 @@ pub fn memory_rows(
                 gather_copy_frac_of_copy: None,
                 attention_gbps: None,
                 attention_frac_of_stream: None,
+                efficiency_noise: None,
                 memory: Vec::new(),
                 proxy: 0.0,
             })
@@ -163,41 +209,60 @@ pub fn memory_rows(
         .collect()
 }
 
-/// Measures every probe at every row's block size, one layer of `model`'s shape. The limits are
-/// measured again next to each block size's gathers, and each fraction divides by its neighbour;
-/// the probes take turns at each block size. On a shared machine the load drifts over a sweep, and
-/// a limit (or another memory setting) measured at another moment would skew the comparison.
+/// Measures every probe at every row's block size, one layer of `model`'s shape, `rounds` times
+/// over, and keeps the median of each figure (and the spread of the proxy's efficiency). The
+/// limits are measured again next to each block size's gathers, and each fraction divides by its
+/// neighbour; the probes take turns at each block size, and each round passes over every block
+/// size before the next begins. On a shared machine the load drifts over a sweep: a limit (or
+/// another memory setting) measured at another moment would skew the comparison, and rounds
+/// spread over the whole sweep keep a burst of load from landing on one block size only.
 /// `progress` is called after each measurement with a short label. Returns the probes' notes.
 pub fn measure_bandwidth(
     rows: &mut [SweepRow],
     mut probes: Vec<Box<dyn BandwidthProbe>>,
     model: &ModelShape,
+    rounds: usize,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<String>, SweepError> {
-    for row in rows.iter_mut() {
-        let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
-        for probe in probes.iter_mut() {
-            let memory = probe.memory();
-            let limits = probe.limits(&spec)?;
-            let g = probe.gather(&spec)?;
-            let attention = probe.attention_gbps(&spec)?;
-            row.memory.push(MemoryBandwidth {
-                memory: memory.clone(),
-                copy_gbps: limits.copy_gbps,
-                stream_gbps: limits.stream_gbps,
-                convert_stream_gbps: limits.convert_stream_gbps,
-                gather_gbps: g.read_gbps,
-                gather_frac_of_stream: g.read_gbps / limits.stream_gbps,
-                gather_copy_gbps: g.copy_gbps,
-                gather_copy_frac_of_copy: g.copy_gbps / limits.copy_gbps,
-                attention_gbps: attention,
-                attention_frac_of_stream: attention.map(|a| a / limits.stream_gbps),
-            });
-            progress(&format!("{memory}: block size {}", row.block_size));
+    let rounds = rounds.max(1);
+    // samples[row][probe][round]
+    let mut samples: Vec<Vec<Vec<MemoryBandwidth>>> =
+        vec![vec![Vec::with_capacity(rounds); probes.len()]; rows.len()];
+    for round in 0..rounds {
+        for (row, row_samples) in rows.iter().zip(samples.iter_mut()) {
+            let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
+            for (probe, probe_samples) in probes.iter_mut().zip(row_samples.iter_mut()) {
+                let memory = probe.memory();
+                let limits = probe.limits(&spec)?;
+                let g = probe.gather(&spec)?;
+                let attention = probe.attention_gbps(&spec)?;
+                probe_samples.push(MemoryBandwidth {
+                    memory: memory.clone(),
+                    copy_gbps: limits.copy_gbps,
+                    stream_gbps: limits.stream_gbps,
+                    convert_stream_gbps: limits.convert_stream_gbps,
+                    gather_gbps: g.read_gbps,
+                    gather_frac_of_stream: g.read_gbps / limits.stream_gbps,
+                    gather_copy_gbps: g.copy_gbps,
+                    gather_copy_frac_of_copy: g.copy_gbps / limits.copy_gbps,
+                    attention_gbps: attention,
+                    attention_frac_of_stream: attention.map(|a| a / limits.stream_gbps),
+                    efficiency_noise: None,
+                });
+                progress(&format!(
+                    "round {}/{rounds}, {memory}: block size {}",
+                    round + 1,
+                    row.block_size
+                ));
+            }
         }
     }
     let notes = probes.iter().flat_map(|p| p.notes()).collect();
-    for row in rows.iter_mut() {
+    for (row, row_samples) in rows.iter_mut().zip(&samples) {
+        row.memory = row_samples
+            .iter()
+            .map(|s| MemoryBandwidth::median_of(s))
+            .collect();
         if let Some(m) = row.memory.first().cloned() {
             row.gather_gbps = Some(m.gather_gbps);
             row.gather_copy_gbps = Some(m.gather_copy_gbps);
@@ -208,13 +273,24 @@ pub fn measure_bandwidth(
             row.gather_copy_frac_of_copy = Some(m.gather_copy_frac_of_copy);
             row.attention_gbps = m.attention_gbps;
             row.attention_frac_of_stream = m.attention_frac_of_stream;
+            row.efficiency_noise = m.efficiency_noise;
         }
     }
     Ok(notes)
 }
 
-/// Fills each row's proxy and returns the recommended block size.
-pub fn apply_recommendation(rows: &mut [SweepRow]) -> Option<usize> {
+/// What [`apply_recommendation`] concluded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recommendation {
+    pub block_size: Option<usize>,
+    /// The efficiency's typical noise across rounds (at least 1%).
+    pub noise_tolerance: f64,
+    /// Block sizes whose proxy is within that noise of the best.
+    pub within_noise: Vec<usize>,
+}
+
+/// Fills each row's proxy and returns the recommendation (see [`recommend`]).
+pub fn apply_recommendation(rows: &mut [SweepRow]) -> Recommendation {
     let inputs: Vec<recommend::ProxyInput> = rows
         .iter()
         .map(|r| recommend::ProxyInput {
@@ -223,11 +299,18 @@ pub fn apply_recommendation(rows: &mut [SweepRow]) -> Option<usize> {
             efficiency: r.attention_frac_of_stream.or(r.gather_frac_of_stream),
         })
         .collect();
-    let (proxy, pick) = recommend::recommend(&inputs);
+    let noise: Vec<Option<f64>> = rows.iter().map(|r| r.efficiency_noise).collect();
+    let noise_tolerance = recommend::tie_tolerance(&noise);
+    let (proxy, pick) = recommend::recommend(&inputs, recommend::MIN_TIE_TOLERANCE);
+    let within_noise = recommend::within(&inputs, &proxy, noise_tolerance);
     for (row, p) in rows.iter_mut().zip(proxy) {
         row.proxy = p;
     }
-    pick
+    Recommendation {
+        block_size: pick,
+        noise_tolerance,
+        within_noise,
+    }
 }
 
 /// Everything a sweep reports.
@@ -236,6 +319,10 @@ pub struct SweepReport {
     pub device: String,
     pub recommended_block_size: Option<usize>,
     pub vllm_default_block_size: usize,
+    /// The bandwidth measurement's typical noise across rounds, relative (at least 1%).
+    pub noise_tolerance: f64,
+    /// Block sizes whose proxy is within that noise of the best: not told apart by this run.
+    pub within_noise_block_sizes: Vec<usize>,
     pub model: ModelShape,
     pub pool_bytes: u64,
     /// How the pool size was chosen.
@@ -244,7 +331,7 @@ pub struct SweepReport {
     pub requests: usize,
     pub config: SweepConfig,
     pub probe: Option<ProbeOptions>,
-    pub proxy: &'static str,
+    pub proxy: String,
     pub notes: Vec<String>,
     pub rows: Vec<SweepRow>,
 }
@@ -283,6 +370,19 @@ pub fn comparison_line(report: &SweepReport) -> String {
         );
     }
     line += &format!(", proxy {:+.1}%", pct(rec.proxy, def.proxy));
+    let others: Vec<String> = report
+        .within_noise_block_sizes
+        .iter()
+        .filter(|&&b| b != rec.block_size)
+        .map(|b| b.to_string())
+        .collect();
+    if !others.is_empty() {
+        line += &format!(
+            "; within this run's noise (±{:.0}%) of it: {}",
+            100.0 * report.noise_tolerance,
+            others.join(", ")
+        );
+    }
     line
 }
 
@@ -293,5 +393,94 @@ mod tests {
     #[test]
     fn covers_every_power_of_two_to_256() {
         assert_eq!(block_sizes(), vec![1, 2, 4, 8, 16, 32, 64, 128, 256]);
+    }
+
+    /// A probe whose figures are scripted per call: stream 10 GB/s, and attention
+    /// `block_size * (1 + call)` GB/s on its `call`-th measurement, so the order of the
+    /// measurements shows in the figures.
+    struct Scripted {
+        calls: usize,
+        order: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
+    }
+
+    impl BandwidthProbe for Scripted {
+        fn device(&self) -> String {
+            "scripted".into()
+        }
+        fn memory(&self) -> String {
+            "test".into()
+        }
+        fn limits(&mut self, _spec: &KvSpec) -> Result<Limits, ProbeError> {
+            Ok(Limits {
+                copy_gbps: 20.0,
+                stream_gbps: 10.0,
+                convert_stream_gbps: None,
+            })
+        }
+        fn gather(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError> {
+            self.order.borrow_mut().push(spec.block_size);
+            Ok(GatherRates {
+                copy_gbps: 10.0,
+                read_gbps: 5.0,
+            })
+        }
+        fn attention_gbps(&mut self, spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
+            self.calls += 1;
+            Ok(Some(spec.block_size as f64 * self.calls as f64))
+        }
+    }
+
+    #[test]
+    fn rounds_pass_over_every_block_size_and_keep_medians_and_spread() {
+        let model = model::preset("llama-3-8b").unwrap();
+        let requests: Vec<Request> = (0..20)
+            .map(|i| Request {
+                arrival_s: i as f64,
+                prompt_tokens: 100 + 7 * i,
+                output_tokens: 10 + i,
+            })
+            .collect();
+        let config = SweepConfig {
+            model: model.clone(),
+            pool_bytes: 1 << 30,
+            durations: DurationModel {
+                prefill_s_per_token: 0.0,
+                decode_s_per_token: 0.02,
+            },
+            turns: 2,
+            system_prompt_tokens: 0,
+        };
+        let mut rows = memory_rows(&requests, &config).unwrap();
+        rows.truncate(2); // block sizes 1 and 2
+        let order = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let probe = Scripted {
+            calls: 0,
+            order: order.clone(),
+        };
+        let mut labels = Vec::new();
+        measure_bandwidth(&mut rows, vec![Box::new(probe)], &model, 3, |l| {
+            labels.push(l.to_string())
+        })
+        .unwrap();
+        // Round by round over every block size, not block size by block size.
+        assert_eq!(*order.borrow(), vec![1, 2, 1, 2, 1, 2]);
+        assert_eq!(labels.len(), 6);
+        // Block size 1 was measured on calls 1, 3, 5 (GB/s 1, 3, 5); block size 2 on calls 2,
+        // 4, 6 (4, 8, 12).
+        assert_eq!(rows[0].attention_gbps, Some(3.0));
+        assert_eq!(rows[0].attention_frac_of_stream, Some(0.3));
+        assert_eq!(rows[1].attention_gbps, Some(8.0));
+        // Half the range over the median: (0.5 - 0.1) / 2 / 0.3 and (1.2 - 0.4) / 2 / 0.8.
+        let noise = |r: &SweepRow| r.efficiency_noise.unwrap();
+        assert!((noise(&rows[0]) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((noise(&rows[1]) - 0.5).abs() < 1e-12);
+        assert_eq!(rows[0].memory.len(), 1);
+        assert_eq!(rows[0].gather_frac_of_stream, Some(0.5));
+        // The noise tolerance follows the measured spread; block size 2 (proxy 1) is the best,
+        // and 1 (0.3 / 0.8 of its efficiency) is outside even that wide band.
+        let rec = apply_recommendation(&mut rows);
+        assert!((rec.noise_tolerance - (2.0 / 3.0 + 0.5) / 2.0).abs() < 1e-12);
+        assert_eq!(rec.block_size, Some(2));
+        assert_eq!(rec.within_noise, vec![2]);
     }
 }

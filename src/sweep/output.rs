@@ -35,6 +35,7 @@ pub fn csv(report: &SweepReport) -> String {
         "gather_copy_frac_of_copy",
         "attention_gbps",
         "attention_frac_of_stream",
+        "efficiency_noise",
         "proxy",
     ]
     .map(String::from)
@@ -82,6 +83,7 @@ pub fn csv(report: &SweepReport) -> String {
             cell(r.gather_copy_frac_of_copy),
             cell(r.attention_gbps),
             cell(r.attention_frac_of_stream),
+            cell(r.efficiency_noise),
             r.proxy.to_string(),
         ];
         for m in r.memory.iter().skip(1) {

@@ -84,15 +84,19 @@ pub struct Args {
     /// Replay: prefill time per prompt token, in milliseconds (0: prefill is instant).
     #[arg(long, default_value_t = 0.0)]
     prefill_ms_per_token: f64,
-    /// Fewer repetitions and a smaller probe pool (under a minute on 2 cores).
+    /// A smaller probe pool and decode batch (under a minute on 2 cores).
     #[arg(long)]
     quick: bool,
     /// Probe pool in MiB, K and V together (default 256, --quick 64).
     #[arg(long)]
     probe_mib: Option<usize>,
-    /// Timed repetitions per measurement, after a warm-up (default 3, --quick 2).
+    /// Timed repetitions per measurement, after a warm-up (default 2).
     #[arg(long)]
     reps: Option<usize>,
+    /// Passes over every block size; each figure is the median over them, and their spread sets
+    /// the recommendation's tie tolerance (default 3).
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Skip the bandwidth side: fragmentation only.
     #[arg(long)]
     no_bandwidth: bool,
@@ -307,13 +311,18 @@ pub fn run(args: Args) -> CmdResult {
         (true, true) => 512,
         (true, false) => 2048,
     });
-    let reps = args.reps.unwrap_or(if args.quick { 2 } else { 3 });
+    let reps = args.reps.unwrap_or(2);
+    let rounds = args.rounds.unwrap_or(3);
     if probe_mib == 0 || probe_mib > 65_536 || reps == 0 || reps > 1000 {
         return Err("--probe-mib must be 1 to 65536 and --reps 1 to 1000".into());
+    }
+    if rounds == 0 || rounds > 100 {
+        return Err(format!("--rounds must be 1 to 100, got {rounds}").into());
     }
     let opts = ProbeOptions {
         pool_bytes: probe_mib << 20,
         reps,
+        rounds,
         seq_tokens: 1024,
         seed: args.seed,
         attention: attention_batch(&args, &m, &requests, gpu)?,
@@ -326,12 +335,12 @@ pub fn run(args: Args) -> CmdResult {
     } else {
         let (probes, probe_notes) = probes_for(&device, &opts)?;
         notes.extend(probe_notes);
-        let bar = ProgressBar::new((probes.len() * rows.len()) as u64);
+        let bar = ProgressBar::new((rounds * probes.len() * rows.len()) as u64);
         bar.set_style(
             ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        let measured = sweep::measure_bandwidth(&mut rows, probes, &m, |label| {
+        let measured = sweep::measure_bandwidth(&mut rows, probes, &m, rounds, |label| {
             bar.set_message(label.to_string());
             bar.inc(1);
         });
@@ -348,11 +357,13 @@ pub fn run(args: Args) -> CmdResult {
         }
         probe = Some(opts);
     }
-    let recommended = sweep::apply_recommendation(&mut rows);
+    let rec = sweep::apply_recommendation(&mut rows);
     let report = SweepReport {
         device: device.name(),
-        recommended_block_size: recommended,
+        recommended_block_size: rec.block_size,
         vllm_default_block_size: sweep::VLLM_DEFAULT_BLOCK_SIZE,
+        noise_tolerance: rec.noise_tolerance,
+        within_noise_block_sizes: rec.within_noise,
         model: m,
         pool_bytes,
         pool_source,
@@ -360,7 +371,7 @@ pub fn run(args: Args) -> CmdResult {
         requests: requests.len(),
         config,
         probe,
-        proxy: "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best",
+        proxy: "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best".into(),
         notes,
         rows,
     };
@@ -426,7 +437,7 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
         header.push(format!("of stream {l}"));
         header.push(format!("copy-out of copy {l}"));
     }
-    header.extend(["attention GB/s", "of stream", "proxy", ""].map(String::from));
+    header.extend(["attention GB/s", "of stream", "± noise", "proxy", ""].map(String::from));
     let mut t = Table::new(header);
     for r in &report.rows {
         let mut cells = vec![
@@ -444,6 +455,10 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
         }
         cells.push(opt(r.attention_gbps, 2));
         cells.push(opt(r.attention_frac_of_stream, 2));
+        cells.push(
+            r.efficiency_noise
+                .map_or("-".into(), |n| format!("{:.0}%", 100.0 * n)),
+        );
         cells.push(format!("{:.3}", r.proxy));
         cells.push(marks(report, r));
         t.row(cells);
