@@ -19,6 +19,7 @@ pub mod kv;
 pub mod report;
 pub mod sim;
 pub mod stats;
+pub mod swap;
 pub mod sweep;
 pub mod vmm;
 pub mod workload;

@@ -11,6 +11,7 @@ mod sim_radix;
 mod sim_sched;
 mod sim_thrash;
 mod sleep_wake;
+mod swap;
 mod sweep;
 mod translate;
 
@@ -40,6 +41,8 @@ enum Command {
     Translate(translate::Args),
     /// Sleep and wake a pool (CUDA virtual memory or its CPU twin): time, memory freed, bandwidth.
     SleepWake(sleep_wake::Args),
+    /// Swap KV blocks to host memory and back: one batched operation vs one copy per block.
+    Swap(swap::Args),
     /// Block-size sweep: fragmentation (from a trace) against bandwidth (measured), vs vLLM's 16.
     Sweep(Box<sweep::Args>),
 }
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Translate(args) => translate::run(args),
         Command::SleepWake(args) => sleep_wake::run(args),
+        Command::Swap(args) => swap::run(args),
         Command::Sweep(args) => sweep::run(*args),
     };
     match result {

@@ -1,6 +1,7 @@
 //! The CUDA side: a context and stream on one GPU, and the embedded kernel modules loaded into it.
 
 mod attention;
+pub mod cache_ops;
 pub mod gather;
 mod stream;
 mod timing;

@@ -1,0 +1,313 @@
+//! Launches the cache operations of kernels/cache_ops.cu: new tokens' K/V written through a slot
+//! mapping, and whole blocks copied between block buffers — in device memory (copy-on-write) or
+//! in pinned host memory mapped into the device's address space (swap out and in). Every pair of
+//! one call goes in one launch (split only past the grid's 65,535 rows), where vLLM issues one
+//! `cudaMemcpyAsync` per block; [`CudaDevice::copy_blocks_per_memcpy`] does it vLLM's way, to
+//! compare. Pairs and slots are checked against the buffers before anything is launched.
+
+use super::{CudaDevice, DeviceError};
+use crate::device::cpu::cache_ops::{check_pairs, check_slots};
+use crate::kv::{KvElem, KvSpec};
+use cudarc::driver::{
+    result, sys, CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
+};
+
+/// Block pairs per launch: the grid's y dimension (one row of CTAs per pair) is at most 65,535.
+const PAIRS_PER_LAUNCH: usize = 65_535;
+/// Threads per CTA of `copy_blocks`; each moves 16 bytes per step.
+const COPY_THREADS: u32 = 128;
+
+/// Where a block buffer lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockMemory {
+    Device,
+    /// Page-locked host memory, mapped so kernels read and write it over the bus.
+    PinnedHost,
+}
+
+enum Storage {
+    Device(CudaSlice<u8>),
+    Pinned(PinnedHostSlice<u8>),
+}
+
+/// `num_blocks` blocks of `block_bytes` each, on the device or in mapped pinned host memory.
+pub struct BlockBuffer {
+    storage: Storage,
+    /// The address kernels and copies use (for pinned memory, its device mapping).
+    device_ptr: u64,
+    pub num_blocks: usize,
+    pub block_bytes: usize,
+}
+
+impl BlockBuffer {
+    pub fn memory(&self) -> BlockMemory {
+        match self.storage {
+            Storage::Device(_) => BlockMemory::Device,
+            Storage::Pinned(_) => BlockMemory::PinnedHost,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.num_blocks * self.block_bytes
+    }
+}
+
+impl CudaDevice {
+    /// A buffer of `num_blocks` blocks of `block_bytes` (a multiple of 16: the kernel moves
+    /// 16-byte vectors), zeroed.
+    pub fn alloc_blocks(
+        &self,
+        num_blocks: usize,
+        block_bytes: usize,
+        memory: BlockMemory,
+    ) -> Result<BlockBuffer, DeviceError> {
+        if block_bytes == 0 || !block_bytes.is_multiple_of(16) {
+            return Err(DeviceError::Invalid(format!(
+                "block of {block_bytes} bytes: block copies need a positive multiple of 16 bytes"
+            )));
+        }
+        let bytes = num_blocks.checked_mul(block_bytes).ok_or_else(|| {
+            DeviceError::Invalid(format!(
+                "{num_blocks} blocks of {block_bytes} bytes overflow"
+            ))
+        })?;
+        let (storage, device_ptr) = match memory {
+            BlockMemory::Device => {
+                let mut slice = self.stream.alloc_zeros::<u8>(bytes.max(1))?;
+                let ptr = slice.device_ptr_mut(&self.stream).0;
+                (Storage::Device(slice), ptr)
+            }
+            BlockMemory::PinnedHost => {
+                // SAFETY: the memory is zeroed below, before anything reads it.
+                let mut pinned = unsafe {
+                    self.ctx.alloc_pinned_with_flags::<u8>(
+                        bytes.max(1),
+                        sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+                    )?
+                };
+                pinned.as_mut_slice()?.fill(0);
+                let host = pinned.as_mut_ptr()?;
+                let mut dev: sys::CUdeviceptr = 0;
+                // SAFETY: `host` is the start of a live DEVICEMAP allocation of this context.
+                unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0) }.result()?;
+                (Storage::Pinned(pinned), dev)
+            }
+        };
+        Ok(BlockBuffer {
+            storage,
+            device_ptr,
+            num_blocks,
+            block_bytes,
+        })
+    }
+
+    /// Replaces the buffer's contents with `bytes` (its exact size).
+    pub fn upload_blocks(&self, buf: &mut BlockBuffer, bytes: &[u8]) -> Result<(), DeviceError> {
+        if bytes.len() != buf.bytes() {
+            return Err(DeviceError::Invalid(format!(
+                "{} bytes for a block buffer of {}",
+                bytes.len(),
+                buf.bytes()
+            )));
+        }
+        match &mut buf.storage {
+            Storage::Device(slice) => {
+                let mut view = slice.slice_mut(..bytes.len());
+                self.stream.memcpy_htod(bytes, &mut view)?;
+            }
+            Storage::Pinned(pinned) => {
+                self.stream.synchronize()?;
+                pinned.as_mut_slice()?[..bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffer's contents, after the work queued on the device stream.
+    pub fn download_blocks(&self, buf: &BlockBuffer) -> Result<Vec<u8>, DeviceError> {
+        let n = buf.bytes();
+        match &buf.storage {
+            Storage::Device(slice) => {
+                let mut out = vec![0u8; n];
+                self.stream.memcpy_dtoh(&slice.slice(..n), &mut out)?;
+                self.stream.synchronize()?;
+                Ok(out)
+            }
+            Storage::Pinned(pinned) => {
+                self.stream.synchronize()?;
+                Ok(pinned.as_slice()?[..n].to_vec())
+            }
+        }
+    }
+
+    /// Copies block `pairs[i][0]` of `src` to block `pairs[i][1]` of `dst`, every pair in one
+    /// launch of `copy_blocks` (queued on the device stream, not waited for).
+    pub fn copy_blocks(
+        &self,
+        src: &BlockBuffer,
+        dst: &mut BlockBuffer,
+        pairs: &[[i32; 2]],
+    ) -> Result<(), DeviceError> {
+        check_copy(src, dst, pairs)?;
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let flat: Vec<i32> = pairs.iter().flatten().copied().collect();
+        let pairs_dev = self.stream.clone_htod(&flat)?;
+        let f = self.function("cache_ops", "copy_blocks")?;
+        let block_vecs = (src.block_bytes / 16) as i64;
+        let ctas_per_block = (block_vecs as u64)
+            .div_ceil(COPY_THREADS as u64)
+            .clamp(1, 64) as u32;
+        let (pairs_ptr, _sync) = pairs_dev.device_ptr(&self.stream);
+        for (chunk, start) in pairs
+            .chunks(PAIRS_PER_LAUNCH)
+            .zip((0..).step_by(PAIRS_PER_LAUNCH))
+        {
+            let chunk_ptr = pairs_ptr + (start * 2 * std::mem::size_of::<i32>()) as u64;
+            let cfg = LaunchConfig {
+                grid_dim: (ctas_per_block, chunk.len() as u32, 1),
+                block_dim: (COPY_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = self.stream.launch_builder(&f);
+            b.arg(&dst.device_ptr)
+                .arg(&src.device_ptr)
+                .arg(&chunk_ptr)
+                .arg(&block_vecs);
+            // SAFETY: the signature is copy_blocks(dst, src, pairs, block_vecs); every pair was
+            // checked against both buffers, which stay alive (borrowed) while the stream runs it:
+            // `pairs_dev` is dropped only after the stream has used it (cudarc frees on the
+            // stream).
+            unsafe { b.launch(cfg)? };
+        }
+        Ok(())
+    }
+
+    /// The same copies as [`Self::copy_blocks`], one `cuMemcpyAsync` per pair, as vLLM swaps.
+    pub fn copy_blocks_per_memcpy(
+        &self,
+        src: &BlockBuffer,
+        dst: &mut BlockBuffer,
+        pairs: &[[i32; 2]],
+    ) -> Result<(), DeviceError> {
+        check_copy(src, dst, pairs)?;
+        let bytes = src.block_bytes;
+        for &[s, d] in pairs {
+            // SAFETY: both ranges were checked to lie inside their live buffers; unified
+            // addressing lets one call copy in any direction.
+            unsafe {
+                sys::cuMemcpyAsync(
+                    dst.device_ptr + (d as usize * bytes) as u64,
+                    src.device_ptr + (s as usize * bytes) as u64,
+                    bytes,
+                    self.stream.cu_stream(),
+                )
+            }
+            .result()?;
+        }
+        Ok(())
+    }
+
+    /// One `cuMemcpyAsync` of `bytes` from the start of `src` to the start of `dst`: the
+    /// bandwidth limit block copies between these two memories are measured against.
+    pub fn copy_contiguous(
+        &self,
+        src: &BlockBuffer,
+        dst: &mut BlockBuffer,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        if bytes > src.bytes() || bytes > dst.bytes() {
+            return Err(DeviceError::Invalid(format!(
+                "copy of {bytes} bytes between buffers of {} and {}",
+                src.bytes(),
+                dst.bytes()
+            )));
+        }
+        // SAFETY: both ranges lie inside live buffers (checked above).
+        unsafe {
+            result::memcpy_dtod_async(
+                dst.device_ptr,
+                src.device_ptr,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }?;
+        Ok(())
+    }
+
+    /// Writes token `i`'s K and V (`k_new`, `v_new`: `[num_tokens, num_kv_heads, head_dim]`)
+    /// into slot `slots[i]` of pools of `num_blocks` blocks of `spec`; negative slots are
+    /// skipped. Slots are checked against the pools first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_kv_slots<T: KvElem + DeviceRepr>(
+        &self,
+        spec: &KvSpec,
+        num_blocks: usize,
+        k_cache: &mut CudaSlice<T>,
+        v_cache: &mut CudaSlice<T>,
+        k_new: &CudaSlice<T>,
+        v_new: &CudaSlice<T>,
+        slots: &[i64],
+    ) -> Result<(), DeviceError> {
+        let pool_elems = num_blocks * spec.elems_per_block();
+        let new_elems = slots.len() * spec.elems_per_token();
+        if k_cache.len() < pool_elems || v_cache.len() < pool_elems {
+            return Err(DeviceError::Invalid(format!(
+                "K/V pools hold {} and {} elements, {num_blocks} blocks need {pool_elems}",
+                k_cache.len(),
+                v_cache.len()
+            )));
+        }
+        if k_new.len() != new_elems || v_new.len() != new_elems {
+            return Err(DeviceError::Invalid(format!(
+                "new K/V hold {} and {} elements, {} tokens need {new_elems}",
+                k_new.len(),
+                v_new.len(),
+                slots.len()
+            )));
+        }
+        check_slots(spec, num_blocks, slots).map_err(|e| DeviceError::Invalid(e.to_string()))?;
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let slots_dev = self.stream.clone_htod(slots)?;
+        let f = self.function("cache_ops", &format!("write_kv_slots_{}", T::DTYPE.name()))?;
+        let (heads, hd, bs) = (
+            spec.num_kv_heads as i32,
+            spec.head_dim as i32,
+            spec.block_size as i32,
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (slots.len() as u32, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(k_cache)
+            .arg(v_cache)
+            .arg(k_new)
+            .arg(v_new)
+            .arg(&slots_dev)
+            .arg(&heads)
+            .arg(&hd)
+            .arg(&bs);
+        // SAFETY: the signature is write_kv_slots_<dtype>(k_cache, v_cache, k_new, v_new, slots,
+        // num_kv_heads, head_dim, block_size); slots and sizes were checked above.
+        unsafe { b.launch(cfg)? };
+        Ok(())
+    }
+}
+
+/// Pairs checked against both buffers, whose blocks must be the same size.
+fn check_copy(src: &BlockBuffer, dst: &BlockBuffer, pairs: &[[i32; 2]]) -> Result<(), DeviceError> {
+    if src.block_bytes != dst.block_bytes {
+        return Err(DeviceError::Invalid(format!(
+            "blocks of {} bytes copied into blocks of {}",
+            src.block_bytes, dst.block_bytes
+        )));
+    }
+    check_pairs(pairs, src.num_blocks, dst.num_blocks)
+        .map_err(|e| DeviceError::Invalid(e.to_string()))
+}
