@@ -89,6 +89,7 @@ impl CudaDevice {
                 pinned.as_mut_slice()?.fill(0);
                 let host = pinned.as_mut_ptr()?;
                 let mut dev: sys::CUdeviceptr = 0;
+                self.ctx.bind_to_thread()?;
                 // SAFETY: `host` is the start of a live DEVICEMAP allocation of this context.
                 unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0) }.result()?;
                 (Storage::Pinned(pinned), dev)
@@ -193,6 +194,8 @@ impl CudaDevice {
         pairs: &[[i32; 2]],
     ) -> Result<(), DeviceError> {
         check_copy(src, dst, pairs)?;
+        // Raw driver calls need the context current on this thread.
+        self.ctx.bind_to_thread()?;
         let bytes = src.block_bytes;
         for &[s, d] in pairs {
             // SAFETY: both ranges were checked to lie inside their live buffers; unified
@@ -225,6 +228,7 @@ impl CudaDevice {
                 dst.bytes()
             )));
         }
+        self.ctx.bind_to_thread()?;
         // SAFETY: both ranges lie inside live buffers (checked above).
         unsafe {
             result::memcpy_dtod_async(
