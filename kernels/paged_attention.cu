@@ -1,4 +1,9 @@
 // Paged decode attention: K and V read through the block table. See attention.cuh.
+//
+// The signatures below (and contiguous_attention.cu's) are the one statement of the kernels'
+// argument order; the launchers, src/device/cuda/attention.rs on a GPU and src/emu/attention.rs on
+// the emulator, pass their arguments in this order and refer here. Buffer shapes are on
+// attn::decode_attention and attn::merge_partitions in attention.cuh.
 #include "attention.cuh"
 
 #define PAGED_ATTENTION(name, T, D, G)                                                        \

@@ -352,9 +352,9 @@ fn enqueue_attention(
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: the argument list matches paged_attention's signature (src/device/cuda/attention.rs
-    // launches the same kernel); every address lies inside a mapped pool of the placed size, and
-    // the table was validated against the pool's blocks.
+    // SAFETY: the argument list matches paged_attention_*'s signature (kernels/paged_attention.cu);
+    // every address lies inside a mapped pool of the placed size, and the table was validated
+    // against the pool's blocks.
     unsafe { launch.launch(cfg) }.unwrap();
     if parts > 1 {
         let merge = dev

@@ -1,6 +1,7 @@
 //! The decode-attention kernels (kernels/paged_attention.cu, contiguous_attention.cu) run on the
 //! emulator, launched exactly as src/device/cuda/attention.rs launches them on a GPU: the same
-//! kernel names, argument order, grid and split-K merge.
+//! kernel names, grid and split-K merge. Arguments go in the order of the kernels' signatures,
+//! stated in kernels/paged_attention.cu (the emulator checks each launch against them).
 
 use super::{EmuElem, EmuError, Launch, Schedule};
 use crate::attention::{Problem, SplitPlan};

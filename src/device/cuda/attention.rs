@@ -1,7 +1,8 @@
 //! Launches the decode-attention kernels (kernels/paged_attention.cu, contiguous_attention.cu).
 //!
 //! The instance is chosen by name from (dtype, head dim, group): every block size shares one
-//! instance, since block size only changes a shift and a mask in the addressing.
+//! instance, since block size only changes a shift and a mask in the addressing. Arguments go in
+//! the order of the kernels' signatures, stated in kernels/paged_attention.cu.
 
 use super::{CudaDevice, DeviceError};
 use crate::attention::{Problem, SplitPlan};
@@ -153,8 +154,8 @@ impl CudaDevice {
                     .arg(&parts)
                     .arg(&psize)
                     .arg(&dp.scale);
-                // SAFETY: the argument list matches the kernel's signature; the table was
-                // validated against the pool at upload.
+                // SAFETY: the argument list matches paged_attention_*'s signature
+                // (kernels/paged_attention.cu); the table was validated against the pool at upload.
                 unsafe { b.launch(cfg)? };
             }
             Layout::Contiguous => {
@@ -173,7 +174,8 @@ impl CudaDevice {
                     .arg(&parts)
                     .arg(&psize)
                     .arg(&dp.scale);
-                // SAFETY: the argument list matches the kernel's signature.
+                // SAFETY: the argument list matches contiguous_attention_*'s signature
+                // (kernels/contiguous_attention.cu).
                 unsafe { b.launch(cfg)? };
             }
         }
@@ -193,7 +195,9 @@ impl CudaDevice {
                 .arg(&dp.part_max)
                 .arg(&dp.part_sum)
                 .arg(&parts);
-            // SAFETY: as above; the partial buffers hold num_seqs * num_heads * parts entries.
+            // SAFETY: the argument list matches merge_partitions_*'s signature
+            // (kernels/paged_attention.cu); the partial buffers hold num_seqs * num_heads * parts
+            // entries.
             unsafe { b.launch(cfg)? };
         }
         Ok(())

@@ -32,6 +32,15 @@ impl From<cudarc::driver::DriverError> for GatherError {
     }
 }
 
+/// A launch of `grid` CTAs of `threads` threads (one-dimensional) with no dynamic shared memory.
+fn launch_config(grid: (u32, u32, u32), threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(0);
 
 /// K and V pools `[num_blocks, num_kv_heads, block_size, head_dim]` on the device. The same bytes
@@ -194,11 +203,7 @@ impl CudaDevice {
             "paged_gather",
             &format!("paged_gather_copy_{}", T::DTYPE.name()),
         )?;
-        let cfg = LaunchConfig {
-            grid_dim: p.grid,
-            block_dim: (p.threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config(p.grid, p.threads);
         let mut b = self.stream.launch_builder(&f);
         b.arg(&pool.k)
             .arg(&g.table)
@@ -233,11 +238,7 @@ impl CudaDevice {
                 "paged_gather",
                 &format!("paged_gather_sum_partial_{}", T::DTYPE.name()),
             )?;
-            let cfg = LaunchConfig {
-                grid_dim: p.grid,
-                block_dim: (p.threads, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = launch_config(p.grid, p.threads);
             let mut b = self.stream.launch_builder(&f);
             b.arg(&pool.k)
                 .arg(&pool.v)
@@ -253,11 +254,7 @@ impl CudaDevice {
             unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
         }
         let f = self.function("paged_gather", "paged_gather_sum_merge")?;
-        let cfg = LaunchConfig {
-            grid_dim: (p.merge_grid, 1, 1),
-            block_dim: (MERGE_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = launch_config((p.merge_grid, 1, 1), MERGE_THREADS);
         let mut b = self.stream.launch_builder(&f);
         b.arg(&g.partials)
             .arg(&g.lens)

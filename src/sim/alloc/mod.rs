@@ -8,12 +8,11 @@
 mod contiguous;
 mod memory;
 mod replay;
-mod workload;
 
+pub use crate::workload::synthetic::{SyntheticError, SyntheticRequests};
 pub use contiguous::{ContiguousMemory, Fit, NoHole};
 pub use memory::Policy;
 pub use replay::{replay, replay_observed, AllocRow, ReplayConfig, ReplayError, Sample};
-pub use workload::{SyntheticError, SyntheticRequests};
 
 use crate::workload::azure::Request;
 use rayon::prelude::*;
