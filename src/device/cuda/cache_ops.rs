@@ -9,7 +9,7 @@ use super::{CudaDevice, DeviceError};
 use crate::device::cpu::cache_ops::{check_pairs, check_slots};
 use crate::kv::{KvElem, KvSpec};
 use cudarc::driver::{
-    result, sys, CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    sys, CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
 };
 
@@ -229,15 +229,17 @@ impl CudaDevice {
             )));
         }
         self.ctx.bind_to_thread()?;
-        // SAFETY: both ranges lie inside live buffers (checked above).
+        // SAFETY: both ranges lie inside live buffers (checked above); the unified copy works out
+        // the direction itself (either side may be mapped pinned host memory).
         unsafe {
-            result::memcpy_dtod_async(
+            sys::cuMemcpyAsync(
                 dst.device_ptr,
                 src.device_ptr,
                 bytes,
                 self.stream.cu_stream(),
             )
-        }?;
+        }
+        .result()?;
         Ok(())
     }
 
