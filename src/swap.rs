@@ -197,9 +197,10 @@ pub fn measure(device: &Device, opts: &SwapOptions) -> Result<SwapReport, SwapEr
     }
 }
 
-/// A device's three buffers: the pool, the host slots, the second pool; `out` and `back` select
-/// the direction the [`Mover`] methods act on.
+/// A device's three buffers: the pool, the host slots, the second pool.
 trait SwapBuffers: Sized {
+    /// Which copies the [`Mover`] methods make: pool → host slots (`out`), else host slots →
+    /// second pool.
     fn set_direction(&mut self, out: bool);
     /// Fills the second pool with [`POISON`].
     fn poison_second_pool(&mut self) -> Result<(), SwapError>;
