@@ -270,6 +270,8 @@ impl Backing for CudaBacking {
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), VmmError> {
         self.check_range(offset, dst.len())?;
         self.bind()?;
+        // Work on other streams (non-blocking ones do not wait for this copy) finishes first.
+        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
         // SAFETY: the device range is mapped (checked above) and `dst` is a valid host slice.
         unsafe { result::memcpy_dtoh_sync(dst, self.base + offset as u64) }
             .map_err(driver("cuMemcpyDtoH"))
@@ -278,9 +280,13 @@ impl Backing for CudaBacking {
     fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<(), VmmError> {
         self.check_range(offset, src.len())?;
         self.bind()?;
+        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
         // SAFETY: as above.
         unsafe { result::memcpy_htod_sync(self.base + offset as u64, src) }
-            .map_err(driver("cuMemcpyHtoD"))
+            .map_err(driver("cuMemcpyHtoD"))?;
+        // From pageable memory the call may return before the data reaches the device; wait, so
+        // kernels on non-blocking streams launched next see it.
+        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))
     }
 }
 

@@ -9,9 +9,10 @@ use super::{CudaDevice, DeviceError};
 use crate::device::cpu::cache_ops::{check_pairs, check_slots};
 use crate::kv::{KvElem, KvSpec};
 use cudarc::driver::{
-    sys, CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    sys, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
 };
+use std::sync::Arc;
 
 /// Block pairs per launch: the grid's y dimension (one row of CTAs per pair) is at most 65,535.
 const PAIRS_PER_LAUNCH: usize = 65_535;
@@ -34,10 +35,21 @@ enum Storage {
 /// `num_blocks` blocks of `block_bytes` each, on the device or in mapped pinned host memory.
 pub struct BlockBuffer {
     storage: Storage,
+    /// The stream its copies run on: pinned memory is freed only after it drains (cudarc's own
+    /// tracking cannot see raw launches and copies).
+    stream: Arc<CudaStream>,
     /// The address kernels and copies use (for pinned memory, its device mapping).
     device_ptr: u64,
     pub num_blocks: usize,
     pub block_bytes: usize,
+}
+
+impl Drop for BlockBuffer {
+    fn drop(&mut self) {
+        if matches!(self.storage, Storage::Pinned(_)) {
+            let _ = self.stream.synchronize();
+        }
+    }
 }
 
 impl BlockBuffer {
@@ -97,6 +109,7 @@ impl CudaDevice {
         };
         Ok(BlockBuffer {
             storage,
+            stream: self.stream.clone(),
             device_ptr,
             num_blocks,
             block_bytes,

@@ -1,6 +1,7 @@
 //! Timing on the GPU with CUDA events: the median of several runs after a warm-up.
 
 use super::{CudaDevice, DeviceError};
+use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 
 impl CudaDevice {
     /// Runs `work` `warmup` times untimed, then `iters` times, each between two events; returns
@@ -16,8 +17,9 @@ impl CudaDevice {
         }
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
-            let start = self.ctx.new_event(None)?;
-            let end = self.ctx.new_event(None)?;
+            // cudarc's default event has timing disabled; elapsed time needs CU_EVENT_DEFAULT.
+            let start = self.ctx.new_event(Some(CU_EVENT_DEFAULT))?;
+            let end = self.ctx.new_event(Some(CU_EVENT_DEFAULT))?;
             start.record(&self.stream)?;
             work()?;
             end.record(&self.stream)?;
