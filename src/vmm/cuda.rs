@@ -15,6 +15,12 @@ use crate::device::cuda::driver_present;
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 use std::sync::Arc;
 
+/// Sets `ctx` current on this thread without touching cudarc's stored error state.
+fn make_current(ctx: &CudaContext) -> Result<(), VmmError> {
+    // SAFETY: `cu_ctx` is the live context `ctx` owns.
+    unsafe { result::ctx::set_current(ctx.cu_ctx()) }.map_err(driver("cuCtxSetCurrent"))
+}
+
 fn driver(op: &'static str) -> impl FnOnce(DriverError) -> VmmError {
     move |source| VmmError::Driver { op, source }
 }
@@ -118,7 +124,7 @@ impl AsMut<[u8]> for PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if make_current(&self.ctx).is_ok() {
             // SAFETY: `ptr` came from cuMemHostAlloc and is freed once.
             let _ = unsafe { result::free_host(self.ptr.cast()) };
         }
@@ -161,8 +167,10 @@ impl CudaBacking {
         &self.ctx
     }
 
+    /// Makes the context current. Not `bind_to_thread`: that first returns (and clears) any
+    /// error cudarc stored from an unrelated drop, which would fail or leak this pool's work.
     fn bind(&self) -> Result<(), VmmError> {
-        self.ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))
+        make_current(&self.ctx)
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<(), VmmError> {

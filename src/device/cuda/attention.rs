@@ -71,6 +71,14 @@ impl CudaDevice {
                 s.head_dim
             )));
         }
+        // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
+        if p.lens.len() > 65_535 || plan.num_partitions > 65_535 {
+            return Err(DeviceError::Invalid(format!(
+                "{} sequences in {} partitions: the GPU launch takes at most 65535 of each",
+                p.lens.len(),
+                plan.num_partitions
+            )));
+        }
         let st = &self.stream;
         let parts = plan.num_partitions;
         let part_elems = if parts > 1 {
@@ -110,6 +118,7 @@ impl CudaDevice {
     ) -> Result<(), DeviceError> {
         use cudarc::driver::DevicePtrMut;
         let bytes = dp.out.num_bytes();
+        self.ctx.bind_to_thread()?;
         let (ptr, _sync) = dp.out.device_ptr_mut(&self.stream);
         // SAFETY: ptr covers `bytes` bytes of a live allocation, written on this stream.
         unsafe {

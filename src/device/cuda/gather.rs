@@ -167,6 +167,7 @@ impl CudaDevice {
 
     fn poison<U: DeviceRepr>(&self, buf: &mut CudaSlice<U>) -> Result<(), GatherError> {
         let bytes = buf.num_bytes();
+        self.ctx.bind_to_thread()?;
         let (ptr, _sync) = buf.device_ptr_mut(&self.stream);
         // SAFETY: ptr covers `bytes` bytes of a live allocation, written on this stream.
         unsafe {

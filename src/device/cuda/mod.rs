@@ -45,12 +45,15 @@ fn gpu_info(ctx: &Arc<CudaContext>) -> Result<GpuInfo, DeviceError> {
     })
 }
 
-/// One GPU with its context, a stream, and the kernel modules loaded so far.
+/// One GPU with its context, a stream, and the kernel modules loaded so far. Every buffer it
+/// allocates is used on `stream` only (cudarc's cross-stream event tracking is off); raw addresses
+/// may be used on other streams, as tests/vmm_cuda.rs does, with explicit synchronisation.
 pub struct CudaDevice {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub info: GpuInfo,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
 }
 
 impl CudaDevice {
@@ -70,6 +73,11 @@ impl CudaDevice {
             return Err(DeviceError::NoKernels);
         }
         let ctx = CudaContext::new(ordinal)?;
+        // Everything a CudaDevice allocates and launches goes through its one stream, in order,
+        // so cudarc's cross-stream events (about twenty driver calls around every launch) buy
+        // nothing and would make the host, not the GPU, the limit of microsecond kernels.
+        // SAFETY: no slice of this context is used on another stream (see the struct's doc).
+        unsafe { ctx.disable_event_tracking() };
         let info = gpu_info(&ctx)?;
         let stream = ctx.new_stream()?;
         Ok(CudaDevice {
@@ -77,11 +85,20 @@ impl CudaDevice {
             stream,
             info,
             modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
         })
     }
 
     /// The kernel `name` from the embedded `kernels/{module}.cu`, loading the module on first use.
     pub fn function(&self, module: &'static str, name: &str) -> Result<CudaFunction, DeviceError> {
+        if let Some(f) = self
+            .functions
+            .lock()
+            .expect("function cache poisoned")
+            .get(name)
+        {
+            return Ok(f.clone());
+        }
         let mut loaded = self.modules.lock().expect("module cache poisoned");
         let m = match loaded.get(module) {
             Some(m) => m.clone(),
@@ -94,6 +111,11 @@ impl CudaDevice {
                 m
             }
         };
-        Ok(m.load_function(name)?)
+        let f = m.load_function(name)?;
+        self.functions
+            .lock()
+            .expect("function cache poisoned")
+            .insert(name.to_string(), f.clone());
+        Ok(f)
     }
 }

@@ -1,13 +1,19 @@
-//! The GPU's memory limits over a given number of bytes: the driver's device-to-device copy and
-//! a read-only streaming reduction (kernels/stream.cu).
+//! The GPU's memory limits: the driver's device-to-device copy and a read-only streaming
+//! reduction (kernels/stream.cu), over the bytes of the measurement they are compared with, but
+//! never fewer than four times the L2 cache: a limit measured inside L2 would be the cache's.
 
 use super::{CudaDevice, DeviceError};
 use crate::device::Limits;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 impl CudaDevice {
-    /// Copy (bytes read + written per second) and read-only stream bandwidth over `bytes` bytes.
+    /// Copy (bytes read + written per second) and read-only stream bandwidth over `bytes` bytes
+    /// (at least four times the L2 cache).
     pub fn memory_limits(&self, bytes: usize, iters: usize) -> Result<Limits, DeviceError> {
+        let l2 = self.ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+        )?;
+        let bytes = bytes.max(4 * l2.max(0) as usize);
         let n = bytes.div_ceil(16).max(1);
         let src = self.stream.alloc_zeros::<u8>(n * 16)?;
         let mut dst = self.stream.alloc_zeros::<u8>(n * 16)?;
