@@ -174,19 +174,8 @@ impl CudaBacking {
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<(), VmmError> {
-        let end = offset.checked_add(len).filter(|&e| e <= self.layout.size);
-        let Some(end) = end else {
-            return Err(VmmError::OutOfRange {
-                offset,
-                len,
-                size: self.layout.size,
-            });
-        };
-        if len == 0 {
-            return Ok(());
-        }
-        let (first, last) = (offset / self.layout.chunk, (end - 1) / self.layout.chunk);
-        if self.handles[first..=last].iter().all(Option::is_some) {
+        let chunks = self.layout.chunks_of(offset, len)?;
+        if self.handles[chunks].iter().all(Option::is_some) {
             Ok(())
         } else {
             Err(VmmError::Asleep(super::PoolState::AsleepDiscarded))

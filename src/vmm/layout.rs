@@ -39,6 +39,17 @@ impl ChunkLayout {
         self.size.div_ceil(self.chunk)
     }
 
+    /// The chunks bytes `offset..offset + len` touch (none when `len` is 0); out of range is an
+    /// error.
+    pub fn chunks_of(&self, offset: usize, len: usize) -> Result<std::ops::Range<usize>, VmmError> {
+        let size = self.size;
+        match offset.checked_add(len) {
+            Some(end) if end <= size && len == 0 => Ok(0..0),
+            Some(end) if end <= size => Ok(offset / self.chunk..(end - 1) / self.chunk + 1),
+            _ => Err(VmmError::OutOfRange { offset, len, size }),
+        }
+    }
+
     /// Byte offset and length of chunk `i`.
     pub fn range(&self, i: usize) -> (usize, usize) {
         let offset = i * self.chunk;
@@ -50,6 +61,24 @@ impl ChunkLayout {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn ranges_name_the_chunks_they_touch() {
+        let l = ChunkLayout::new(10 * 4096, Some(3 * 4096), 4096).unwrap();
+        assert_eq!(l.chunks_of(0, 0).unwrap(), 0..0);
+        assert_eq!(l.chunks_of(0, 1).unwrap(), 0..1);
+        assert_eq!(l.chunks_of(3 * 4096 - 1, 2).unwrap(), 0..2);
+        assert_eq!(l.chunks_of(9 * 4096, 4096).unwrap(), 3..4);
+        assert_eq!(l.chunks_of(0, 10 * 4096).unwrap(), 0..4);
+        assert!(matches!(
+            l.chunks_of(10 * 4096, 1),
+            Err(VmmError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            l.chunks_of(usize::MAX, 2),
+            Err(VmmError::OutOfRange { .. })
+        ));
+    }
 
     #[test]
     fn rejects_empty_pools_and_chunks() {

@@ -296,11 +296,7 @@ impl<B: Backing> SleepPool<B> {
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<(), VmmError> {
-        let size = self.size();
-        match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(()),
-            _ => Err(VmmError::OutOfRange { offset, len, size }),
-        }
+        self.backing.layout().chunks_of(offset, len).map(|_| ())
     }
 }
 
