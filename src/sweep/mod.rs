@@ -153,6 +153,14 @@ pub struct SweepRow {
     pub proxy: f64,
 }
 
+impl SweepRow {
+    /// The efficiency the throughput proxy uses (see [`MemoryBandwidth::efficiency`]); `None`
+    /// before bandwidth is measured.
+    pub fn efficiency(&self) -> Option<f64> {
+        self.attention_frac_of_stream.or(self.gather_frac_of_stream)
+    }
+}
+
 /// The memory side of every block size: fragmentation, replay and prefix sharing. Bandwidth
 /// fields stay empty until [`measure_bandwidth`].
 pub fn memory_rows(
@@ -296,7 +304,7 @@ pub fn apply_recommendation(rows: &mut [SweepRow]) -> Recommendation {
         .map(|r| recommend::ProxyInput {
             block_size: r.block_size,
             concurrent_requests: r.concurrent_requests,
-            efficiency: r.attention_frac_of_stream.or(r.gather_frac_of_stream),
+            efficiency: r.efficiency(),
         })
         .collect();
     let noise: Vec<Option<f64>> = rows.iter().map(|r| r.efficiency_noise).collect();
@@ -356,8 +364,7 @@ pub fn comparison_line(report: &SweepReport) -> String {
         rec.internal_waste_pct,
         def.internal_waste_pct,
     );
-    let eff = |r: &SweepRow| r.attention_frac_of_stream.or(r.gather_frac_of_stream);
-    if let (Some(a), Some(b)) = (eff(rec), eff(def)) {
+    if let (Some(a), Some(b)) = (rec.efficiency(), def.efficiency()) {
         let what = if rec.attention_frac_of_stream.is_some() {
             "attention"
         } else {
