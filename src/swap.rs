@@ -72,8 +72,15 @@ pub struct SwapReport {
     pub data_intact: bool,
 }
 
-/// The three ways of moving a direction's bytes, timed.
-trait Mover {
+/// A device's three buffers (the pool, the host slots, a second pool) and the three ways of
+/// moving a direction's bytes, timed.
+trait SwapDevice: Sized {
+    /// Which copies the methods below make: pool → host slots (`out`), else host slots →
+    /// second pool.
+    fn set_direction(&mut self, out: bool);
+    /// Fills the second pool with [`POISON`].
+    fn poison_second_pool(&mut self) -> Result<(), SwapError>;
+    fn second_pool(&self) -> Result<Vec<u8>, SwapError>;
     /// Copies the pairs (src block, dst block) in one batched operation.
     fn batched(&mut self, pairs: &[[i32; 2]]) -> Result<(), SwapError>;
     /// The same pairs one copy at a time.
@@ -197,21 +204,7 @@ pub fn measure(device: &Device, opts: &SwapOptions) -> Result<SwapReport, SwapEr
     }
 }
 
-/// A device's three buffers: the pool, the host slots, the second pool.
-trait SwapBuffers: Sized {
-    /// Which copies the [`Mover`] methods make: pool → host slots (`out`), else host slots →
-    /// second pool.
-    fn set_direction(&mut self, out: bool);
-    /// Fills the second pool with [`POISON`].
-    fn poison_second_pool(&mut self) -> Result<(), SwapError>;
-    fn second_pool(&self) -> Result<Vec<u8>, SwapError>;
-}
-
-fn run<M: Mover + SwapBuffers>(
-    plan: &Plan,
-    opts: &SwapOptions,
-    mut m: M,
-) -> Result<SwapReport, SwapError> {
+fn run<M: SwapDevice>(plan: &Plan, opts: &SwapOptions, mut m: M) -> Result<SwapReport, SwapError> {
     let want = plan.expected(opts.block_bytes);
     let bytes = opts.swap_blocks * opts.block_bytes;
     let iters = opts.iters.max(1);
@@ -282,7 +275,7 @@ impl CpuSwap {
     }
 }
 
-impl SwapBuffers for CpuSwap {
+impl SwapDevice for CpuSwap {
     fn set_direction(&mut self, out: bool) {
         self.out = out;
     }
@@ -293,9 +286,7 @@ impl SwapBuffers for CpuSwap {
     fn second_pool(&self) -> Result<Vec<u8>, SwapError> {
         Ok(self.second.clone())
     }
-}
 
-impl Mover for CpuSwap {
     fn batched(&mut self, pairs: &[[i32; 2]]) -> Result<(), SwapError> {
         let bb = self.block_bytes;
         let (src, dst) = self.buffers();
@@ -352,7 +343,7 @@ mod cuda {
     //! The GPU: the pool and the second pool in device memory, the host slots in mapped pinned
     //! memory; times from CUDA events.
 
-    use super::{Mover, Plan, SwapBuffers, SwapError, SwapOptions, POISON};
+    use super::{Plan, SwapDevice, SwapError, SwapOptions, POISON};
     use crate::device::cuda::cache_ops::{BlockBuffer, BlockMemory};
     use crate::device::cuda::CudaDevice;
     use std::sync::Arc;
@@ -398,7 +389,7 @@ mod cuda {
         }
     }
 
-    impl SwapBuffers for CudaSwap {
+    impl SwapDevice for CudaSwap {
         fn set_direction(&mut self, out: bool) {
             self.out = out;
         }
@@ -410,9 +401,7 @@ mod cuda {
         fn second_pool(&self) -> Result<Vec<u8>, SwapError> {
             Ok(self.dev.download_blocks(&self.second)?)
         }
-    }
 
-    impl Mover for CudaSwap {
         fn batched(&mut self, pairs: &[[i32; 2]]) -> Result<(), SwapError> {
             Ok(self.with(|d, s, t| d.copy_blocks(s, t, pairs))?)
         }
