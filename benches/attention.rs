@@ -4,11 +4,11 @@
 //! CPU: batch 4, context 2048 (32 MiB of KV, past the L2 caches) through
 //! `device::cpu::attention::decode_attention`. GPU, when `CudaDevice::open(0)` works: the issue's
 //! batch 64, context 4096, timed with CUDA events (`time_ms`) through `iter_custom`, split-K as
-//! `split_plan` chooses for the device.
+//! `CudaDevice::attention_plan` chooses for the device.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::f16;
-use pagedkv::attention::{split_plan, AttentionShape, Problem};
+use pagedkv::attention::{AttentionShape, Problem};
 use pagedkv::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
 use pagedkv::device::cuda::{CudaDevice, Layout};
 use std::time::Duration;
@@ -63,7 +63,7 @@ fn gpu(c: &mut Criterion) {
     g.sample_size(20);
     for bs in BLOCK_SIZES {
         let p = Problem::<f16>::new(shape(), bs, &[4096; 64], 1).unwrap();
-        let plan = split_plan(64, 8, p.max_len, dev.info.multiprocessors as usize);
+        let plan = dev.attention_plan(&p).expect("occupancy query");
         let mut dp = match dev.upload_attention(&p, plan) {
             Ok(dp) => dp,
             Err(e) => {

@@ -8,7 +8,6 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::f16;
-use pagedkv::attention::split_plan;
 use pagedkv::device::cpu::attention::{decode_attention, PagedRows};
 use pagedkv::device::cpu::gather::{gather_copy, gather_sum};
 use pagedkv::device::cuda::{CudaDevice, Layout};
@@ -116,7 +115,6 @@ fn bench_gpu(c: &mut Criterion, dev: &CudaDevice) {
         })
     });
     let batch = AttentionBatch::fixed(32, 32, 2048);
-    let sms = dev.info.multiprocessors.max(1) as usize;
     for bs in block_sizes() {
         let spec = spec(bs);
         let table = shuffled_table(&spec, half, 1024, 7).unwrap();
@@ -140,7 +138,7 @@ fn bench_gpu(c: &mut Criterion, dev: &CudaDevice) {
             })
         });
         let p = batch.problem::<f16>(&spec, 7).unwrap();
-        let plan = split_plan(p.lens.len(), 8, p.max_len, sms);
+        let plan = dev.attention_plan(&p).expect("occupancy query");
         let mut dp = dev.upload_attention(&p, plan).expect("upload attention");
         g.throughput(Throughput::Bytes(p.kv_bytes() as u64));
         let mut layouts = vec![Layout::Paged];

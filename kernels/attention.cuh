@@ -2,14 +2,32 @@
 //
 // One CTA per (KV head, sequence, partition of the context): it reads that KV head's K and V rows
 // of its partition once and computes every query head of the group from that one read, so GQA
-// costs no extra KV traffic (vLLM's kernel re-reads KV per query head). The partition is walked in
-// chunks of kChunk tokens with an online softmax: a chunk's logits go to shared memory, the running
-// max and sum are updated, and the V accumulators are rescaled. With one partition the CTA writes
-// the output; with several it writes a normalised partial output, its max and its sum, and
+// costs no extra KV traffic (vLLM's kernel re-reads KV per query head). With one partition the CTA
+// writes the output; with several it writes a normalised partial output, its max and its sum, and
 // merge_partitions() combines them (split-K, "flash decoding").
 //
+// Bytes in flight are the whole game on HBM (Little's law: an H200 needs ~25-30 KiB per SM), so:
+// - Each warp streams its own contiguous share of the partition, in tiles, with its own online
+//   softmax state in registers: no block-wide barrier until the warps' states are merged at the end.
+// - A warp's tiles (4 KiB of K and V) flow through a ring of kStages shared-memory slots filled by
+//   cp.async: while tile i is computed, tiles i+1 .. i+kStages-1 are loading, and the wait for tile
+//   i finds kStages tiles (12 KiB per warp) in flight. Each lane copies 16-byte segments of K and V
+//   rows into its own slots and later reads exactly those bytes back: data never crosses lanes, so
+//   the lane's own cp.async wait is all the synchronisation the ring needs.
+// - Issue slots are the next limit (~110 warp instructions per token at the H200's bandwidth, for
+//   head dim 128, f16, 4 query heads per KV head): a row's partial dot products are summed across
+//   its lanes by a transposing reduction (each halving step sends half the values, so the sum of 16
+//   values over 16 lanes costs 15 shuffles, not 64) and gathered back with one shuffle per value.
+// - Rows are translated once per token: a warp turns the tokens of its current window (kWindow
+//   tokens, one per lane) into 64-bit row offsets, and the lanes that copy a row's segments fetch
+//   its offset with a shuffle; K and V share it. The block-table entries of the next window are
+//   loaded a window ahead, so the table read is never waited on in the steady state, and lanes of
+//   one block read one table word (one transaction per block).
+// - q lives in registers, pre-scaled by scale * log2(e) so scores are in the exp2 domain; partial
+//   maxima (part_max) are log2-domain too.
+//
 // Rows are found through a `Rows` policy: PagedRows reads the block table, ContiguousRows does not;
-// everything else is shared, so the two kernels differ only in addressing.
+// everything else is shared, so the two kernels differ only in addressing (and agree bit for bit).
 #pragma once
 #include "common.cuh"
 
@@ -17,53 +35,45 @@ namespace attn {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 128;     // tokens scored per pass (logits buffer: GROUP * kChunk floats)
-constexpr int kMaxGroup = 8;    // query heads per KV head
-// CTAs per SM promised to ptxas: it caps registers at 65536 / (kThreads * n). Without a promise
-// its heuristic spilled a few bytes at 40-80 registers; groups of 8 keep 8 query slices in
-// registers and need up to 256; head dim 256 needed a little over 128 on sm_80.
+constexpr int kStages = 3;        // ring slots per warp
+constexpr int kLoadsPerTile = 4;  // 16-byte segments of K (and of V) each lane copies per tile
+constexpr int kWindow = 32;       // tokens a warp translates at once, one per lane
+constexpr int kMaxGroup = 8;      // query heads per KV head
+// Partitions are whole multiples of this many tokens (src/attention/split.rs: CHUNK).
+constexpr int kPartitionQuantum = 128;
+
+// CTAs per SM promised to ptxas: it caps registers at 65536 / (kThreads * n). A group of 8 keeps
+// 2 x 64 floats of q and accumulators per lane and needs more than 128 registers.
 __host__ __device__ constexpr int min_blocks_per_sm(int head_dim, int group) {
-  return group >= 8 ? 2 : head_dim >= 256 ? 3 : 4;
+  return group >= 8 ? 2 : 4;
 }
 
-// ---- loads ------------------------------------------------------------------------------------
+// How a warp covers token rows of HEAD_DIM elements of T with 16-byte segments.
+template <class T, int HEAD_DIM>
+struct TileShape {
+  static constexpr int kVec = kVec16Elems<T>;              // elements per segment
+  static constexpr int kLanesPerRow = HEAD_DIM / kVec;     // lanes covering one row
+  static constexpr int kRowsPerCopy = 32 / kLanesPerRow;   // rows one warp-wide copy covers
+  static constexpr int kTokens = kLoadsPerTile * kRowsPerCopy;  // tokens per tile
+  static_assert(HEAD_DIM % kVec == 0 && kLanesPerRow >= 1 && kLanesPerRow <= 32 &&
+                    32 % kLanesPerRow == 0,
+                "a row is 1 to 32 lanes' 16-byte segments");
+  static_assert(kWindow % kTokens == 0, "a tile lies inside one translation window");
+};
 
-// 4 consecutive elements as floats: one 8-byte load for 16-bit types, 16 bytes for f32.
-template <class T>
-__device__ __forceinline__ void load4(GPTR(const T) p, float (&out)[4]) {
-  if constexpr (sizeof(T) == 2) {
-    const uint2 raw = ld_vec<uint2>(p);
-    const unsigned words[2] = {raw.x, raw.y};
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float2 f;
-      if constexpr (std::is_same_v<T, __half>) {
-        f = __half22float2(*reinterpret_cast<const __half2*>(&words[i]));
-      } else {
-        f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&words[i]));
-      }
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    }
-  } else {
-    const float4 raw = ld_vec<float4>(p);
-    out[0] = raw.x; out[1] = raw.y; out[2] = raw.z; out[3] = raw.w;
-  }
-}
+// ---- where a token's K/V row lives ---------------------------------------------------------------
+// fetch(): what a lane loads a window ahead for token t (a block-table entry, or nothing).
+// resolve(): the element offset of the row of token t of KV head `head` from what fetch() returned.
 
-// ---- where a token's K/V row lives -------------------------------------------------------------
-
-// Paged: [num_blocks, num_kv_heads, block_size, head_dim]; block = block_table[seq][t >> log2_bs].
 struct PagedRows {
   GPTR(const int) block_tables;  // [num_seqs, table_stride]
   int table_stride;
-  int log2_block_size;
-  int num_kv_heads;
-  template <int HEAD_DIM>
-  __device__ __forceinline__ int64_t row(int seq, int head, int t) const {
-    const int64_t block = block_tables[(int64_t)seq * table_stride + (t >> log2_block_size)];
-    const int offset = t & ((1 << log2_block_size) - 1);
-    return (((block * num_kv_heads + head) << log2_block_size) + offset) * HEAD_DIM;
+  PagedLayout layout;  // the pool: [num_blocks, num_kv_heads, block_size, head_dim]
+  __device__ __forceinline__ int fetch(int seq, int t) const {
+    return block_tables[(int64_t)seq * table_stride + layout.block_of(t)];
+  }
+  __device__ __forceinline__ int64_t resolve(int block, int, int head, int t) const {
+    return layout.row(block, head, layout.offset_in_block(t));
   }
 };
 
@@ -71,17 +81,84 @@ struct PagedRows {
 struct ContiguousRows {
   int max_len;
   int num_kv_heads;
-  template <int HEAD_DIM>
-  __device__ __forceinline__ int64_t row(int seq, int head, int t) const {
-    return (((int64_t)seq * num_kv_heads + head) * max_len + t) * HEAD_DIM;
+  int head_dim;
+  __device__ __forceinline__ int fetch(int, int) const { return 0; }
+  __device__ __forceinline__ int64_t resolve(int, int seq, int head, int t) const {
+    return (((int64_t)seq * num_kv_heads + head) * max_len + t) * head_dim;
   }
 };
 
-// ---- the kernel body ---------------------------------------------------------------------------
+// The ring's wait: tile i has landed once at most kStages - 1 newer groups are pending.
+// kernels/emu/selftest/attention_mutants*.cu redefine it to show the emulator catches a bad wait.
+#ifndef PAGEDKV_ATTENTION_RING_WAIT
+#define PAGEDKV_ATTENTION_RING_WAIT() cp_async_wait<attn::kStages - 1>()
+#endif
+
+__device__ __forceinline__ int64_t shfl_i64(int64_t v, int src_lane) {
+  const int lo = __shfl_sync(0xffffffffu, (int)(v & 0xffffffff), src_lane);
+  const int hi = __shfl_sync(0xffffffffu, (int)(v >> 32), src_lane);
+  return ((int64_t)hi << 32) | (unsigned)lo;
+}
+
+// Sums each of N values over the LANES lanes of a row (LANES consecutive lanes, a power of two),
+// transposing: at a step with C > 1 live values a lane keeps half of them and sends the other half
+// to its partner, which keeps the opposite half, so each step halves the values a lane holds. Once
+// one is left, further steps are plain butterflies. Afterwards a lane holds max(1, N / LANES) sums
+// in v[0..); holder_lane() says which lane of the row holds sum x, in v[x % that count].
+template <int N, int C, int OFF>
+__device__ __forceinline__ void row_sum_transposing(float (&v)[N], int lane) {
+  if constexpr (OFF >= 1) {
+    if constexpr (C > 1) {
+      const bool upper = (lane & OFF) != 0;
+#pragma unroll
+      for (int i = 0; i < C / 2; ++i) {
+        const float keep = upper ? v[i + C / 2] : v[i];
+        const float send = upper ? v[i] : v[i + C / 2];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+      }
+      row_sum_transposing<N, C / 2, OFF / 2>(v, lane);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], OFF);
+      row_sum_transposing<N, 1, OFF / 2>(v, lane);
+    }
+  }
+}
+
+template <int N, int LANES>
+__host__ __device__ constexpr int row_sums_per_lane() {
+  return N / LANES > 1 ? N / LANES : 1;
+}
+
+// The lane (within its row) whose v[x % row_sums_per_lane()] holds sum x after row_sum_transposing.
+template <int N, int LANES>
+__host__ __device__ constexpr int holder_lane(int x) {
+  constexpr int per_lane = row_sums_per_lane<N, LANES>();
+  int steps = 0;  // transposing steps: log2(N / per_lane)
+  for (int c = N / per_lane; c > 1; c /= 2) ++steps;
+  int lane = 0;
+  for (int k = 0; k < steps; ++k)
+    if (((x / per_lane) >> (steps - 1 - k)) & 1) lane += LANES >> (k + 1);
+  return lane;
+}
+
+// Which sum lane `lane` (within its row) holds in v[j] after row_sum_transposing: the inverse of
+// holder_lane().
+template <int N, int LANES>
+__host__ __device__ constexpr int held_index(int j, int lane) {
+  constexpr int per_lane = row_sums_per_lane<N, LANES>();
+  int steps = 0;
+  for (int c = N / per_lane; c > 1; c /= 2) ++steps;
+  int q = 0;
+  for (int k = 0; k < steps; ++k)
+    if (lane & (LANES >> (k + 1))) q |= 1 << (steps - 1 - k);
+  return j + q * per_lane;
+}
+
+// ---- the kernel body -----------------------------------------------------------------------------
 
 struct Outputs {
   int num_partitions;
-  int partition_size;
+  int partition_size;  // a multiple of kPartitionQuantum when num_partitions > 1
   float scale;
 };
 
@@ -89,7 +166,7 @@ template <class T, int HEAD_DIM, int GROUP, class Rows>
 __device__ __forceinline__ void decode_attention(
     GPTR(T) out,             // [num_seqs, num_heads, HEAD_DIM]; written when num_partitions == 1
     GPTR(float) part_out,    // [num_seqs, num_heads, num_partitions, HEAD_DIM]; when > 1
-    GPTR(float) part_max,    // [num_seqs, num_heads, num_partitions]
+    GPTR(float) part_max,    // [num_seqs, num_heads, num_partitions] (log2 domain)
     GPTR(float) part_sum,    // [num_seqs, num_heads, num_partitions]
     GPTR(const T) q,         // [num_seqs, num_heads, HEAD_DIM]
     GPTR(const T) k_cache,   // laid out as Rows says
@@ -97,229 +174,308 @@ __device__ __forceinline__ void decode_attention(
     GPTR(const int) seq_lens,  // [num_seqs]
     const Rows rows, const Outputs o) {
   static_assert(GROUP >= 1 && GROUP <= kMaxGroup, "GQA group of 1 to 8 query heads");
-  static_assert(HEAD_DIM % 16 == 0, "head dim a multiple of 16");
-  // K phase: each lane reads two 16-byte segments of a token's row, at segments (s * K_LANES +
-  // lane), so one load instruction covers K_LANES * 16 contiguous bytes of each of K_TOKENS tokens.
-  constexpr int SEG = kVec16Elems<T>;                       // elements per 16-byte segment
-  constexpr int K_LANES = HEAD_DIM / SEG / 2 < 32 ? HEAD_DIM / SEG / 2 : 32;
-  constexpr int K_SEGS = HEAD_DIM / SEG / K_LANES;          // segments per lane
-  static_assert(K_SEGS >= 1 && HEAD_DIM % (SEG * K_LANES) == 0, "head dim fits the lanes");
-  constexpr int K_TOKENS = 32 / K_LANES;                    // tokens per warp step
-  // V phase: lanes split the row in runs of 4 elements; the warp covers V_TOKENS tokens per step.
-  constexpr int V_LANES = HEAD_DIM / 4 < 32 ? HEAD_DIM / 4 : 32;
-  constexpr int V_RUNS = HEAD_DIM / 4 / V_LANES;            // runs of 4 per lane
-  constexpr int V_TOKENS = 32 / V_LANES;
-  // Tokens in flight per lane: as many as the registers left beside the accumulators allow.
-  constexpr int V_BUDGET = GROUP * V_RUNS * 4 >= 64 ? 16 : 80 - GROUP * V_RUNS * 4;
-  constexpr int V_FIT = V_BUDGET / (V_RUNS * 4);
-  constexpr int V_UNROLL = V_FIT >= 8 ? 8 : V_FIT >= 4 ? 4 : 2;
+  using Shape = TileShape<T, HEAD_DIM>;
+  constexpr int VEC = Shape::kVec, LANES = Shape::kLanesPerRow, ROWS = Shape::kRowsPerCopy;
+  constexpr int TILE = Shape::kTokens;
 
   const int kv_head = blockIdx.x;
   const int seq = blockIdx.y;
   const int part = blockIdx.z;
-  const int num_kv_heads = gridDim.x;
-  const int num_heads = num_kv_heads * GROUP;
+  const int num_heads = gridDim.x * GROUP;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
+  const int row_lane = lane % LANES;  // which segment of a row this lane copies and computes
+  const int row_group = lane / LANES;  // which of a copy's rows
   const int len = seq_lens[seq];
   const int start = part * o.partition_size;
   const int end = min(len, start + o.partition_size);
 
-  __shared__ float q_s[GROUP][HEAD_DIM];
-  __shared__ float logits[GROUP][kChunk];
-  __shared__ float m_s[GROUP], l_s[GROUP], alpha_s[GROUP];
-  __shared__ float red[GROUP][HEAD_DIM];
+  // This warp's share: whole tiles [first_tile, last_tile) of the partition.
+  const int tiles = end > start ? (end - start + TILE - 1) / TILE : 0;
+  const int per_warp = (tiles + kWarps - 1) / kWarps;
+  const int first_tile = min(tiles, warp * per_warp);
+  const int num_tiles = min(tiles, first_tile + per_warp) - first_tile;
+  const int wstart = start + first_tile * TILE;
+  const int wend = min(end, wstart + num_tiles * TILE);
 
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += kThreads) {
-    const int g = i / HEAD_DIM, d = i % HEAD_DIM;
-    q_s[g][d] = to_float(q[((int64_t)seq * num_heads + kv_head * GROUP + g) * HEAD_DIM + d]);
-    red[g][d] = 0.f;
-  }
-  if (threadIdx.x < GROUP) {
-    m_s[threadIdx.x] = -INFINITY;
-    l_s[threadIdx.x] = 0.f;
-  }
-  __syncthreads();
+  // [warp][slot][K or V][copy][lane]: 16 bytes each (48 KiB, the most a CTA may declare
+  // statically); also the merge buffer after the loop.
+  __shared__ __align__(16) uint4 ring[kWarps][kStages][2][kLoadsPerTile][32];
 
-  float acc[GROUP][V_RUNS * 4];
-#pragma unroll
-  for (int g = 0; g < GROUP; ++g)
-#pragma unroll
-    for (int e = 0; e < V_RUNS * 4; ++e) acc[g][e] = 0.f;
+  // Translation window: lane j holds the row offset of token window_base + j; the next window's
+  // fetch is in flight meanwhile.
+  int next_fetch = 0;
+  int64_t row_offset = 0;
+  int window = -1;
+  const auto fetch_window = [&](int w) {
+    const int t = wstart + w * kWindow + lane;
+    return t < wend ? rows.fetch(seq, t) : 0;
+  };
+  if (num_tiles > 0) next_fetch = fetch_window(0);
 
-  for (int c0 = start; c0 < end; c0 += kChunk) {
-    const int cn = min(kChunk, end - c0);
-
-    // 1. Logits of the chunk: q . k * scale for every query head of the group.
-    {
-      const int sub = lane / K_LANES, kl = lane % K_LANES;
-      for (int base = warp * K_TOKENS; base < cn; base += kWarps * K_TOKENS) {
-        const int i = base + sub;
-        const bool valid = i < cn;
-        float dot[GROUP];
-#pragma unroll
-        for (int g = 0; g < GROUP; ++g) dot[g] = 0.f;
-        if (valid) {
-          const int64_t r = rows.template row<HEAD_DIM>(seq, kv_head, c0 + i);
-#pragma unroll
-          for (int s = 0; s < K_SEGS; ++s) {
-            const int d0 = (s * K_LANES + kl) * SEG;
-            float kf[SEG];
-            unpack16<T>(ld_vec<uint4>(k_cache + r + d0), kf);
-#pragma unroll
-            for (int g = 0; g < GROUP; ++g)
-#pragma unroll
-              for (int e = 0; e < SEG; ++e) dot[g] += q_s[g][d0 + e] * kf[e];
-          }
-        }
-        // Every lane takes part in the shuffles, valid or not: the warp stays converged.
-#pragma unroll
-        for (int g = 0; g < GROUP; ++g) {
-#pragma unroll
-          for (int off = K_LANES / 2; off > 0; off /= 2)
-            dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], off);
-          if (valid && kl == 0) logits[g][i] = dot[g] * o.scale;
-        }
-      }
-    }
-    __syncthreads();
-
-    // 2. Online softmax: warp w owns query heads w, w + kWarps, ...
-    for (int g = warp; g < GROUP; g += kWarps) {
-      float cmax = -INFINITY;
-      for (int i = lane; i < cn; i += 32) cmax = fmaxf(cmax, logits[g][i]);
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, off));
-      const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, cmax);
-      float sum = 0.f;
-      for (int i = lane; i < cn; i += 32) {
-        const float p = __expf(logits[g][i] - m_new);
-        logits[g][i] = p;
-        sum += p;
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      __syncwarp();
-      if (lane == 0) {
-        const float alpha = __expf(m_old - m_new);  // 0 on the first chunk (m_old = -inf)
-        alpha_s[g] = alpha;
-        l_s[g] = l_s[g] * alpha + sum;
-        m_s[g] = m_new;
-      }
-    }
-    __syncthreads();
-
-    // 3. Rescale the accumulators, then add p * v for the chunk's tokens.
+  // q of this lane's segment, for every query head of the group, in the exp2 domain.
+  float qf[GROUP][VEC];
+  {
+    const float qscale = o.scale * 1.4426950408889634f;  // log2(e)
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
-      const float a = alpha_s[g];
+      const int64_t at = ((int64_t)seq * num_heads + kv_head * GROUP + g) * HEAD_DIM + row_lane * VEC;
+      unpack16<T>(ld_vec<uint4>(q + at), qf[g]);
 #pragma unroll
-      for (int e = 0; e < V_RUNS * 4; ++e) acc[g][e] *= a;
+      for (int e = 0; e < VEC; ++e) qf[g][e] *= qscale;
     }
-    {
-      // Several tokens per warp step, all loads issued before any use: enough bytes in flight.
-      const int sub = lane / V_LANES, vl = lane % V_LANES;
-      for (int i0 = warp * V_TOKENS * V_UNROLL; i0 < cn; i0 += kWarps * V_TOKENS * V_UNROLL) {
-        float vf[V_UNROLL][V_RUNS * 4];
-#pragma unroll
-        for (int u = 0; u < V_UNROLL; ++u) {
-          const int i = i0 + u * V_TOKENS + sub;
-          if (i < cn) {
-            const int64_t r = rows.template row<HEAD_DIM>(seq, kv_head, c0 + i);
-#pragma unroll
-            for (int s = 0; s < V_RUNS; ++s) {
-              float run[4];
-              load4<T>(v_cache + r + (s * V_LANES + vl) * 4, run);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) vf[u][s * 4 + e] = run[e];
-            }
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < V_UNROLL; ++u) {
-          const int i = i0 + u * V_TOKENS + sub;
-          if (i < cn) {
-#pragma unroll
-            for (int g = 0; g < GROUP; ++g) {
-              const float p = logits[g][i];
-#pragma unroll
-              for (int e = 0; e < V_RUNS * 4; ++e) acc[g][e] += p * vf[u][e];
-            }
-          }
-        }
-      }
-    }
-    __syncthreads();  // the next chunk overwrites logits
   }
 
-  // 4. Sum the accumulators of the warp's token slots, then of the warps, in a fixed order.
+  // Issues the copies of tile i into its ring slot as one cp.async group (empty past the end, so
+  // every iteration commits one group and the wait count stays uniform).
+  int issue_slot = 0;  // i % kStages, kept incrementally (kStages need not be a power of two)
+  const auto issue = [&](int i) {
+    const int slot = issue_slot;
+    issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
+    if (i < num_tiles) {
+      const int w = i * TILE / kWindow;
+      if (w != window) {  // uniform over the warp: every lane advances together
+        row_offset = rows.resolve(next_fetch, seq, kv_head, wstart + w * kWindow + lane);
+        next_fetch = fetch_window(w + 1);
+        window = w;
+      }
 #pragma unroll
-  for (int g = 0; g < GROUP; ++g)
+      for (int u = 0; u < kLoadsPerTile; ++u) {
+        // Past the end a lane copies the last token's row (always a real row) and ignores it.
+        const int t = min(wstart + i * TILE + u * ROWS + row_group, wend - 1);
+        const int64_t at = shfl_i64(row_offset, (t - wstart) & (kWindow - 1)) + row_lane * VEC;
+        cp_async16(&ring[warp][slot][0][u][lane], k_cache + at);
+        cp_async16(&ring[warp][slot][1][u][lane], v_cache + at);
+      }
+    }
+    cp_async_commit();
+  };
+
+  float m[GROUP], l[GROUP], acc[GROUP][VEC];
 #pragma unroll
-    for (int e = 0; e < V_RUNS * 4; ++e)
+  for (int g = 0; g < GROUP; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.f;
 #pragma unroll
-      for (int off = V_LANES; off < 32; off *= 2)
-        acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], off);
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp == w && lane < V_LANES) {
+    for (int e = 0; e < VEC; ++e) acc[g][e] = 0.f;
+  }
+
+  // Which copy (token row) each score this lane holds after the row sum belongs to.
+  int held_copy[row_sums_per_lane<kLoadsPerTile * GROUP, LANES>()];
+#pragma unroll
+  for (int j = 0; j < row_sums_per_lane<kLoadsPerTile * GROUP, LANES>(); ++j)
+    held_copy[j] = held_index<kLoadsPerTile * GROUP, LANES>(j, row_lane) / GROUP;
+
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
+    issue(i + kStages - 1);
+    PAGEDKV_ATTENTION_RING_WAIT();
+    const int t0 = wstart + i * TILE + row_group;
+
+    // Scores of this lane's tokens: partial dots over its segment, summed over the row's lanes,
+    // then every sum gathered back to every lane of the row.
+    constexpr int NS = kLoadsPerTile * GROUP;  // scores per row group: [copy][query head]
+    float partial[NS];
+#pragma unroll
+    for (int u = 0; u < kLoadsPerTile; ++u) {
+      float kf[VEC];
+      unpack16<T>(ld_vec<uint4>(&ring[warp][slot][0][u][lane]), kf);
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dot += qf[g][e] * kf[e];
+        partial[u * GROUP + g] = dot;
+      }
+    }
+    row_sum_transposing<NS, NS, LANES / 2>(partial, lane);
+    constexpr int HELD = row_sums_per_lane<NS, LANES>();
+#pragma unroll
+    for (int j = 0; j < HELD; ++j)  // a token past the end scores -inf: weight 0
+      if (t0 + held_copy[j] * ROWS >= wend) partial[j] = -INFINITY;
+    float s[kLoadsPerTile][GROUP];
+#pragma unroll
+    for (int u = 0; u < kLoadsPerTile; ++u)
+#pragma unroll
+      for (int g = 0; g < GROUP; ++g) {
+        const int x = u * GROUP + g;
+        s[u][g] = __shfl_sync(0xffffffffu, partial[x % HELD], holder_lane<NS, LANES>(x), LANES);
+      }
+
+    // Online softmax over the tile: the max is the warp's (uniform), the sum each row group's.
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      float mx = s[0][g];
+#pragma unroll
+      for (int u = 1; u < kLoadsPerTile; ++u) mx = fmaxf(mx, s[u][g]);
+#pragma unroll
+      for (int off = LANES; off < 32; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      if (mx > m[g]) {  // every tile has a valid token, so mx is finite; alpha is 0 the first time
+        const float alpha = fast_exp2(m[g] - mx);
+        l[g] *= alpha;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[g][e] *= alpha;
+        m[g] = mx;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsPerTile; ++u) {
+        s[u][g] = fast_exp2(s[u][g] - m[g]);  // 0 for the tokens past the end
+        l[g] += s[u][g];
+      }
+    }
+
+    // p . v over the tile's rows of this lane's segment.
+#pragma unroll
+    for (int u = 0; u < kLoadsPerTile; ++u) {
+      float vf[VEC];
+      unpack16<T>(ld_vec<uint4>(&ring[warp][slot][1][u][lane]), vf);
 #pragma unroll
       for (int g = 0; g < GROUP; ++g)
 #pragma unroll
-        for (int s = 0; s < V_RUNS; ++s)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) red[g][(s * V_LANES + lane) * 4 + e] += acc[g][s * 4 + e];
+        for (int e = 0; e < VEC; ++e) acc[g][e] += s[u][g] * vf[e];
     }
-    __syncthreads();
   }
 
-  // 5. Normalise and write: the output itself, or this partition's share of it.
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM; i += kThreads) {
-    const int g = i / HEAD_DIM, d = i % HEAD_DIM;
+  // The row groups of a warp hold disjoint tokens of the same segments: add them up.
+#pragma unroll
+  for (int g = 0; g < GROUP; ++g) {
+#pragma unroll
+    for (int off = LANES; off < 32; off *= 2) {
+      l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], off);
+    }
+  }
+
+  // Merge the warps' states through shared memory: the ring, once every warp has left its loop.
+  static_assert(sizeof(float) * kWarps * GROUP * (HEAD_DIM + 2) <= sizeof(ring), "merge fits");
+  float* merged = reinterpret_cast<float*>(&ring[0][0][0][0][0]);  // [kWarps][GROUP][HEAD_DIM]
+  float(*warp_max)[GROUP] = reinterpret_cast<float(*)[GROUP]>(merged + kWarps * GROUP * HEAD_DIM);
+  float(*warp_sum)[GROUP] = warp_max + kWarps;  // both [kWarps][GROUP]
+  __syncthreads();
+  if (row_group == 0) {
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g)
+#pragma unroll
+      for (int e = 0; e < VEC; e += 4)
+        st_vec(merged + (warp * GROUP + g) * HEAD_DIM + row_lane * VEC + e,
+               make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]));
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < GROUP; ++g) {
+      warp_max[warp][g] = m[g];
+      warp_sum[warp][g] = l[g];
+    }
+  }
+  __syncthreads();
+
+  // Each thread normalises and writes 16 bytes' worth of output elements of one query head.
+  constexpr int OUT = kVec16Elems<T>;
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM / OUT; i += kThreads) {
+    const int g = i / (HEAD_DIM / OUT), d0 = i % (HEAD_DIM / OUT) * OUT;
+    float mx = -INFINITY;
+    // `!= 0` rather than `> 0`: a NaN sum (NaN in K or V) must reach the output, not be dropped.
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (warp_sum[w][g] != 0.f) mx = fmaxf(mx, warp_max[w][g]);
+    float sum = 0.f, value[OUT];
+#pragma unroll
+    for (int e = 0; e < OUT; ++e) value[e] = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp_sum[w][g] != 0.f) {  // a warp without tokens has nothing to add
+        const float a = fast_exp2(warp_max[w][g] - mx);
+        sum += warp_sum[w][g] * a;
+#pragma unroll
+        for (int e = 0; e < OUT; ++e) value[e] += a * merged[(w * GROUP + g) * HEAD_DIM + d0 + e];
+      }
+    }
+    const float inv = sum != 0.f ? 1.f / sum : 0.f;  // an empty share writes zeros
+#pragma unroll
+    for (int e = 0; e < OUT; ++e) value[e] *= inv;
     const int head = kv_head * GROUP + g;
-    const float l = l_s[g];
-    const float value = l > 0.f ? red[g][d] / l : 0.f;
     if (o.num_partitions == 1) {
-      out[((int64_t)seq * num_heads + head) * HEAD_DIM + d] = from_float<T>(value);
+      st_vec(out + ((int64_t)seq * num_heads + head) * HEAD_DIM + d0, pack16<T>(value));
     } else {
       const int64_t ph = ((int64_t)seq * num_heads + head) * o.num_partitions + part;
-      part_out[ph * HEAD_DIM + d] = value;
-      if (d == 0) {
-        part_max[ph] = m_s[g];
-        part_sum[ph] = l;
+#pragma unroll
+      for (int e = 0; e < OUT; e += 4)
+        st_vec(part_out + ph * HEAD_DIM + d0 + e,
+               make_float4(value[e], value[e + 1], value[e + 2], value[e + 3]));
+      if (d0 == 0) {
+        part_max[ph] = mx;
+        part_sum[ph] = sum;
       }
     }
   }
 }
 
-// Combines the partitions of one (sequence, query head): weights l_p * exp(m_p - M).
+// Combines the partitions of one (sequence, query head): weights l_p * 2^(m_p - M).
 template <class T, int HEAD_DIM>
 __device__ __forceinline__ void merge_partitions(
     GPTR(T) out,                 // [num_seqs, num_heads, HEAD_DIM]
     GPTR(const float) part_out,  // [num_seqs, num_heads, num_partitions, HEAD_DIM]
-    GPTR(const float) part_max,  // [num_seqs, num_heads, num_partitions]
+    GPTR(const float) part_max,  // [num_seqs, num_heads, num_partitions] (log2 domain)
     GPTR(const float) part_sum,  // [num_seqs, num_heads, num_partitions]
     int num_partitions) {
   const int head = blockIdx.x, seq = blockIdx.y, num_heads = gridDim.x;
   const int64_t base = ((int64_t)seq * num_heads + head) * num_partitions;
+  // Empty partitions (sum 0) add nothing; a NaN sum is kept so that NaN reaches the output.
   float m = -INFINITY;
   for (int p = 0; p < num_partitions; ++p)
-    if (part_sum[base + p] > 0.f) m = fmaxf(m, part_max[base + p]);
+    if (part_sum[base + p] != 0.f) m = fmaxf(m, part_max[base + p]);
   float total = 0.f;
   for (int p = 0; p < num_partitions; ++p)
-    if (part_sum[base + p] > 0.f) total += part_sum[base + p] * __expf(part_max[base + p] - m);
+    if (part_sum[base + p] != 0.f) total += part_sum[base + p] * fast_exp2(part_max[base + p] - m);
   for (int d = threadIdx.x; d < HEAD_DIM; d += blockDim.x) {
     float value = 0.f;
     for (int p = 0; p < num_partitions; ++p) {
       const float l = part_sum[base + p];
-      if (l > 0.f) value += l * __expf(part_max[base + p] - m) * part_out[(base + p) * HEAD_DIM + d];
+      if (l != 0.f) value += l * fast_exp2(part_max[base + p] - m) * part_out[(base + p) * HEAD_DIM + d];
     }
     out[((int64_t)seq * num_heads + head) * HEAD_DIM + d] =
-        from_float<T>(total > 0.f ? value / total : 0.f);
+        from_float<T>(total != 0.f ? value / total : 0.f);
   }
 }
 
 }  // namespace attn
+
+// The entry points, their argument order stated once here: the launchers (src/device/cuda/
+// attention.rs on a GPU, src/emu/attention.rs on the emulator) pass arguments in this order and
+// refer here. Buffer shapes are on attn::decode_attention and attn::merge_partitions above.
+#define PAGEDKV_DEFINE_PAGED_ATTENTION(kernel, T, D, G)                                       \
+  extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G)) \
+      kernel(GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,   \
+             GPTR(const T) q, GPTR(const T) k_cache, GPTR(const T) v_cache,                   \
+             GPTR(const int) block_tables, GPTR(const int) seq_lens, int table_stride,        \
+             int log2_block_size, int num_partitions, int partition_size, float scale) {      \
+    const attn::PagedRows rows{block_tables, table_stride,                                   \
+                               PagedLayout{(int)gridDim.x, log2_block_size, D}};              \
+    attn::decode_attention<T, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache,   \
+                                    seq_lens, rows,                                           \
+                                    attn::Outputs{num_partitions, partition_size, scale});    \
+  }
+
+#define PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION(kernel, T, D, G)                                  \
+  extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G)) \
+      kernel(GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,   \
+             GPTR(const T) q, GPTR(const T) k_cache, GPTR(const T) v_cache,                   \
+             GPTR(const int) seq_lens, int max_len, int num_partitions, int partition_size,   \
+             float scale) {                                                                   \
+    const attn::ContiguousRows rows{max_len, (int)gridDim.x, D};                              \
+    attn::decode_attention<T, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache,   \
+                                    seq_lens, rows,                                           \
+                                    attn::Outputs{num_partitions, partition_size, scale});    \
+  }
+
+#define PAGEDKV_DEFINE_MERGE_PARTITIONS(kernel, T, D)                                         \
+  extern "C" __global__ void kernel(GPTR(T) out, GPTR(const float) part_out,                  \
+                                    GPTR(const float) part_max, GPTR(const float) part_sum,   \
+                                    int num_partitions) {                                     \
+    attn::merge_partitions<T, D>(out, part_out, part_max, part_sum, num_partitions);          \
+  }
 
 // Stamps out one extern "C" entry per (dtype, head dim, group): the launcher picks one by name,
 // e.g. paged_attention_f16_d128_g4. f32 is a test dtype: head dim 128 only, to keep the build short.

@@ -10,17 +10,16 @@ __device__ __forceinline__ void write_kv_slots(
     GPTR(T) v_cache,            // [num_blocks, num_kv_heads, block_size, head_dim]
     GPTR(const T) k_new,        // [num_tokens, num_kv_heads, head_dim]
     GPTR(const T) v_new,        // [num_tokens, num_kv_heads, head_dim]
-    GPTR(const int64_t) slots,  // [num_tokens]; negative = skip
-    int num_kv_heads, int head_dim, int block_size) {
+    GPTR(const int64_t) slots,  // [num_tokens]; negative = skip; no two alike (checked on the host)
+    int num_kv_heads, int head_dim, int log2_block_size) {
+  const PagedLayout layout{num_kv_heads, log2_block_size, head_dim};
   const int token = blockIdx.x;
   const int64_t slot = slots[token];
   if (slot < 0) return;
-  const int64_t block = slot / block_size;
-  const int offset = (int)(slot % block_size);
   const int elems = num_kv_heads * head_dim;
   for (int i = threadIdx.x; i < elems; i += blockDim.x) {
     const int head = i / head_dim, dim = i % head_dim;
-    const int64_t dst = ((block * num_kv_heads + head) * block_size + offset) * head_dim + dim;
+    const int64_t dst = layout.slot_row(slot, head) + dim;
     k_cache[dst] = k_new[(int64_t)token * elems + i];
     v_cache[dst] = v_new[(int64_t)token * elems + i];
   }
@@ -29,9 +28,9 @@ __device__ __forceinline__ void write_kv_slots(
 #define WRITE_KV_SLOTS(name, T)                                                               \
   extern "C" __global__ void write_kv_slots_##name(                                           \
       GPTR(T) k_cache, GPTR(T) v_cache, GPTR(const T) k_new, GPTR(const T) v_new,             \
-      GPTR(const int64_t) slots, int num_kv_heads, int head_dim, int block_size) {          \
+      GPTR(const int64_t) slots, int num_kv_heads, int head_dim, int log2_block_size) {     \
     write_kv_slots<T>(k_cache, v_cache, k_new, v_new, slots, num_kv_heads, head_dim,          \
-                      block_size);                                                            \
+                      log2_block_size);                                                       \
   }
 WRITE_KV_SLOTS(f16, __half)
 WRITE_KV_SLOTS(bf16, __nv_bfloat16)
@@ -43,7 +42,7 @@ WRITE_KV_SLOTS(f32, float)
 extern "C" __global__ void copy_blocks(
     GPTR(unsigned char) dst,        // [num_dst_blocks, block_vecs * 16]
     GPTR(const unsigned char) src,  // [num_src_blocks, block_vecs * 16]
-    GPTR(const int) pairs,          // [num_pairs, 2]: (src block, dst block)
+    GPTR(const int) pairs,          // [num_pairs, 2]: (src block, dst block); no dst twice
     int64_t block_vecs) {
   const int64_t s = pairs[2 * blockIdx.y];
   const int64_t d = pairs[2 * blockIdx.y + 1];

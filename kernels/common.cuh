@@ -1,6 +1,7 @@
 // Shared by every kernels/*.cu, compiled both by nvcc and, with PAGEDKV_EMU, by the host C++
-// compiler against kernels/emu/ (see KERNELS.md). Holds: GPTR and DYNAMIC_SHARED, dtype traits
-// (f16/bf16/f32 <-> float, 16-byte vectors of each), vector loads/stores, warp/block reductions.
+// compiler against kernels/emu/ (see KERNELS.md). Holds: GPTR and DYNAMIC_SHARED, the paged layout
+// (PagedLayout), dtype traits (f16/bf16/f32 <-> float, 16-byte vectors of each), vector
+// loads/stores, asynchronous copies into shared memory, warp/block reductions.
 #pragma once
 
 #include <type_traits>
@@ -18,6 +19,30 @@
     extern __shared__ __align__(16) unsigned char pagedkv_smem_[]; \
     T* name = reinterpret_cast<T*>(pagedkv_smem_)
 #endif
+
+// ---- the paged KV layout, device side ------------------------------------------------------------
+// A pool (K and V alike) is [num_blocks, num_kv_heads, block_size, head_dim]: element (block, head,
+// offset, dim) sits at ((block * num_kv_heads + head) * block_size + offset) * head_dim + dim, so one
+// (block, head) pair is one contiguous run of block_size * head_dim elements. The host states the
+// same formula once in src/kv/spec.rs (KvSpec::elem_offset); every kernel reads the layout here.
+// Block sizes are powers of two: a token's block and offset are a shift and a mask.
+struct PagedLayout {
+    int num_kv_heads;
+    int log2_block_size;
+    int head_dim;
+    __device__ __forceinline__ int block_of(int token) const { return token >> log2_block_size; }
+    __device__ __forceinline__ int offset_in_block(int token) const {
+        return token & ((1 << log2_block_size) - 1);
+    }
+    // Element offset of the row (block, head, offset): its dim 0.
+    __device__ __forceinline__ int64_t row(int64_t block, int head, int offset) const {
+        return (((block * num_kv_heads + head) << log2_block_size) + offset) * head_dim;
+    }
+    // Element offset of the row of head `head` at a slot (block * block_size + offset).
+    __device__ __forceinline__ int64_t slot_row(int64_t slot, int head) const {
+        return row(slot >> log2_block_size, head, (int)(slot & ((1 << log2_block_size) - 1)));
+    }
+};
 
 // ---- dtype traits ---------------------------------------------------------------------------
 // DtypeTraits<T>: float conversions of one element (round to nearest even into 16-bit types).
@@ -122,6 +147,51 @@ template <class V, class T>
 __device__ __forceinline__ void st_vec(T* p, const V& v) {
     *reinterpret_cast<V*>(p) = v;
 }
+
+// ---- asynchronous copies global -> shared (cp.async, sm_80+) ---------------------------------------
+// cp_async16 starts a 16-byte copy; cp_async_commit closes the calling thread's copies since the
+// last commit into a group; cp_async_wait<N> returns once at most N of the thread's groups are
+// still pending. A thread sees its own copied bytes after the wait; other threads need a barrier
+// too. The emulator makes a destination hold poison (0xff) until a wait retires its copy, so a
+// read before the right wait shows as NaN.
+#ifdef PAGEDKV_EMU
+template <class T>
+void cp_async16(void* smem, ::emu::gptr<T> src) {
+    ::emu::async_copy(smem, src.checked_vector(16, "cp.async"), 16);
+}
+inline void cp_async_commit() { ::emu::async_commit(); }
+template <int N>
+void cp_async_wait() {
+    ::emu::async_wait(N);
+}
+#else
+template <class T>
+__device__ __forceinline__ void cp_async16(void* smem, const T* src) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    // .cg: cached in L2 only; KV is streamed once.
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// ---- math ------------------------------------------------------------------------------------------
+// 2^x with the GPU's approximate instruction (ex2.approx.ftz: ~2 ulp, subnormals flushed to 0,
+// 2^-inf = 0); the emulator computes it exactly. Softmax weights need no more.
+#ifdef PAGEDKV_EMU
+inline float fast_exp2(float x) { return std::exp2(x); }
+#else
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+#endif
 
 // ---- reductions -----------------------------------------------------------------------------
 struct SumOp {

@@ -1,9 +1,6 @@
 // Paged gather: read K/V blocks through a block table. Bandwidth probes for the block-size sweep,
-// and the simplest user of the paged layout. CPU reference: src/device/cpu/gather.rs.
-//
-//   pool (K and V alike): [num_blocks, num_kv_heads, block_size, head_dim]; the element
-//   (block, head, token, dim) sits at ((block * num_kv_heads + head) * block_size + token) * head_dim
-//   + dim, so one (block, head) pair is one contiguous run of block_size * head_dim elements.
+// and the simplest user of the paged layout (PagedLayout in common.cuh). CPU reference:
+// src/device/cpu/gather.rs.
 //
 // - Copy-out (paged_gather_copy_*): every token of every sequence into a contiguous buffer
 //   [num_kv_heads, total_tokens, head_dim], sequence s starting at token out_offsets[s].
@@ -21,14 +18,15 @@
 
 // 16-byte vectors each thread loads before it uses any: the loads of one thread overlap.
 constexpr int kUnroll = 4;
+// Threads per CTA at most, and CTAs per SM promised to ptxas: without the promise it spilled a few
+// bytes of the sums at 48 registers on sm_90; with it, 48 registers and no spill.
+#define PAGEDKV_GATHER_BOUNDS __launch_bounds__(256, 4)
 
 // Element offset of vector `c` of `token` (within the sequence) of `head`, through the table row.
 template <class T>
 __device__ __forceinline__ long long pool_offset(GPTR(const int) table_row, int token, int c,
-                                                 int head, int num_kv_heads, int block_size,
-                                                 int head_dim) {
-    const long long block = table_row[token / block_size];
-    return ((block * num_kv_heads + head) * block_size + token % block_size) * head_dim +
+                                                 int head, const PagedLayout& layout) {
+    return layout.row(table_row[layout.block_of(token)], head, layout.offset_in_block(token)) +
            c * kVec16Elems<T>;
 }
 
@@ -39,8 +37,9 @@ __device__ __forceinline__ void gather_copy(
     GPTR(const int) seq_lens,      // [num_seqs]
     GPTR(const int) out_offsets,   // [num_seqs]: first token of each sequence in out
     GPTR(T) out,                   // [num_kv_heads, total_tokens, head_dim]
-    int num_kv_heads, int block_size, int head_dim, int table_stride, int total_tokens,
+    int num_kv_heads, int log2_block_size, int head_dim, int table_stride, int total_tokens,
     int tokens_per_cta) {
+    const PagedLayout layout{num_kv_heads, log2_block_size, head_dim};
     const int seq = blockIdx.z, head = blockIdx.y;
     const int first = blockIdx.x * tokens_per_cta;
     const int len = seq_lens[seq];
@@ -58,8 +57,7 @@ __device__ __forceinline__ void gather_copy(
             r[u] = make_uint4(0, 0, 0, 0);
             if (v < num_vecs)
                 r[u] = ld_vec<uint4>(pool + pool_offset<T>(table_row, first + v / vecs_per_token,
-                                                           v % vecs_per_token, head, num_kv_heads,
-                                                           block_size, head_dim));
+                                                           v % vecs_per_token, head, layout));
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
@@ -76,7 +74,8 @@ __device__ __forceinline__ void gather_sum_partial(
     GPTR(const int) block_tables,  // [num_seqs, table_stride]
     GPTR(const int) seq_lens,      // [num_seqs]
     GPTR(float) partials,          // [num_seqs, num_kv_heads, gridDim.x]
-    int num_kv_heads, int block_size, int head_dim, int table_stride, int tokens_per_cta) {
+    int num_kv_heads, int log2_block_size, int head_dim, int table_stride, int tokens_per_cta) {
+    const PagedLayout layout{num_kv_heads, log2_block_size, head_dim};
     const int seq = blockIdx.z, head = blockIdx.y;
     const int first = blockIdx.x * tokens_per_cta;
     const int len = seq_lens[seq];
@@ -93,8 +92,7 @@ __device__ __forceinline__ void gather_sum_partial(
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);  // zeros add nothing
             if (v < num_vecs) {
                 const long long at = pool_offset<T>(table_row, first + v / vecs_per_token,
-                                                    v % vecs_per_token, head, num_kv_heads,
-                                                    block_size, head_dim);
+                                                    v % vecs_per_token, head, layout);
                 kr[u] = ld_vec<uint4>(k_pool + at);
                 vr[u] = ld_vec<uint4>(v_pool + at);
             }
@@ -114,26 +112,26 @@ __device__ __forceinline__ void gather_sum_partial(
 }
 
 #define PAGED_GATHER_KERNELS(T, SUFFIX)                                                            \
-    extern "C" __global__ void __launch_bounds__(256) paged_gather_copy_##SUFFIX(                  \
+    extern "C" __global__ void PAGEDKV_GATHER_BOUNDS paged_gather_copy_##SUFFIX(                   \
         GPTR(const T) pool,            /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
         GPTR(const int) block_tables,  /* [num_seqs, table_stride] */                              \
         GPTR(const int) seq_lens,      /* [num_seqs] */                                            \
         GPTR(const int) out_offsets,   /* [num_seqs] */                                            \
         GPTR(T) out,                   /* [num_kv_heads, total_tokens, head_dim] */                \
-        int num_kv_heads, int block_size, int head_dim, int table_stride, int total_tokens,        \
+        int num_kv_heads, int log2_block_size, int head_dim, int table_stride, int total_tokens,   \
         int tokens_per_cta) {                                                                      \
-        gather_copy<T>(pool, block_tables, seq_lens, out_offsets, out, num_kv_heads, block_size,   \
-                       head_dim, table_stride, total_tokens, tokens_per_cta);                      \
+        gather_copy<T>(pool, block_tables, seq_lens, out_offsets, out, num_kv_heads,              \
+                       log2_block_size, head_dim, table_stride, total_tokens, tokens_per_cta);     \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256) paged_gather_sum_partial_##SUFFIX(           \
+    extern "C" __global__ void PAGEDKV_GATHER_BOUNDS paged_gather_sum_partial_##SUFFIX(            \
         GPTR(const T) k_pool,          /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
         GPTR(const T) v_pool,          /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
         GPTR(const int) block_tables,  /* [num_seqs, table_stride] */                              \
         GPTR(const int) seq_lens,      /* [num_seqs] */                                            \
         GPTR(float) partials,          /* [num_seqs, num_kv_heads, gridDim.x] */                   \
-        int num_kv_heads, int block_size, int head_dim, int table_stride, int tokens_per_cta) {    \
+        int num_kv_heads, int log2_block_size, int head_dim, int table_stride, int tokens_per_cta) {\
         gather_sum_partial<T>(k_pool, v_pool, block_tables, seq_lens, partials, num_kv_heads,      \
-                              block_size, head_dim, table_stride, tokens_per_cta);                 \
+                              log2_block_size, head_dim, table_stride, tokens_per_cta);            \
     }
 
 PAGED_GATHER_KERNELS(__half, f16)

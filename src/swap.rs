@@ -468,9 +468,12 @@ mod tests {
         m.set_direction(true);
         m.batched(&p.out_pairs).unwrap();
         m.set_direction(false);
-        // One pair sent to the wrong block.
+        // One pair sent to the wrong block (one no other pair writes: two writers are refused).
         let mut wrong = p.in_pairs.clone();
-        wrong[0][1] = (wrong[0][1] + 1) % 20;
+        let unused = (0..20)
+            .find(|b| wrong.iter().all(|&[_, d]| d != *b))
+            .unwrap();
+        wrong[0][1] = unused;
         m.batched(&wrong).unwrap();
         assert_ne!(m.second_pool().unwrap(), p.expected(32));
         m.poison_second_pool().unwrap();

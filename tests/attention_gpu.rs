@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 use pagedkv::attention::{
-    attention_f64, relative_error, split_plan, AttentionShape, Problem, SplitPlan, CHUNK,
+    attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cuda::{CudaDevice, Layout};
 use pagedkv::kv::KvElem;
@@ -35,7 +35,6 @@ where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
 {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let sms = dev.info.multiprocessors as usize;
     for &hd in head_dims {
         for group in [1, 2, 4, 8] {
             for log_bs in [0, 4, 8, rng.random_range(0..=8)] {
@@ -51,7 +50,7 @@ where
                 };
                 let p = Problem::<T>::new(shape, 1 << log_bs, &lens, rng.random()).unwrap();
                 let reference = attention_f64(&p);
-                let auto = split_plan(lens.len(), kv_heads, p.max_len, sms);
+                let auto = dev.attention_plan(&p).unwrap();
                 let forced = SplitPlan {
                     num_partitions: p.max_len.div_ceil(CHUNK),
                     partition_size: CHUNK,

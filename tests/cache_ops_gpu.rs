@@ -69,6 +69,13 @@ fn gpu_slot_writes_match_the_cpu() {
         assert!(dev
             .write_kv_slots(&spec, num_blocks, &mut k, &mut v, &dk, &dv, &bad)
             .is_err());
+        // So is a slot written twice (two CTAs would race for it).
+        let mut twice = slots.clone();
+        twice[1] = twice[0];
+        let err = dev
+            .write_kv_slots(&spec, num_blocks, &mut k, &mut v, &dk, &dv, &twice)
+            .unwrap_err();
+        assert!(err.to_string().contains("both write slot"), "{err}");
     }
 }
 
@@ -116,6 +123,10 @@ fn gpu_block_copies_match_the_cpu_in_every_direction() {
                 .copy_blocks(&src, &mut dst, &[[blocks as i32, 0]])
                 .is_err());
             assert!(dev.copy_blocks(&src, &mut dst, &[[0, -1]]).is_err());
+            let err = dev
+                .copy_blocks(&src, &mut dst, &[[0, 1], [1, 1]])
+                .unwrap_err();
+            assert!(err.to_string().contains("both write block 1"), "{err}");
         }
     }
     assert!(dev.alloc_blocks(4, 24, BlockMemory::Device).is_err());

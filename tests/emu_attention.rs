@@ -8,7 +8,7 @@ use pagedkv::attention::{
     attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cpu::attention::{decode_attention as cpu_attention, PagedRows};
-use pagedkv::emu::attention::{decode_attention, Layout};
+use pagedkv::emu::attention::{decode_attention, decode_attention_with, Layout};
 use pagedkv::emu::{EmuElem, Schedule};
 use pagedkv::kv::KvElem;
 use rand::rngs::StdRng;
@@ -132,5 +132,36 @@ fn every_block_size_reads_through_the_table() {
     let mut rng = StdRng::seed_from_u64(4);
     for log_bs in 0..=8 {
         check_instance::<f16>(128, 4, 1 << log_bs, &mut rng, 2e-3);
+    }
+}
+
+/// The ring's cp.async wait matters, and the emulator shows it: a copy's destination holds poison
+/// until its group is waited for, so the kernel with its wait removed, or waiting for one group too
+/// few, reads poison and fails, while the real kernel passes the same problem.
+#[test]
+fn a_kernel_with_a_bad_pipeline_wait_fails() {
+    let shape = AttentionShape {
+        num_heads: 4,
+        num_kv_heads: 1,
+        head_dim: 128,
+        scale: 0.1,
+    };
+    let p = Problem::<f16>::new(shape, 16, &[300, 77], 9).unwrap();
+    let reference = attention_f64(&p);
+    let whole = SplitPlan {
+        num_partitions: 1,
+        partition_size: p.max_len,
+    };
+    let good = decode_attention(&p, Layout::Paged, whole, Schedule::Forward).unwrap();
+    assert!(relative_error(&good, &reference) <= 2e-3);
+    for mutant in ["no_wait", "short_wait"] {
+        let kernel = format!("mutant_{mutant}_paged_attention_f16_d128_g4");
+        let out =
+            decode_attention_with(&p, Layout::Paged, &kernel, whole, Schedule::Forward).unwrap();
+        let err = relative_error(&out, &reference);
+        assert!(
+            err.is_infinite(),
+            "{kernel}: error {err:.2e}: the poison it read should have reached the output as NaN"
+        );
     }
 }

@@ -55,7 +55,7 @@ fn write_slots<T: KvElem + EmuElem>(rng: &mut StdRng) {
             .buf(&slots)
             .i32(spec.num_kv_heads as i32)
             .i32(head_dim as i32)
-            .i32(bs as i32)
+            .i32(bs.trailing_zeros() as i32)
             .run()
             .unwrap();
         assert_eq!(bits(&k), bits(&k_want), "{:?} block size {bs}: K", T::DTYPE);
@@ -87,7 +87,7 @@ fn an_out_of_range_slot_is_reported_not_written() {
         .buf(&[8i64])
         .i32(1)
         .i32(16)
-        .i32(4)
+        .i32(2) // log2 of the block size 4
         .run()
         .unwrap_err();
     assert!(err.to_string().contains("write_kv_slots_f32"), "{err}");

@@ -58,6 +58,10 @@ const EVERYTHING_KERNELS_MD_PROMISES: &str = r#"
     float2 f2 = __half22float2(h2), g2 = __bfloat1622float2(b2), m2 = make_float2(1.0f, 2.0f);
     uint2 u2 = ld_vec<uint2>(p);
     uint4 u4 = ld_vec<uint4>(p);
+    cp_async16(&s[4], p);
+    cp_async_commit();
+    cp_async_wait<0>();
+    float e2 = fast_exp2(s[4]);
     float4 f4 = make_float4(1.0f, 2.0f, 3.0f, 4.0f);
     float c = expf(a) + __expf(b) + exp2f(a) + fmaxf(a, b) + fminf(a, b) + rsqrtf(2.0f) +
               sqrtf(2.0f) + __fdividef(a, 3.0f) + INFINITY;
@@ -67,7 +71,7 @@ const EVERYTHING_KERNELS_MD_PROMISES: &str = r#"
     st_vec(out + 4, f4);
     st_vec(out + 8, u4);
     out[2] = f2.x + g2.y + m2.x + u2.x + i + u + to_float(h[0]) + to_float(from_float<__half>(c)) +
-             warp_sum(a) + warp_max(b) + block_sum(c) + block_max(a);
+             warp_sum(a) + warp_max(b) + block_sum(c) + block_max(a) + e2;
 "#;
 
 #[test]

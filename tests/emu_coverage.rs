@@ -6,6 +6,14 @@ use pagedkv::emu::kernels;
 
 /// Kernel name → the test file that runs it on the emulator against its CPU reference.
 const TESTED: &[(&str, &str)] = &[
+    (
+        "mutant_no_wait_paged_attention_f16_d128_g4",
+        "tests/emu_attention.rs",
+    ),
+    (
+        "mutant_short_wait_paged_attention_f16_d128_g4",
+        "tests/emu_attention.rs",
+    ),
     ("paged_gather_copy_f16", "tests/emu_gather.rs"),
     ("paged_gather_copy_bf16", "tests/emu_gather.rs"),
     ("paged_gather_copy_f32", "tests/emu_gather.rs"),

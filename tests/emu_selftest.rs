@@ -551,3 +551,55 @@ fn every_kernel_parameter_has_a_kind_and_a_name() {
         }
     }
 }
+
+/// cp.async: a copy's destination holds poison until a wait retires its group, `wait<N>` retires
+/// all but the newest N groups, and only shared memory can be a destination.
+#[test]
+fn async_copies_land_only_when_waited_for() {
+    let mut rng = StdRng::seed_from_u64(21);
+    let (threads, groups) = (32usize, 3usize);
+    let input = random_floats(&mut rng, threads * groups * 4);
+    for pending in [-1i32, 0, 1, 2] {
+        let mut out = vec![0f32; input.len()];
+        Launch::new("emu_selftest_cp_async")
+            .block(threads as u32)
+            .buf(&input)
+            .buf_mut(&mut out)
+            .i32(groups as i32)
+            .i32(pending)
+            .run()
+            .unwrap();
+        // Groups 0 .. groups - pending have landed; the newest `pending` (all, without a wait)
+        // still hold poison.
+        let landed = if pending < 0 {
+            0
+        } else {
+            groups - pending as usize
+        };
+        for t in 0..threads {
+            for g in 0..groups {
+                let at = (t * groups + g) * 4;
+                let got = &out[at..at + 4];
+                if g < landed {
+                    assert_eq!(got, &input[at..at + 4], "wait<{pending}>: group {g} landed");
+                } else {
+                    assert!(
+                        got.iter().all(|x| x.to_bits() == u32::MAX),
+                        "wait<{pending}>: group {g} is still in flight and must read as poison: {got:?}"
+                    );
+                }
+            }
+        }
+    }
+    let mut out = vec![0f32; 4];
+    let err = Launch::new("emu_selftest_cp_async_to_global")
+        .buf(&input[..4])
+        .buf_mut(&mut out)
+        .run()
+        .unwrap_err();
+    assert!(matches!(err, EmuError::OutOfBounds(_)), "{err}");
+    assert!(
+        err.to_string().contains("not in the block's shared memory"),
+        "{err}"
+    );
+}

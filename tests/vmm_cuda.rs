@@ -352,7 +352,7 @@ fn enqueue_attention(
         block_dim: (128, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: the argument list matches paged_attention_*'s signature (kernels/paged_attention.cu);
+    // SAFETY: the argument list matches paged_attention_*'s signature (kernels/attention.cuh);
     // every address lies inside a mapped pool of the placed size, and the table was validated
     // against the pool's blocks.
     unsafe { launch.launch(cfg) }.unwrap();

@@ -13,6 +13,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -29,6 +30,13 @@ namespace {
 
 enum class State : uint8_t { Runnable, AtBarrier, AtWarp, Done };
 
+// One cp.async in flight: the bytes it read and where they land when its group retires.
+struct AsyncCopy {
+    unsigned char* dst;
+    unsigned char data[16];
+    uint32_t bytes;
+};
+
 struct Fiber {
     Context ctx;
     State state;
@@ -40,6 +48,9 @@ struct Fiber {
     int arg;
     int width;
     uint32_t result;
+    // This thread's cp.async copies: not yet committed, and committed groups oldest first.
+    std::vector<AsyncCopy> uncommitted;
+    std::deque<std::vector<AsyncCopy>> groups;
 };
 
 // Shared by the workers of one launch.
@@ -268,6 +279,8 @@ bool run_block(Worker& w, uint64_t block_linear) {
     for (unsigned i = 0; i < w.num_threads; i++) {
         Fiber& f = w.fibers[i];
         f.state = State::Runnable;
+        f.uncommitted.clear();  // copies a thread left in flight die with its block
+        f.groups.clear();
         f.tid = {i % cfg.block[0], i / cfg.block[0] % cfg.block[1], i / cfg.block[0] / cfg.block[1]};
         make_context(f.ctx, t_stacks.stack(i), StackPool::kStackBytes, fiber_main);
     }
@@ -448,6 +461,54 @@ uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int 
 }
 
 unsigned char* dynamic_shared() { return t_worker->smem; }
+
+namespace {
+// Whether [p, p + bytes) lies in the running block's dynamic or static shared memory.
+bool in_shared(const Worker& w, const unsigned char* p, size_t bytes) {
+    const auto inside = [&](const void* base, size_t len) {
+        const unsigned char* b = static_cast<const unsigned char*>(base);
+        return p >= b && p + bytes <= b + len;
+    };
+    if (inside(w.smem, w.smem_bytes)) return true;
+    for (const auto& [variable, len] : t_static_shared)
+        if (inside(variable, len)) return true;
+    return false;
+}
+}  // namespace
+
+void async_copy(void* shared_dst, const void* global_src, size_t bytes) {
+    Worker& w = *t_worker;
+    unsigned char* dst = static_cast<unsigned char*>(shared_dst);
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        fiber_fail(EMU_INVALID_LAUNCH, format("cp.async of %zu bytes: 4, 8 or 16", bytes));
+    if (!in_shared(w, dst, bytes))
+        fiber_fail(EMU_OUT_OF_BOUNDS,
+                   format("cp.async destination %p (%zu bytes) is not in the block's shared memory",
+                          shared_dst, bytes));
+    if (reinterpret_cast<uintptr_t>(dst) % bytes != 0)
+        fiber_fail(EMU_MISALIGNED,
+                   format("cp.async destination %p is not %zu-byte aligned", shared_dst, bytes));
+    AsyncCopy c;
+    c.dst = dst;
+    c.bytes = static_cast<uint32_t>(bytes);
+    std::memcpy(c.data, global_src, bytes);
+    std::memset(dst, 0xff, bytes);  // what a reader sees until the copy is waited for
+    w.running->uncommitted.push_back(c);
+}
+
+void async_commit() {
+    Fiber& f = *t_worker->running;
+    f.groups.push_back(std::move(f.uncommitted));
+    f.uncommitted.clear();
+}
+
+void async_wait(int pending_groups) {
+    Fiber& f = *t_worker->running;
+    while (f.groups.size() > static_cast<size_t>(std::max(pending_groups, 0))) {
+        for (const AsyncCopy& c : f.groups.front()) std::memcpy(c.dst, c.data, c.bytes);
+        f.groups.pop_front();
+    }
+}
 
 SharedRegistrar::SharedRegistrar(void* variable, size_t bytes) {
     std::memset(variable, 0xff, bytes);

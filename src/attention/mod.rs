@@ -10,4 +10,4 @@ pub use crate::device::cpu::attention::AttentionShape;
 pub use oracle::{attention_f64, relative_error};
 pub use problem::{Problem, ProblemError};
 pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
-pub use split::{split_plan, SplitPlan, CHUNK, CTAS_PER_SM};
+pub use split::{split_plan, SplitPlan, CHUNK, FULL_WAVE};

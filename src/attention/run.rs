@@ -1,9 +1,7 @@
 //! Runs one problem on a device: paged and contiguous, each checked against the oracle, timed,
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
-use super::{
-    attention_f64, relative_error, split_plan, AttentionShape, Problem, ProblemError, SplitPlan,
-};
+use super::{attention_f64, relative_error, AttentionShape, Problem, ProblemError, SplitPlan};
 use crate::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
 use crate::device::{cpu, Device, DeviceError, Limits};
 use crate::kv::{Dtype, KvElem};
@@ -41,6 +39,9 @@ pub struct AttentionReport {
     pub total_tokens: usize,
     pub partitions: usize,
     pub partition_size: usize,
+    /// Copies of the problem the timed runs took turns over, so that small problems are read from
+    /// memory, not from the L2 cache (GPU; 1 on the CPU).
+    pub copies_rotated: usize,
     /// Worst of the paged and contiguous errors against the f64 oracle (NaN when not checked).
     pub max_rel_error: f64,
     pub paged_rel_error: f64,
@@ -95,6 +96,7 @@ struct Timed<T> {
     contiguous_out: Vec<T>,
     limits: Limits,
     plan: SplitPlan,
+    copies: usize,
 }
 
 pub fn measure<T>(
@@ -133,6 +135,7 @@ where
         total_tokens: p.lens.iter().map(|&l| l as usize).sum(),
         partitions: timed.plan.num_partitions,
         partition_size: timed.plan.partition_size,
+        copies_rotated: timed.copies,
         max_rel_error: paged_err.max(contiguous_err),
         paged_rel_error: paged_err,
         contiguous_rel_error: contiguous_err,
@@ -208,6 +211,7 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Timed<T> {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
             partition_size: cpu::attention::PARTITION,
         },
+        copies: 1,
     }
 }
 
@@ -220,22 +224,24 @@ where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
 {
     use crate::device::cuda::Layout;
-    let plan = split_plan(
-        p.lens.len(),
-        p.shape.num_kv_heads,
-        p.max_len,
-        dev.info.multiprocessors as usize,
-    );
-    let mut dp = dev.upload_attention(p, plan)?;
+    let plan = dev.attention_plan(p)?;
+    // A small problem fits the L2 cache and would be timed from it: the timed runs take turns over
+    // enough copies that the bytes between two reads of one copy exceed the cache several times.
+    let copies = dev.min_working_set().div_ceil(p.kv_bytes().max(1)).max(1);
+    let mut dps = (0..copies)
+        .map(|_| dev.upload_attention(p, plan))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut outputs = Vec::new();
     let mut seconds = Vec::new();
     for layout in [Layout::Paged, Layout::Contiguous] {
         // Correctness run on a poisoned output, then the timed runs.
-        dev.poison_output(&mut dp)?;
-        dev.launch_attention(&mut dp, layout)?;
-        outputs.push(dev.download(&dp.out)?);
+        dev.poison_output(&mut dps[0])?;
+        dev.launch_attention(&mut dps[0], layout)?;
+        outputs.push(dev.download(&dps[0].out)?);
+        let mut turn = 0;
         let ms = dev.time_ms(3, opts.iters.max(1), || {
-            dev.launch_attention(&mut dp, layout)
+            turn = (turn + 1) % copies;
+            dev.launch_attention(&mut dps[turn], layout)
         })?;
         seconds.push(median(&ms) * 1e-3);
     }
@@ -248,5 +254,6 @@ where
         contiguous_out,
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
         plan,
+        copies,
     })
 }

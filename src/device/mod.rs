@@ -47,6 +47,7 @@ pub struct GpuInfo {
     pub total_memory_bytes: usize,
     pub compute_capability: String,
     pub multiprocessors: i32,
+    pub l2_cache_bytes: usize,
 }
 
 /// The device a command runs on.

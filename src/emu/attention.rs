@@ -1,7 +1,7 @@
 //! The decode-attention kernels (kernels/paged_attention.cu, contiguous_attention.cu) run on the
 //! emulator, launched exactly as src/device/cuda/attention.rs launches them on a GPU: the same
 //! kernel names, grid and split-K merge. Arguments go in the order of the kernels' signatures,
-//! stated in kernels/paged_attention.cu (the emulator checks each launch against them).
+//! stated in kernels/attention.cuh (the emulator checks each launch against them).
 
 use super::{EmuElem, EmuError, Launch, Schedule};
 use crate::attention::{Problem, SplitPlan};
@@ -24,6 +24,34 @@ pub fn decode_attention<T: KvElem + EmuElem>(
 ) -> Result<Vec<T>, EmuError> {
     let s = &p.shape;
     let group = s.num_heads / s.num_kv_heads;
+    let (dtype, hd) = (T::DTYPE.name(), s.head_dim);
+    let kernel = match layout {
+        Layout::Paged => format!("paged_attention_{dtype}_d{hd}_g{group}"),
+        Layout::Contiguous => format!("contiguous_attention_{dtype}_d{hd}_g{group}"),
+    };
+    run(p, layout, &kernel, plan, schedule)
+}
+
+/// [`decode_attention`] through a kernel of the same signature under another name: the mutants of
+/// kernels/emu/selftest/attention_mutant_*.cu, which the tests show the emulator catches.
+pub fn decode_attention_with<T: KvElem + EmuElem>(
+    p: &Problem<T>,
+    layout: Layout,
+    kernel: &str,
+    plan: SplitPlan,
+    schedule: Schedule,
+) -> Result<Vec<T>, EmuError> {
+    run(p, layout, kernel, plan, schedule)
+}
+
+fn run<T: KvElem + EmuElem>(
+    p: &Problem<T>,
+    layout: Layout,
+    kernel: &str,
+    plan: SplitPlan,
+    schedule: Schedule,
+) -> Result<Vec<T>, EmuError> {
+    let s = &p.shape;
     let dtype = T::DTYPE.name();
     let (hd, seqs) = (s.head_dim, p.lens.len());
     let parts = plan.num_partitions;
@@ -38,7 +66,7 @@ pub fn decode_attention<T: KvElem + EmuElem>(
     let mut part_sum = vec![f32::NAN; part_elems];
     let grid = (s.num_kv_heads as u32, seqs as u32, parts as u32);
     let launch = match layout {
-        Layout::Paged => Launch::new(&format!("paged_attention_{dtype}_d{hd}_g{group}"))
+        Layout::Paged => Launch::new(kernel)
             .grid(grid)
             .block(128)
             .schedule(schedule)
@@ -53,7 +81,7 @@ pub fn decode_attention<T: KvElem + EmuElem>(
             .buf(&p.lens)
             .i32(p.table.stride as i32)
             .i32(p.spec.block_size.trailing_zeros() as i32),
-        Layout::Contiguous => Launch::new(&format!("contiguous_attention_{dtype}_d{hd}_g{group}"))
+        Layout::Contiguous => Launch::new(kernel)
             .grid(grid)
             .block(128)
             .schedule(schedule)

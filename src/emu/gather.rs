@@ -63,7 +63,7 @@ pub struct GatherPlan {
     pub merge_grid: u32,
     pub num_seqs: i32,
     pub num_kv_heads: i32,
-    pub block_size: i32,
+    pub log2_block_size: i32,
     pub head_dim: i32,
     pub table_stride: i32,
     pub total_tokens: i32,
@@ -106,7 +106,7 @@ impl GatherPlan {
             merge_grid: to_u32("merge CTAs", pairs.div_ceil(MERGE_THREADS as usize))?,
             num_seqs: to_i32("num_seqs", seqs)?,
             num_kv_heads: to_i32("num_kv_heads", heads)?,
-            block_size: to_i32("block_size", spec.block_size)?,
+            log2_block_size: spec.block_size.trailing_zeros() as i32,
             head_dim: to_i32("head_dim", spec.head_dim)?,
             table_stride: to_i32("table stride", table.stride)?,
             total_tokens: to_i32("total tokens", total)?,
@@ -161,7 +161,7 @@ pub fn gather_copy<T: KvElem + EmuElem>(
         .buf(&plan.out_offsets)
         .buf_mut(out)
         .i32(plan.num_kv_heads)
-        .i32(plan.block_size)
+        .i32(plan.log2_block_size)
         .i32(plan.head_dim)
         .i32(plan.table_stride)
         .i32(plan.total_tokens)
@@ -198,7 +198,7 @@ pub fn gather_sum<T: KvElem + EmuElem>(
             .buf(&table.lens)
             .buf_mut(&mut partials)
             .i32(plan.num_kv_heads)
-            .i32(plan.block_size)
+            .i32(plan.log2_block_size)
             .i32(plan.head_dim)
             .i32(plan.table_stride)
             .i32(plan.tokens_per_cta)

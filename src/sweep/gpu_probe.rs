@@ -17,7 +17,7 @@
 use super::attention_probe::{check_finite, AttentionBatch};
 use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 use super::cpu_probe::{fill, shuffled_table};
-use crate::attention::{relative_error, split_plan, Problem};
+use crate::attention::{relative_error, Problem};
 use crate::device::cpu::attention::{decode_attention, PagedRows};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cuda::gather::{GatherError, GatherPool};
@@ -220,12 +220,7 @@ impl GpuProbe {
         let iters = self.iters();
         let dev = self.dev.clone();
         let p = batch.problem::<T>(spec, self.opts.seed)?;
-        let plan = split_plan(
-            p.lens.len(),
-            spec.num_kv_heads,
-            p.max_len,
-            dev.info.multiprocessors.max(1) as usize,
-        );
+        let plan = dev.attention_plan(&p)?;
         let mut dp = dev.upload_attention(&p, plan)?;
         let mut cpu_out = vec![T::from_f32(f32::NAN); p.q.len()];
         let rows = PagedRows {

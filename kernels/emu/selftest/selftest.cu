@@ -157,3 +157,31 @@ extern "C" __global__ void emu_selftest_static_shared_poison(GPTR(float) out) { 
     s[t] = 1.0f;
     unused[0] = 1.0f;
 }
+
+// cp.async through the ring discipline: each thread copies `groups` 16-byte vectors of `in`, one
+// group each, into shared memory, then waits until at most `pending` groups are left and writes
+// back what its slots hold (the retired copies' data; poison for those still in flight).
+// pending < 0: no wait at all. dst_global != 0: the copy's destination is global memory (an error).
+extern "C" __global__ void emu_selftest_cp_async(GPTR(const float) in,  // [threads * groups * 4]
+                                                 GPTR(float) out,       // [threads * groups * 4]
+                                                 int groups, int pending) {
+    __shared__ __align__(16) float4 slots[32][8];
+    const int t = threadIdx.x;
+    for (int g = 0; g < groups; ++g) {
+        cp_async16(&slots[t][g], in + (t * groups + g) * 4);
+        cp_async_commit();
+    }
+    if (pending == 0) cp_async_wait<0>();
+    if (pending == 1) cp_async_wait<1>();
+    if (pending == 2) cp_async_wait<2>();
+    for (int g = 0; g < groups; ++g) st_vec(out + (t * groups + g) * 4, slots[t][g]);
+}
+
+// A cp.async whose destination is not shared memory.
+extern "C" __global__ void emu_selftest_cp_async_to_global(GPTR(const float) in,  // [4]
+                                                           GPTR(float) out) {     // [4]
+    float4 local;
+    cp_async16(&local, in);
+    cp_async_wait<0>();
+    st_vec(out, local);
+}

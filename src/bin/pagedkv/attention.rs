@@ -172,4 +172,10 @@ fn print_report(r: &AttentionReport) {
         r.stream_gbps,
         r.paged_over_contiguous
     );
+    if r.copies_rotated > 1 {
+        println!(
+            "timed runs took turns over {} copies of the problem, so that they read memory, not the L2 cache",
+            r.copies_rotated
+        );
+    }
 }

@@ -18,6 +18,29 @@ pub enum CacheOpError {
         block: i32,
         num_blocks: usize,
     },
+    #[error("tokens {first} and {second} both write slot {slot}: on a GPU the winner would vary")]
+    DuplicateSlot {
+        first: usize,
+        second: usize,
+        slot: i64,
+    },
+    #[error(
+        "block copies {first} and {second} both write block {block}: on a GPU the winner would vary"
+    )]
+    DuplicateDestination {
+        first: usize,
+        second: usize,
+        block: i32,
+    },
+    #[error(
+        "block copy {writer} writes block {block}, which copy {reader} reads: within one pool the \
+         result would depend on their order"
+    )]
+    DestinationIsSource {
+        writer: usize,
+        reader: usize,
+        block: i32,
+    },
     #[error("new K/V holds {got} elements, {want} expected for {tokens} tokens")]
     Shape {
         got: usize,
@@ -26,17 +49,40 @@ pub enum CacheOpError {
     },
 }
 
-/// Checks a slot mapping against a pool of `num_blocks` blocks (negative slots are skipped).
+/// Checks a slot mapping against a pool of `num_blocks` blocks (negative slots are skipped): every
+/// slot inside the pool, and no slot written twice (on a GPU two CTAs would race for it).
 pub fn check_slots(spec: &KvSpec, num_blocks: usize, slots: &[i64]) -> Result<(), CacheOpError> {
     let total = num_blocks * spec.block_size;
-    match slots.iter().enumerate().find(|(_, &s)| s >= total as i64) {
-        Some((token, &slot)) => Err(CacheOpError::SlotOutOfRange {
+    if let Some((token, &slot)) = slots.iter().enumerate().find(|(_, &s)| s >= total as i64) {
+        return Err(CacheOpError::SlotOutOfRange {
             token,
             slot,
             slots: total,
+        });
+    }
+    let written = slots.iter().enumerate().filter(|(_, &s)| s >= 0);
+    match first_repeat(written.map(|(token, &slot)| (slot, token))) {
+        Some((slot, first, second)) => Err(CacheOpError::DuplicateSlot {
+            first,
+            second,
+            slot,
         }),
         None => Ok(()),
     }
+}
+
+/// The first key seen twice, with the positions of its two sightings.
+fn first_repeat<K: std::hash::Hash + Eq + Copy>(
+    items: impl Iterator<Item = (K, usize)>,
+) -> Option<(K, usize, usize)> {
+    let mut seen = std::collections::HashMap::new();
+    for (key, at) in items {
+        if let Some(&first) = seen.get(&key) {
+            return Some((key, first, at));
+        }
+        seen.insert(key, at);
+    }
+    None
 }
 
 /// Checks (src, dst) block pairs against pools of `src_blocks` and `dst_blocks` blocks.
@@ -54,6 +100,34 @@ pub fn check_pairs(
                     num_blocks: n,
                 });
             }
+        }
+    }
+    match first_repeat(pairs.iter().enumerate().map(|(i, &[_, dst])| (dst, i))) {
+        Some((block, first, second)) => Err(CacheOpError::DuplicateDestination {
+            first,
+            second,
+            block,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// [`check_pairs`] for copies inside one pool, where a block both written and read by the same
+/// batch would make the result depend on the order the copies run in.
+pub fn check_pairs_within(pairs: &[[i32; 2]], num_blocks: usize) -> Result<(), CacheOpError> {
+    check_pairs(pairs, num_blocks, num_blocks)?;
+    let writers: std::collections::HashMap<i32, usize> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, &[_, d])| (d, i))
+        .collect();
+    for (reader, &[src, _]) in pairs.iter().enumerate() {
+        if let Some(&writer) = writers.get(&src) {
+            return Err(CacheOpError::DestinationIsSource {
+                writer,
+                reader,
+                block: src,
+            });
         }
     }
     Ok(())
@@ -115,8 +189,7 @@ pub fn copy_blocks_within<T: Copy>(
     pool: &mut [T],
     pairs: &[[i32; 2]],
 ) -> Result<(), CacheOpError> {
-    let n = pool.len() / block_elems;
-    check_pairs(pairs, n, n)?;
+    check_pairs_within(pairs, pool.len() / block_elems)?;
     for &[s, d] in pairs {
         let (s, d) = (s as usize * block_elems, d as usize * block_elems);
         pool.copy_within(s..s + block_elems, d);
@@ -172,5 +245,47 @@ mod tests {
         assert_eq!(dst, vec![0, 0, 0, 0, 4, 5, 6, 7]);
         assert!(copy_blocks(4, &pool, &mut dst, &[[3, 0]]).is_err());
         assert!(copy_blocks(4, &pool, &mut dst, &[[0, -1]]).is_err());
+    }
+
+    #[test]
+    fn a_slot_or_destination_block_written_twice_is_refused_before_anything_is_written() {
+        let spec = KvSpec::new(1, 16, 4, Dtype::F32).unwrap();
+        let mut pool = vec![f32::NAN; 2 * spec.elems_per_block()];
+        let new = vec![1f32; 3 * 16];
+        assert_eq!(
+            write_slots(&spec, &mut pool, &new, &[5, -1, 5]),
+            Err(CacheOpError::DuplicateSlot {
+                first: 0,
+                second: 2,
+                slot: 5
+            })
+        );
+        assert!(pool.iter().all(|x| x.is_nan()), "nothing written");
+        // Skipped slots (-1) may repeat.
+        write_slots(&spec, &mut pool, &new, &[-1, 3, -1]).unwrap();
+
+        let src: Vec<u32> = (0..12).collect();
+        let mut dst = vec![0u32; 12];
+        assert_eq!(
+            copy_blocks(4, &src, &mut dst, &[[0, 1], [2, 0], [1, 1]]),
+            Err(CacheOpError::DuplicateDestination {
+                first: 0,
+                second: 2,
+                block: 1
+            })
+        );
+        assert!(dst.iter().all(|&x| x == 0), "nothing copied");
+        // One source copied to two places is fine.
+        copy_blocks(4, &src, &mut dst, &[[2, 0], [2, 1]]).unwrap();
+        // Within one pool, a block both written and read depends on the order of the copies.
+        let mut pool: Vec<u32> = (0..12).collect();
+        assert_eq!(
+            copy_blocks_within(4, &mut pool, &[[0, 1], [1, 2]]),
+            Err(CacheOpError::DestinationIsSource {
+                writer: 0,
+                reader: 1,
+                block: 1
+            })
+        );
     }
 }

@@ -2,10 +2,10 @@
 //!
 //! The instance is chosen by name from (dtype, head dim, group): every block size shares one
 //! instance, since block size only changes a shift and a mask in the addressing. Arguments go in
-//! the order of the kernels' signatures, stated in kernels/paged_attention.cu.
+//! the order of the kernels' signatures, stated in kernels/attention.cuh.
 
 use super::{CudaDevice, DeviceError};
-use crate::attention::{Problem, SplitPlan};
+use crate::attention::{split_plan, Problem, SplitPlan};
 use crate::kv::KvElem;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
 
@@ -51,7 +51,31 @@ pub enum Layout {
     Contiguous,
 }
 
+/// Threads per CTA of the attention kernels (`attn::kThreads`).
+const THREADS: u32 = 128;
+
 impl CudaDevice {
+    /// The split-K plan for a problem on this GPU, from the driver's occupancy query for the
+    /// kernel instance the problem runs (src/attention/split.rs has the rule).
+    pub fn attention_plan<T: KvElem>(&self, p: &Problem<T>) -> Result<SplitPlan, DeviceError> {
+        let s = &p.shape;
+        let group = s.num_heads / s.num_kv_heads;
+        let name = format!(
+            "paged_attention_{}_d{}_g{group}",
+            T::DTYPE.name(),
+            s.head_dim
+        );
+        let f = self.function("paged_attention", &name)?;
+        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?;
+        Ok(split_plan(
+            p.lens.len(),
+            s.num_kv_heads,
+            p.max_len,
+            self.info.multiprocessors.max(1) as usize,
+            per_sm as usize,
+        ))
+    }
+
     /// Uploads a problem; the block table is validated against the pool first.
     pub fn upload_attention<T: KvElem + DeviceRepr + ValidAsZeroBits>(
         &self,
@@ -138,7 +162,7 @@ impl CudaDevice {
         let psize = dp.plan.partition_size as i32;
         let cfg = LaunchConfig {
             grid_dim: (dp.num_kv_heads as u32, dp.num_seqs as u32, parts as u32),
-            block_dim: (128, 1, 1),
+            block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
         let (hd, g) = (dp.head_dim, dp.group);
@@ -164,7 +188,7 @@ impl CudaDevice {
                     .arg(&psize)
                     .arg(&dp.scale);
                 // SAFETY: the argument list matches paged_attention_*'s signature
-                // (kernels/paged_attention.cu); the table was validated against the pool at upload.
+                // (kernels/attention.cuh); the table was validated against the pool at upload.
                 unsafe { b.launch(cfg)? };
             }
             Layout::Contiguous => {
@@ -205,7 +229,7 @@ impl CudaDevice {
                 .arg(&dp.part_sum)
                 .arg(&parts);
             // SAFETY: the argument list matches merge_partitions_*'s signature
-            // (kernels/paged_attention.cu); the partial buffers hold num_seqs * num_heads * parts
+            // (kernels/attention.cuh); the partial buffers hold num_seqs * num_heads * parts
             // entries.
             unsafe { b.launch(cfg)? };
         }

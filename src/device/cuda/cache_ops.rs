@@ -293,10 +293,10 @@ impl CudaDevice {
         }
         let slots_dev = self.stream.clone_htod(slots)?;
         let f = self.function("cache_ops", &format!("write_kv_slots_{}", T::DTYPE.name()))?;
-        let (heads, hd, bs) = (
+        let (heads, hd, log2_bs) = (
             spec.num_kv_heads as i32,
             spec.head_dim as i32,
-            spec.block_size as i32,
+            spec.block_size.trailing_zeros() as i32,
         );
         let cfg = LaunchConfig {
             grid_dim: (slots.len() as u32, 1, 1),
@@ -311,9 +311,10 @@ impl CudaDevice {
             .arg(&slots_dev)
             .arg(&heads)
             .arg(&hd)
-            .arg(&bs);
+            .arg(&log2_bs);
         // SAFETY: the signature is write_kv_slots_<dtype>(k_cache, v_cache, k_new, v_new, slots,
-        // num_kv_heads, head_dim, block_size); slots and sizes were checked above.
+        // num_kv_heads, head_dim, log2_block_size); slots (in range, none twice) and sizes were
+        // checked above.
         unsafe { b.launch(cfg)? };
         Ok(())
     }

@@ -212,7 +212,7 @@ impl CudaDevice {
             .arg(&g.out_offsets)
             .arg(&mut g.copy_out)
             .arg(&p.num_kv_heads)
-            .arg(&p.block_size)
+            .arg(&p.log2_block_size)
             .arg(&p.head_dim)
             .arg(&p.table_stride)
             .arg(&p.total_tokens)
@@ -247,7 +247,7 @@ impl CudaDevice {
                 .arg(&g.lens)
                 .arg(&mut g.partials)
                 .arg(&p.num_kv_heads)
-                .arg(&p.block_size)
+                .arg(&p.log2_block_size)
                 .arg(&p.head_dim)
                 .arg(&p.table_stride)
                 .arg(&p.tokens_per_cta);

@@ -42,6 +42,9 @@ fn gpu_info(ctx: &Arc<CudaContext>) -> Result<GpuInfo, DeviceError> {
         compute_capability: format!("{major}.{minor}"),
         multiprocessors: ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        l2_cache_bytes: ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
+            .max(0) as usize,
     })
 }
 

@@ -6,14 +6,19 @@ use super::{CudaDevice, DeviceError};
 use crate::device::Limits;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
+/// A measurement of memory bandwidth streams at least this many times the L2 cache.
+pub const WORKING_SET_OVER_L2: usize = 4;
+
 impl CudaDevice {
+    /// The fewest bytes a bandwidth measurement may stream: [`WORKING_SET_OVER_L2`] x the L2.
+    pub fn min_working_set(&self) -> usize {
+        WORKING_SET_OVER_L2 * self.info.l2_cache_bytes
+    }
+
     /// Copy (bytes read + written per second) and read-only stream bandwidth over `bytes` bytes
-    /// (at least four times the L2 cache).
+    /// (at least [`CudaDevice::min_working_set`]).
     pub fn memory_limits(&self, bytes: usize, iters: usize) -> Result<Limits, DeviceError> {
-        let l2 = self.ctx.attribute(
-            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
-        )?;
-        let bytes = bytes.max(4 * l2.max(0) as usize);
+        let bytes = bytes.max(self.min_working_set());
         let n = bytes.div_ceil(16).max(1);
         let src = self.stream.alloc_zeros::<u8>(n * 16)?;
         let mut dst = self.stream.alloc_zeros::<u8>(n * 16)?;
