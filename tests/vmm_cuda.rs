@@ -1,6 +1,7 @@
 //! The CUDA pool: the same checks as the CPU twin, plus paged decode attention (the project's
 //! kernel, reading K/V and the block table from inside the pool) run before sleep and after wake,
-//! directly and as a captured CUDA graph. Every test skips, saying why, when no GPU is usable.
+//! directly and as a captured CUDA graph. Every test is ignored by a plain
+//! `cargo test`; scripts/gpu-check runs them with `--include-ignored` on a GPU.
 
 use cudarc::driver::{result, sys, CudaContext, CudaStream, LaunchConfig, PushKernelArg};
 use half::f16;
@@ -21,14 +22,11 @@ const MIB: usize = 1 << 20;
 /// One GPU test at a time: they measure device memory, and one of them takes all of it.
 static GPU_LOCK: Mutex<()> = Mutex::new(());
 
-fn gpu(test: &str) -> Option<(MutexGuard<'static, ()>, Arc<CudaContext>)> {
+fn gpu(test: &str) -> (MutexGuard<'static, ()>, Arc<CudaContext>) {
     let guard = GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     match open_context(0) {
-        Ok(ctx) => Some((guard, ctx)),
-        Err(e) => {
-            println!("skipping {test}: {e}");
-            None
-        }
+        Ok(ctx) => (guard, ctx),
+        Err(e) => panic!("{test}: no usable CUDA GPU: {e}"),
     }
 }
 
@@ -57,10 +55,9 @@ fn contents(pool: &CudaPool) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_offload_cycles_keep_contents_and_address_and_free_memory() {
-    let Some((_gpu, ctx)) = gpu("cuda_offload_cycles") else {
-        return;
-    };
+    let (_gpu, ctx) = gpu("cuda_offload_cycles");
     let (mut pool, expected) = random_pool(&ctx, 64 * MIB, 16 * MIB, 1);
     assert_eq!(pool.layout().count(), 64 * MIB / pool.layout().chunk);
     let base = pool.ptr().unwrap();
@@ -80,10 +77,9 @@ fn cuda_offload_cycles_keep_contents_and_address_and_free_memory() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_cycles_do_not_leak_device_memory() {
-    let Some((_gpu, ctx)) = gpu("cuda_cycles_do_not_leak") else {
-        return;
-    };
+    let (_gpu, ctx) = gpu("cuda_cycles_do_not_leak");
     let (mut pool, _) = random_pool(&ctx, 8 * MIB, 2 * MIB, 2);
     let granularity = pool.layout().granularity as i64;
     pool.sleep(SleepMode::Offload).unwrap();
@@ -120,10 +116,9 @@ fn cuda_cycles_do_not_leak_device_memory() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_illegal_transitions_are_typed_errors() {
-    let Some((_gpu, ctx)) = gpu("cuda_illegal_transitions") else {
-        return;
-    };
+    let (_gpu, ctx) = gpu("cuda_illegal_transitions");
     let (mut pool, expected) = random_pool(&ctx, 4 * MIB, 2 * MIB, 3);
     let mut buf = vec![0u8; 64];
     assert!(matches!(pool.wake(), Err(VmmError::NotAsleep)));
@@ -145,10 +140,9 @@ fn cuda_illegal_transitions_are_typed_errors() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_failed_wakes_roll_back_and_a_later_wake_restores() {
-    let Some((_gpu, ctx)) = gpu("cuda_failed_wakes_roll_back") else {
-        return;
-    };
+    let (_gpu, ctx) = gpu("cuda_failed_wakes_roll_back");
     let (mut pool, expected) = random_pool(&ctx, 16 * MIB, 4 * MIB, 4);
     let base = pool.base_address();
     pool.sleep(SleepMode::Offload).unwrap();
@@ -168,10 +162,9 @@ fn cuda_failed_wakes_roll_back_and_a_later_wake_restores() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_wake_that_runs_out_of_memory_rolls_back() {
-    let Some((_gpu, ctx)) = gpu("cuda_wake_out_of_memory") else {
-        return;
-    };
+    let (_gpu, ctx) = gpu("cuda_wake_out_of_memory");
     let (mut pool, expected) = random_pool(&ctx, 64 * MIB, 16 * MIB, 5);
     pool.sleep(SleepMode::Offload).unwrap();
     // Take all free memory but 40 MiB: two chunks fit, the third must fail for real.
@@ -201,10 +194,9 @@ fn cuda_wake_that_runs_out_of_memory_rolls_back() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_levels_and_tags() {
-    let Some((_gpu, ctx)) = gpu("cuda_levels_and_tags") else {
-        return;
-    };
+    let (_gpu, ctx) = gpu("cuda_levels_and_tags");
     let (weights, w) = random_pool(&ctx, 8 * MIB, 2 * MIB, 6);
     let (kv, _) = random_pool(&ctx, 16 * MIB, 4 * MIB, 7);
     let mut set = PoolSet::new();
@@ -386,17 +378,10 @@ fn poison(out: &mut CudaPool, at: &Placement) {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn cuda_paged_attention_gives_identical_output_before_sleep_and_after_wake() {
-    let Some((_gpu, _ctx)) = gpu("cuda_attention_across_sleep") else {
-        return;
-    };
-    let dev = match CudaDevice::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            println!("skipping cuda_attention_across_sleep: {e}");
-            return;
-        }
-    };
+    let (_gpu, _ctx) = gpu("cuda_attention_across_sleep");
+    let dev = CudaDevice::open(0).expect("a usable CUDA GPU");
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let shape = AttentionShape {
         num_heads: 16,
