@@ -12,7 +12,7 @@ use pagedkv::kv::KvElem;
 use rand::{Rng, SeedableRng};
 
 fn gpu() -> CudaDevice {
-    CudaDevice::open(0).unwrap_or_else(|e| panic!("no usable CUDA GPU: {e}"))
+    CudaDevice::open(0).unwrap_or_else(|e| panic!("a GPU test run without a GPU: {e}"))
 }
 
 fn run<T>(dev: &CudaDevice, p: &Problem<T>, plan: SplitPlan, layout: Layout) -> Vec<T>

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 fn gpu() -> CudaDevice {
-    CudaDevice::open(0).unwrap_or_else(|e| panic!("no usable CUDA GPU: {e}"))
+    CudaDevice::open(0).unwrap_or_else(|e| panic!("a GPU test run without a GPU: {e}"))
 }
 
 #[test]

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 
 fn gpu() -> CudaDevice {
-    CudaDevice::open(0).unwrap_or_else(|e| panic!("no usable CUDA GPU: {e}"))
+    CudaDevice::open(0).unwrap_or_else(|e| panic!("a GPU test run without a GPU: {e}"))
 }
 
 /// A shuffled table over `num_blocks` blocks, ragged lengths (one sequence empty), blocks

@@ -26,7 +26,7 @@ fn gpu(test: &str) -> (MutexGuard<'static, ()>, Arc<CudaContext>) {
     let guard = GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     match open_context(0) {
         Ok(ctx) => (guard, ctx),
-        Err(e) => panic!("{test}: no usable CUDA GPU: {e}"),
+        Err(e) => panic!("{test}: a GPU test run without a GPU: {e}"),
     }
 }
 
