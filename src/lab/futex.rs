@@ -48,18 +48,19 @@ pub(crate) fn wake(word: &AtomicU32, private: bool) {
     };
 }
 
-/// Sleeps until `word` holds `want`; false when [`PATIENCE`] ran out first. Does not spin: every
-/// wait that finds the word unchanged goes to sleep in the kernel. Async-signal-safe.
-pub(crate) fn wait_for(word: &AtomicU32, want: u32, private: bool) -> bool {
+/// Sleeps while `word` holds `value`; the value it changed to, or `None` when [`PATIENCE`] ran
+/// out first. Does not spin: every wait that finds the word unchanged goes to sleep in the kernel.
+/// Async-signal-safe.
+pub(crate) fn wait_while(word: &AtomicU32, value: u32, private: bool) -> Option<u32> {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let now = word.load(Ordering::Acquire);
-        if now == want {
-            return true;
+        if now != value {
+            return Some(now);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return false;
+            return None;
         }
         wait(word, now, private, left);
     }
@@ -82,13 +83,13 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for _ in 0..rounds {
-                    assert!(wait_for(&turn, 1, true));
+                    assert_eq!(wait_while(&turn, 0, true), Some(1));
                     set_and_wake(&turn, 0, true);
                 }
             });
             for _ in 0..rounds {
                 set_and_wake(&turn, 1, true);
-                assert!(wait_for(&turn, 0, true));
+                assert_eq!(wait_while(&turn, 1, true), Some(0));
             }
         });
         assert_eq!(turn.load(Ordering::Relaxed), 0);

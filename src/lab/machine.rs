@@ -28,6 +28,9 @@ pub struct MachineFacts {
     pub tlb: Vec<TlbLevel>,
     /// Effective user id 0: dropping the page cache system-wide, and the like, would be allowed.
     pub root: bool,
+    /// The CPU says it runs under a hypervisor (the `hypervisor` flag in /proc/cpuinfo): guest
+    /// memory then sits on the host's pages too, which caps what guest huge pages can gain.
+    pub hypervisor: bool,
 }
 
 /// A few lines of /proc/meminfo, in bytes.
@@ -85,6 +88,7 @@ impl MachineFacts {
             tlb: tlb_entries::data_tlb(),
             // SAFETY: geteuid cannot fail.
             root: unsafe { libc::geteuid() } == 0,
+            hypervisor: cpu_flag("hypervisor"),
         }
     }
 
@@ -114,9 +118,14 @@ impl MachineFacts {
             .map(|c| format!("{} {}", c.name(), bytes(c.size_bytes as u64)))
             .collect();
         format!(
-            "{} CPUs online ({} allowed), page {}, THP enabled={} defrag={}, caches {}",
+            "{} CPUs online ({} allowed){}, page {}, THP enabled={} defrag={}, caches {}",
             self.cpus_online,
             self.cpus_allowed.len(),
+            if self.hypervisor {
+                ", under a hypervisor"
+            } else {
+                ""
+            },
             bytes(self.page_bytes as u64),
             self.thp_enabled.as_deref().unwrap_or("?"),
             self.thp_defrag.as_deref().unwrap_or("?"),
@@ -186,6 +195,15 @@ pub fn allowed_cpus() -> Vec<usize> {
         // SAFETY: `i` is below CPU_SETSIZE.
         .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
         .collect()
+}
+
+/// `flag` is among the first CPU's flags in /proc/cpuinfo.
+fn cpu_flag(flag: &str) -> bool {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .is_some_and(|l| l.split_whitespace().any(|f| f == flag))
 }
 
 fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {

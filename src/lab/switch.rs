@@ -15,7 +15,8 @@ use std::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SwitchConfig {
-    /// Round trips per repetition.
+    /// Round trips per repetition at most (fewer when they are slow, so that a repetition lasts
+    /// about 20 ms).
     pub iters: usize,
     /// Repetitions per figure (the spread is over these).
     pub reps: usize,
@@ -84,6 +85,8 @@ pub struct Placement {
 pub struct RoundTrip {
     pub mechanism: Mechanism,
     pub placement: Placement,
+    /// Round trips per repetition (fewer when they are slow: a repetition lasts ~20 ms).
+    pub iters: usize,
     /// Nanoseconds per round trip.
     pub ns: Spread,
 }
@@ -98,7 +101,8 @@ pub struct SwitchReport {
     pub thread_round_trip_ns: f64,
     /// The same between two processes (a futex in shared memory).
     pub process_round_trip_ns: f64,
-    pub iters: usize,
+    /// Round trips per repetition at most; each row says how many it ran.
+    pub max_iters: usize,
     pub reps: usize,
     pub rows: Vec<RoundTrip>,
     pub cow: cow::CowReport,
@@ -129,10 +133,11 @@ pub fn run(cfg: SwitchConfig) -> Result<SwitchReport, LabError> {
     let mut rows = Vec::new();
     for p in &placements {
         for m in Mechanism::ALL {
-            let samples = on_cpu(p.cpus[0], || measure(m, p.cpus[1], cfg))?;
+            let (samples, iters) = on_cpu(p.cpus[0], || measure(m, p.cpus[1], cfg))?;
             rows.push(RoundTrip {
                 mechanism: m,
                 placement: p.clone(),
+                iters,
                 ns: Spread::of(&samples),
             });
         }
@@ -163,7 +168,7 @@ pub fn run(cfg: SwitchConfig) -> Result<SwitchReport, LabError> {
         function_call,
         thread_round_trip_ns: one_core(Mechanism::ThreadFutex),
         process_round_trip_ns: one_core(Mechanism::ProcessFutex),
-        iters: cfg.iters,
+        max_iters: cfg.iters,
         reps: cfg.reps,
         rows,
         cow,
@@ -207,59 +212,74 @@ fn function_calls(reps: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Untimed round trips first; their time also sizes the repetitions.
 const WARMUP: usize = 100;
+/// A repetition lasts about this long (fewer round trips when they are slow), at least
+/// `MIN_ITERS` round trips.
+const REP_BUDGET_NS: f64 = 20e6;
+const MIN_ITERS: usize = 20;
 
-fn total_rounds(cfg: SwitchConfig) -> usize {
-    WARMUP + cfg.reps * cfg.iters
-}
+/// The turn word of the futex and condvar mechanisms: A sets `GO`, B answers `BACK`; `STOP`
+/// ends B.
+const BACK: u32 = 0;
+const GO: u32 = 1;
+const STOP: u32 = 2;
 
-/// Side A: `WARMUP` round trips, then one sample (ns per round trip) per repetition.
+/// Side A's samples: ns per round trip for each repetition, and round trips per repetition.
+type Samples = (Vec<f64>, usize);
+
+/// Side A: `WARMUP` round trips, then `reps` timed repetitions of as many round trips as fit in
+/// [`REP_BUDGET_NS`] (between `MIN_ITERS` and `cfg.iters`).
 fn time_reps(
     cfg: SwitchConfig,
     mut round_trip: impl FnMut() -> Result<(), LabError>,
-) -> Result<Vec<f64>, LabError> {
+) -> Result<Samples, LabError> {
+    let t = Instant::now();
     for _ in 0..WARMUP {
         round_trip()?;
     }
-    (0..cfg.reps)
+    let per_trip = t.elapsed().as_nanos() as f64 / WARMUP as f64;
+    let iters = ((REP_BUDGET_NS / per_trip.max(1.0)) as usize).clamp(MIN_ITERS.min(cfg.iters), cfg.iters);
+    let samples = (0..cfg.reps)
         .map(|_| {
             let t = Instant::now();
-            for _ in 0..cfg.iters {
+            for _ in 0..iters {
                 round_trip()?;
             }
-            Ok(t.elapsed().as_nanos() as f64 / cfg.iters as f64)
+            Ok(t.elapsed().as_nanos() as f64 / iters as f64)
         })
-        .collect()
+        .collect::<Result<Vec<f64>, LabError>>()?;
+    Ok((samples, iters))
 }
 
 fn silent(what: &str) -> LabError {
     LabError::Child(format!("{what}: no answer within {PATIENCE:?}"))
 }
 
-/// Samples of one mechanism; side A runs on the calling (pinned) thread, side B on `cpu_b`.
-fn measure(m: Mechanism, cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, LabError> {
-    let n = total_rounds(cfg);
+/// Samples of one mechanism; side A runs on the calling (pinned) thread, side B on `cpu_b`
+/// until A tells it to stop.
+fn measure(m: Mechanism, cpu_b: usize, cfg: SwitchConfig) -> Result<Samples, LabError> {
     match m {
         Mechanism::ThreadFutex => {
-            let turn = AtomicU32::new(0);
+            let turn = AtomicU32::new(BACK);
             with_thread(
                 cpu_b,
-                || {
-                    for _ in 0..n {
-                        if !futex::wait_for(&turn, 1, true) {
-                            return Err(silent("futex thread A"));
-                        }
-                        futex::set_and_wake(&turn, 0, true);
+                || loop {
+                    match futex::wait_while(&turn, BACK, true) {
+                        Some(STOP) => return Ok(()),
+                        Some(_) => futex::set_and_wake(&turn, BACK, true),
+                        None => return Err(silent("futex side A")),
                     }
-                    Ok(())
                 },
                 || {
-                    time_reps(cfg, || {
-                        futex::set_and_wake(&turn, 1, true);
-                        futex::wait_for(&turn, 0, true)
-                            .then_some(())
-                            .ok_or_else(|| silent("futex thread B"))
-                    })
+                    let samples = time_reps(cfg, || {
+                        futex::set_and_wake(&turn, GO, true);
+                        futex::wait_while(&turn, GO, true)
+                            .map(drop)
+                            .ok_or_else(|| silent("futex side B"))
+                    });
+                    futex::set_and_wake(&turn, STOP, true);
+                    samples
                 },
             )
         }
@@ -267,18 +287,19 @@ fn measure(m: Mechanism, cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, La
             let turn = CondvarTurn::default();
             with_thread(
                 cpu_b,
-                || {
-                    for _ in 0..n {
-                        turn.wait_for(1)?;
-                        turn.set(0)?;
+                || loop {
+                    if turn.wait_while(BACK)? == STOP {
+                        return Ok(());
                     }
-                    Ok(())
+                    turn.set(BACK)?;
                 },
                 || {
-                    time_reps(cfg, || {
-                        turn.set(1)?;
-                        turn.wait_for(0)
-                    })
+                    let samples = time_reps(cfg, || {
+                        turn.set(GO)?;
+                        turn.wait_while(GO).map(drop)
+                    });
+                    turn.set(STOP)?;
+                    samples
                 },
             )
         }
@@ -288,19 +309,19 @@ fn measure(m: Mechanism, cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, La
             with_thread(
                 cpu_b,
                 move || {
-                    for _ in 0..n {
-                        let v = from_a.recv_timeout(PATIENCE).map_err(|_| silent("channel"))?;
-                        to_a.send(v).map_err(|_| silent("channel"))?;
+                    // A hangs up its sender when it is done.
+                    while let Ok(v) = from_a.recv_timeout(PATIENCE) {
+                        to_a.send(v).map_err(|_| silent("channel side A"))?;
                     }
                     Ok(())
                 },
-                || {
+                move || {
                     time_reps(cfg, || {
-                        to_b.send(1).map_err(|_| silent("channel"))?;
+                        to_b.send(1).map_err(|_| silent("channel side B"))?;
                         from_b
                             .recv_timeout(PATIENCE)
                             .map(drop)
-                            .map_err(|_| silent("channel"))
+                            .map_err(|_| silent("channel side B"))
                     })
                 },
             )
@@ -324,16 +345,17 @@ impl CondvarTurn {
         Ok(())
     }
 
-    fn wait_for(&self, value: u32) -> Result<(), LabError> {
+    /// Waits while the word holds `value`; the value it changed to.
+    fn wait_while(&self, value: u32) -> Result<u32, LabError> {
         let g = self.word.lock().map_err(|_| silent("poisoned lock"))?;
-        let (_g, timeout) = self
+        let (g, timeout) = self
             .changed
-            .wait_timeout_while(g, PATIENCE, |w| *w != value)
+            .wait_timeout_while(g, PATIENCE, |w| *w == value)
             .map_err(|_| silent("poisoned lock"))?;
         if timeout.timed_out() {
             Err(silent("condvar"))
         } else {
-            Ok(())
+            Ok(*g)
         }
     }
 }
@@ -342,8 +364,8 @@ impl CondvarTurn {
 fn with_thread(
     cpu_b: usize,
     side_b: impl FnOnce() -> Result<(), LabError> + Send,
-    side_a: impl FnOnce() -> Result<Vec<f64>, LabError>,
-) -> Result<Vec<f64>, LabError> {
+    side_a: impl FnOnce() -> Result<Samples, LabError>,
+) -> Result<Samples, LabError> {
     std::thread::scope(|s| {
         let b = s.spawn(|| {
             pin_to(&[cpu_b])?;
@@ -362,8 +384,7 @@ fn with_thread(
 const PIN_FAILED: i32 = 3;
 const PARTNER_GONE: i32 = 4;
 
-fn process_pipe(cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, LabError> {
-    let n = total_rounds(cfg);
+fn process_pipe(cpu_b: usize, cfg: SwitchConfig) -> Result<Samples, LabError> {
     let there = Pipe::new()?;
     let back = Pipe::new()?;
     // SAFETY: the body pins itself and reads and writes pipes: system calls only.
@@ -373,36 +394,40 @@ fn process_pipe(cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, LabError> {
                 return PIN_FAILED;
             }
             let mut byte = [0u8];
-            for _ in 0..n {
-                if !fork::read_exact(&there.read, &mut byte) || !fork::write_all(&back.write, &byte)
-                {
+            loop {
+                if !fork::read_exact(&there.read, &mut byte) {
+                    return PARTNER_GONE;
+                }
+                if byte[0] == STOP as u8 {
+                    return 0;
+                }
+                if !fork::write_all(&back.write, &byte) {
                     return PARTNER_GONE;
                 }
             }
-            0
         })
     }?;
     // Only the child's ends stay open on its side, so its death ends our reads.
     drop(there.read);
     drop(back.write);
     let samples = time_reps(cfg, || {
-        let mut byte = [1u8];
+        let mut byte = [GO as u8];
         if fork::write_all(&there.write, &byte) && fork::read_exact(&back.read, &mut byte) {
             Ok(())
         } else {
             Err(LabError::Child("the pipe partner is gone".into()))
         }
     });
+    fork::write_all(&there.write, &[STOP as u8]);
     finish(child, samples)
 }
 
-fn process_futex(cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, LabError> {
-    let n = total_rounds(cfg);
+fn process_futex(cpu_b: usize, cfg: SwitchConfig) -> Result<Samples, LabError> {
     let page = super::machine::page_bytes();
     let shared =
         Mapping::anonymous(page, page, libc::MAP_SHARED).map_err(LabError::io("mmap shared"))?;
-    // SAFETY: the page is zeroed, aligned and lives as long as `shared`; both processes access
-    // the word only atomically.
+    // SAFETY: the page is zeroed (BACK), aligned and lives as long as `shared`; both processes
+    // access the word only atomically.
     let turn: &AtomicU32 = unsafe { &*shared.as_ptr().cast::<AtomicU32>() };
     // SAFETY: the body pins itself, waits and wakes on a futex: system calls and atomics only.
     let child = unsafe {
@@ -410,28 +435,26 @@ fn process_futex(cpu_b: usize, cfg: SwitchConfig) -> Result<Vec<f64>, LabError> 
             if pin_to(&[cpu_b]).is_err() {
                 return PIN_FAILED;
             }
-            for _ in 0..n {
-                if !futex::wait_for(turn, 1, false) {
-                    return PARTNER_GONE;
+            loop {
+                match futex::wait_while(turn, BACK, false) {
+                    Some(STOP) => return 0,
+                    Some(_) => futex::set_and_wake(turn, BACK, false),
+                    None => return PARTNER_GONE,
                 }
-                futex::set_and_wake(turn, 0, false);
             }
-            0
         })
     }?;
     let samples = time_reps(cfg, || {
-        futex::set_and_wake(turn, 1, false);
-        futex::wait_for(turn, 0, false)
-            .then_some(())
+        futex::set_and_wake(turn, GO, false);
+        futex::wait_while(turn, GO, false)
+            .map(drop)
             .ok_or_else(|| silent("futex process B"))
     });
+    futex::set_and_wake(turn, STOP, false);
     finish(child, samples)
 }
 
-fn finish(
-    child: fork::Child,
-    samples: Result<Vec<f64>, LabError>,
-) -> Result<Vec<f64>, LabError> {
+fn finish(child: fork::Child, samples: Result<Samples, LabError>) -> Result<Samples, LabError> {
     // On an error the child is dropped, which kills it: no process is left waiting.
     let samples = samples?;
     match child.wait()? {
@@ -456,8 +479,9 @@ mod tests {
     #[test]
     fn every_mechanism_completes_its_round_trips() {
         for m in Mechanism::ALL {
-            let samples = measure(m, 0, tiny()).unwrap();
+            let (samples, iters) = measure(m, 0, tiny()).unwrap();
             assert_eq!(samples.len(), 3, "{m:?}");
+            assert!((20..=30).contains(&iters), "{m:?}: {iters}");
             assert!(samples.iter().all(|&s| s > 0.0 && s.is_finite()), "{m:?}");
         }
     }
