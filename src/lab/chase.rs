@@ -134,7 +134,11 @@ mod tests {
         let end = unsafe { chase(base, 1000) };
         assert_eq!(end as usize, base as usize + at * stride);
         // A broken chain (a line pointing at itself) is caught.
-        unsafe { base.add(5 * stride).cast::<*const u8>().write(base.add(5 * stride)) };
+        unsafe {
+            base.add(5 * stride)
+                .cast::<*const u8>()
+                .write(base.add(5 * stride))
+        };
         assert!(!unsafe { visits_every_line(base, lines) });
     }
 }

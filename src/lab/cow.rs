@@ -51,7 +51,8 @@ pub fn run(pages: usize) -> Result<CowReport, LabError> {
     // pipe: system calls and memory accesses only.
     let child = unsafe {
         fork::spawn(|| {
-            let saw = super::mapping::read_every(ptr, bytes, page) == (BY_THREAD as u64) * pages as u64;
+            let saw =
+                super::mapping::read_every(ptr, bytes, page) == (BY_THREAD as u64) * pages as u64;
             let before = Faults::of_thread();
             let start = Instant::now();
             super::mapping::write_every(ptr, bytes, page, BY_CHILD);

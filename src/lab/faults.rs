@@ -103,14 +103,20 @@ pub fn run(cfg: &FaultsConfig, facts: &MachineFacts) -> Result<FaultsReport, Lab
 
     // 4 KiB pages: huge pages refused for this mapping, whatever the system setting.
     let small = anon(bytes, page, libc::MAP_PRIVATE)?;
-    small.advise(libc::MADV_NOHUGEPAGE).map_err(LabError::io("madvise"))?;
+    small
+        .advise(libc::MADV_NOHUGEPAGE)
+        .map_err(LabError::io("madvise"))?;
     let anon_4k = touch(&small, bytes, |m| m.write_every(bytes, page, 1));
     checks.push(Check::verdict(
         "with 4 KiB pages every first touch of a page is a fault (faults >= pages)",
         anon_4k.minor_faults + anon_4k.major_faults >= pages as u64,
         format!("{} faults for {pages} pages", anon_4k.minor_faults),
     ));
-    checks.push(rss_check("the mapping's RSS grew by the bytes written", &anon_4k, bytes));
+    checks.push(rss_check(
+        "the mapping's RSS grew by the bytes written",
+        &anon_4k,
+        bytes,
+    ));
     let second_touch = touch(&small, bytes, |m| m.write_every(bytes, page, 2));
     checks.push(Check::verdict(
         "a second touch of resident pages takes no faults (at most 1% of pages)",
@@ -216,7 +222,11 @@ fn rss_check(expectation: &str, t: &Touch, bytes: usize) -> Check {
     Check::verdict(
         expectation,
         diff <= 0.1 * bytes as f64,
-        format!("RSS {} bytes after writing {bytes}", t.rss_bytes),
+        format!(
+            "RSS {} after writing {}",
+            super::machine::bytes(t.rss_bytes),
+            super::machine::bytes(bytes as u64)
+        ),
     )
 }
 
@@ -381,10 +391,7 @@ mod tests {
     #[test]
     fn zero_and_absurd_sizes_are_bad_input() {
         let facts = MachineFacts::read();
-        let zero = FaultsConfig {
-            bytes: 0,
-            ..tiny()
-        };
+        let zero = FaultsConfig { bytes: 0, ..tiny() };
         assert!(matches!(run(&zero, &facts), Err(LabError::Invalid(_))));
         let huge = FaultsConfig {
             bytes: usize::MAX / 2,

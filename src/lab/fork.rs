@@ -1,4 +1,5 @@
-//! Child processes and pipes for the labs that need a second address space.
+//! Child processes, pipes and CPU pinning for the labs that need a second address space or a
+//! fixed core.
 //!
 //! `fork` in a multithreaded process (a test harness) copies only the calling thread; locks held
 //! by the others stay locked forever in the child. A child body therefore makes system calls only:
@@ -43,7 +44,9 @@ impl Child {
 
     /// Waits for the child; its exit code, or an error when it was killed by a signal.
     pub fn wait(mut self) -> Result<i32, LabError> {
-        let status = self.waitpid(0)?.expect("a blocking waitpid returns a status");
+        let status = self
+            .waitpid(0)?
+            .expect("a blocking waitpid returns a status");
         self.reaped = true;
         if libc::WIFEXITED(status) {
             Ok(libc::WEXITSTATUS(status))

@@ -90,7 +90,10 @@ pub fn run(cfg: &GpuAllocConfig) -> Result<GpuAllocReport, LabError> {
     let mut chunks: Vec<usize> = cfg
         .chunk_bytes
         .iter()
-        .map(|c| c.next_multiple_of(granularity).min(cfg.bytes.next_multiple_of(granularity)))
+        .map(|c| {
+            c.next_multiple_of(granularity)
+                .min(cfg.bytes.next_multiple_of(granularity))
+        })
         .collect();
     chunks.sort_unstable();
     chunks.dedup();

@@ -83,9 +83,9 @@ fn pattern(bytes: usize) -> Vec<u8> {
 
 /// The xor of all 32-bit words: what `stream_read`'s per-CTA folds xor to.
 fn xor_fold(bytes: &[u8]) -> u32 {
-    bytes
-        .chunks_exact(4)
-        .fold(0, |acc, w| acc ^ u32::from_ne_bytes(w.try_into().expect("4 bytes")))
+    bytes.chunks_exact(4).fold(0, |acc, w| {
+        acc ^ u32::from_ne_bytes(w.try_into().expect("4 bytes"))
+    })
 }
 
 pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
@@ -141,9 +141,18 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         })
         .map_err(device_error)?;
     let (ms, sum) = reader.read(device.ptr, bytes)?;
-    let kernel_device_ms = pass("kernel over device memory (after the copy)", ms, sum == expected);
-    pass("copy from pageable memory", copy_pageable_ms, sum == expected);
-    let mut pinned = PinnedBuffer::new(&ctx, bytes).map_err(|e| LabError::Unavailable(e.to_string()))?;
+    let kernel_device_ms = pass(
+        "kernel over device memory (after the copy)",
+        ms,
+        sum == expected,
+    );
+    pass(
+        "copy from pageable memory",
+        copy_pageable_ms,
+        sum == expected,
+    );
+    let mut pinned =
+        PinnedBuffer::new(&ctx, bytes).map_err(|e| LabError::Unavailable(e.to_string()))?;
     pinned.as_mut().copy_from_slice(&host);
     let copy_pinned_ms = dev
         .time_total_ms(1, || {
@@ -155,7 +164,11 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         })
         .map_err(device_error)?;
     let (_, sum_pinned) = reader.read(device.ptr, bytes)?;
-    pass("copy from pinned memory", copy_pinned_ms, sum_pinned == expected);
+    pass(
+        "copy from pinned memory",
+        copy_pinned_ms,
+        sum_pinned == expected,
+    );
     drop(pinned);
     device.free().map_err(driver("cuMemFree"))?;
 
@@ -166,9 +179,17 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         .map_err(driver("cuCtxSynchronize"))?
         .copy_from_slice(&host);
     let (first_touch_ms, first_sum) = reader.read(managed.ptr, bytes)?;
-    pass("managed: first GPU touch (faults, migration)", first_touch_ms, first_sum == expected);
+    pass(
+        "managed: first GPU touch (faults, migration)",
+        first_touch_ms,
+        first_sum == expected,
+    );
     let (second_touch_ms, second_sum) = reader.read(managed.ptr, bytes)?;
-    pass("managed: second GPU touch (resident)", second_touch_ms, second_sum == expected);
+    pass(
+        "managed: second GPU touch (resident)",
+        second_touch_ms,
+        second_sum == expected,
+    );
     managed.free().map_err(driver("cuMemFree"))?;
 
     let prefetch_ms = if concurrent {
@@ -194,7 +215,11 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         None
     };
 
-    let lost: Vec<&str> = passes.iter().filter(|p| !p.data_intact).map(|p| p.name).collect();
+    let lost: Vec<&str> = passes
+        .iter()
+        .filter(|p| !p.data_intact)
+        .map(|p| p.name)
+        .collect();
     let mut checks = vec![Check::verdict(
         "every pass read exactly the bytes the host wrote (xor fold)",
         lost.is_empty(),
@@ -243,7 +268,9 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn new(dev: &'a CudaDevice) -> Result<Self, LabError> {
-        let function = dev.function("stream", "stream_read").map_err(device_error)?;
+        let function = dev
+            .function("stream", "stream_read")
+            .map_err(device_error)?;
         let cfg = LaunchConfig {
             grid_dim: (dev.info.multiprocessors.max(1) as u32 * 8, 1, 1),
             block_dim: (256, 1, 1),
@@ -292,7 +319,10 @@ impl<'a> Reader<'a> {
                 Ok(())
             })
             .map_err(device_error)?;
-        let folds = dev.stream.clone_dtoh(&*out).map_err(driver("cuMemcpyDtoH"))?;
+        let folds = dev
+            .stream
+            .clone_dtoh(&*out)
+            .map_err(driver("cuMemcpyDtoH"))?;
         Ok((ms, folds.iter().fold(0, |a, &f| a ^ f)))
     }
 }

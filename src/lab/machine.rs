@@ -97,8 +97,12 @@ impl MachineFacts {
     pub fn thp_usable(&self) -> Result<(), String> {
         match self.thp_enabled.as_deref() {
             Some("always" | "madvise") => Ok(()),
-            Some(other) => Err(format!("transparent huge pages are disabled (enabled={other})")),
-            None => Err(format!("{THP}/enabled is missing: no transparent huge pages")),
+            Some(other) => Err(format!(
+                "transparent huge pages are disabled (enabled={other})"
+            )),
+            None => Err(format!(
+                "{THP}/enabled is missing: no transparent huge pages"
+            )),
         }
     }
 

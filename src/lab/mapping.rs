@@ -151,7 +151,11 @@ mod tests {
         assert_eq!(m.addr() % (2 << 20), 0);
         assert_eq!(m.len() % 4096, 0);
         assert!(m.len() >= 3 * 4096 + 5);
-        assert_eq!(m.read_every(m.len(), 4096), 0, "fresh anonymous memory is zero");
+        assert_eq!(
+            m.read_every(m.len(), 4096),
+            0,
+            "fresh anonymous memory is zero"
+        );
         m.write_every(m.len(), 4096, 7);
         assert_eq!(m.read_every(m.len(), 4096), 7 * (m.len() / 4096) as u64);
     }

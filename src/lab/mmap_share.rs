@@ -14,6 +14,8 @@ use std::path::PathBuf;
 /// Slices are whole multiples of this, the kernel's default fault-around window, so mapping the
 /// neighbours of a faulting page never reaches into another process's slice.
 const SLICE_ALIGN: usize = 64 * KIB;
+/// The largest fault-around window (one page table): each reader maps the file at a multiple.
+const MAP_ALIGN: usize = 2 * MIB;
 const MAX_PROCESSES: usize = 64;
 
 #[derive(Debug, Clone)]
@@ -83,7 +85,10 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
         )));
     }
     super::error::positive(cfg.file_bytes, "the file size")?;
-    if let Some(total) = facts.memory.mem_total_bytes.filter(|&t| cfg.file_bytes as u64 > t / 2)
+    if let Some(total) = facts
+        .memory
+        .mem_total_bytes
+        .filter(|&t| cfg.file_bytes as u64 > t / 2)
     {
         return Err(LabError::Invalid(format!(
             "a file of {} is more than half the machine's memory ({})",
@@ -110,7 +115,7 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
     let cached_before = file.cached_pages()?.0;
     let meminfo_before = MemInfo::read().cached_bytes;
 
-    let reports = Pipe::new()?;
+    let reports_pipe = Pipe::new()?;
     let release = Pipe::new()?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&file.file);
     let len = file.len;
@@ -121,11 +126,26 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
         // system calls and memory reads only.
         let child = unsafe {
             fork::spawn(|| {
-                let ptr = libc::mmap(
+                // The file mapped at a 2 MiB-aligned address: fault-around maps the cached
+                // neighbours of a faulting page within an aligned window of *virtual* addresses,
+                // so only then do its windows line up with the slices' file offsets.
+                let room = libc::mmap(
                     std::ptr::null_mut(),
+                    len + MAP_ALIGN,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                );
+                if room == libc::MAP_FAILED {
+                    return MAP_FAILED;
+                }
+                let at = (room as usize).next_multiple_of(MAP_ALIGN);
+                let ptr = libc::mmap(
+                    at as *mut libc::c_void,
                     len,
                     libc::PROT_READ,
-                    libc::MAP_SHARED,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
                     fd,
                     0,
                 );
@@ -139,8 +159,10 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
                 std::hint::black_box(sum);
                 let f = Faults::of_thread().since(before);
                 // One write of at most PIPE_BUF bytes: the readers' reports never interleave.
-                let sent =
-                    fork::send_words(&reports.write, [i as u64, ptr as u64, f.minor, f.major]);
+                let sent = fork::send_words(
+                    &reports_pipe.write,
+                    [i as u64, ptr as u64, f.minor, f.major],
+                );
                 let mut go = [0u8];
                 if sent && fork::read_exact(&release.read, &mut go) {
                     0
@@ -151,19 +173,27 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
         }?;
         children.push(child);
     }
-    drop(reports.write);
-    let mut rows: Vec<Option<ProcessRow>> = vec![None; n];
+    drop(reports_pipe.write);
+    // Every reader reports after its reads; only when all have read are their mappings final.
+    let mut reports: Vec<Option<[u64; 3]>> = vec![None; n];
     for _ in 0..n {
-        let [i, addr, minor, major] = fork::receive_words::<4>(&reports.read)?;
-        let i = i as usize;
-        let pid = children
-            .get(i)
-            .ok_or_else(|| LabError::Child(format!("unknown reader {i}")))?
-            .pid();
+        let [i, addr, minor, major] = fork::receive_words::<4>(&reports_pipe.read)?;
+        let slot = reports
+            .get_mut(i as usize)
+            .ok_or_else(|| LabError::Child(format!("unknown reader {i}")))?;
+        *slot = Some([addr, minor, major]);
+    }
+    let mut rows = Vec::with_capacity(n);
+    for (i, (report, child)) in reports.iter().zip(&children).enumerate() {
+        let [addr, minor, major] =
+            report.ok_or_else(|| LabError::Child(format!("reader {i} sent no report")))?;
+        let pid = child.pid();
         let mem = mapping_memory_of(Some(pid), addr as usize).ok_or_else(|| {
-            LabError::Child(format!("reader {i}: no mapping at {addr:#x} in /proc/{pid}/smaps"))
+            LabError::Child(format!(
+                "reader {i}: no mapping at {addr:#x} in /proc/{pid}/smaps"
+            ))
         })?;
-        rows[i] = Some(ProcessRow {
+        rows.push(ProcessRow {
             slice_offset: shared + i * slice,
             slice_bytes: slice,
             rss_bytes: mem.rss_bytes,
@@ -180,14 +210,14 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
     for (i, child) in children.into_iter().enumerate() {
         match child.wait()? {
             0 => {}
-            MAP_FAILED => return Err(LabError::Child(format!("reader {i} could not map the file"))),
+            MAP_FAILED => {
+                return Err(LabError::Child(format!(
+                    "reader {i} could not map the file"
+                )))
+            }
             code => return Err(LabError::Child(format!("reader {i} exited with {code}"))),
         }
     }
-    let rows: Vec<ProcessRow> = rows
-        .into_iter()
-        .collect::<Option<_>>()
-        .ok_or_else(|| LabError::Child("a reader sent no report".into()))?;
 
     let per_process = shared + slice;
     let distinct = shared + n * slice;
@@ -291,13 +321,16 @@ mod tests {
         assert_eq!(r.slice_bytes, MIB);
         assert_eq!(r.distinct_bytes, 4 * MIB);
         for row in &r.rows {
-            // Exact: slices are aligned to the fault-around window.
+            // Exact: slices and mappings are aligned to the fault-around window.
             assert_eq!(row.rss_bytes, 2 * MIB as u64, "{row:?}");
             assert_eq!(row.shared_clean_bytes, MIB as u64, "{row:?}");
         }
         // The shared MiB counts a third in each PSS: 3 x (1/3 + 1) MiB = 4 MiB.
         let pss = r.sum_pss_bytes as f64;
-        assert!((pss - (4 * MIB) as f64).abs() < 0.02 * (4 * MIB) as f64, "{pss}");
+        assert!(
+            (pss - (4 * MIB) as f64).abs() < 0.02 * (4 * MIB) as f64,
+            "{pss}"
+        );
         assert_eq!(r.sum_rss_bytes, 6 * MIB as u64);
         assert!(r.file_cached_after_bytes >= 4 * MIB as u64);
         assert!(r.checks.iter().all(|c| !c.contradicted()), "{:?}", r.checks);
@@ -307,13 +340,32 @@ mod tests {
     fn bad_shapes_are_bad_input() {
         let facts = MachineFacts::read();
         for cfg in [
-            ShareConfig { processes: 0, ..Default::default() },
-            ShareConfig { processes: 1000, ..Default::default() },
-            ShareConfig { file_bytes: 0, ..Default::default() },
-            ShareConfig { file_bytes: MIB, shared_bytes: MIB, ..Default::default() },
-            ShareConfig { file_bytes: usize::MAX / 2, ..Default::default() },
+            ShareConfig {
+                processes: 0,
+                ..Default::default()
+            },
+            ShareConfig {
+                processes: 1000,
+                ..Default::default()
+            },
+            ShareConfig {
+                file_bytes: 0,
+                ..Default::default()
+            },
+            ShareConfig {
+                file_bytes: MIB,
+                shared_bytes: MIB,
+                ..Default::default()
+            },
+            ShareConfig {
+                file_bytes: usize::MAX / 2,
+                ..Default::default()
+            },
         ] {
-            assert!(matches!(run(&cfg, &facts), Err(LabError::Invalid(_))), "{cfg:?}");
+            assert!(
+                matches!(run(&cfg, &facts), Err(LabError::Invalid(_))),
+                "{cfg:?}"
+            );
         }
     }
 }

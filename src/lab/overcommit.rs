@@ -93,7 +93,10 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
             show(reserve as u64)
         )));
     }
-    if let Some(total) = mem.mem_total_bytes.filter(|&t| cfg.write_bytes as u64 > t / 2) {
+    if let Some(total) = mem
+        .mem_total_bytes
+        .filter(|&t| cfg.write_bytes as u64 > t / 2)
+    {
         return Err(LabError::Invalid(format!(
             "writing {} is more than half the machine's memory ({})",
             show(cfg.write_bytes as u64),
@@ -108,7 +111,9 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
         .map(|(l, c)| l as i64 - c as i64);
     let mut checks = Vec::new();
 
-    let rss_before = rollup(None).map_err(LabError::io("reading smaps_rollup"))?.rss_bytes;
+    let rss_before = rollup(None)
+        .map_err(LabError::io("reading smaps_rollup"))?
+        .rss_bytes;
     let virtual_before = virtual_bytes();
     let reservation = Mapping::anonymous(reserve, page, libc::MAP_PRIVATE | libc::MAP_NORESERVE);
     let (granted, error, reserved_rss, written_rss, write_ns, virtual_after) = match &reservation {
@@ -120,24 +125,40 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
             unsafe { std::ptr::write_bytes(map.as_ptr(), 0x5a, written) };
             let write_ns = t.elapsed().as_nanos() as f64;
             let written_rss = mapping_memory(map.addr()).unwrap_or_default().rss_bytes;
-            (true, None, reserved_rss, written_rss, write_ns, virtual_after)
+            (
+                true,
+                None,
+                reserved_rss,
+                written_rss,
+                write_ns,
+                virtual_after,
+            )
         }
         Err(e) => (false, Some(e.to_string()), 0, 0, 0.0, virtual_bytes()),
     };
-    let rss_after = rollup(None).map_err(LabError::io("reading smaps_rollup"))?.rss_bytes;
+    let rss_after = rollup(None)
+        .map_err(LabError::io("reading smaps_rollup"))?
+        .rss_bytes;
     drop(reservation);
 
     if granted {
         checks.push(Check::verdict(
             "reserving address space costs no memory: the reservation holds nothing resident",
             reserved_rss == 0,
-            format!("{reserved_rss} bytes resident after reserving {}", show(reserve as u64)),
+            format!(
+                "{reserved_rss} bytes resident after reserving {}",
+                show(reserve as u64)
+            ),
         ));
         let diff = (written_rss as f64 - written as f64).abs();
         checks.push(Check::verdict(
             "RSS follows the writes: the reservation's RSS is the bytes written (within 10%)",
             diff <= 0.1 * written as f64,
-            format!("{written_rss} bytes resident after writing {written}"),
+            format!(
+                "{} resident after writing {}",
+                show(written_rss),
+                show(written as u64)
+            ),
         ));
     } else {
         let strict = mode == Some(2);
@@ -161,7 +182,11 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
                 "{} accounted under overcommit_memory={}: {}, predicted {}",
                 show(reserve as u64),
                 mode.map_or("?".to_string(), |m| m.to_string()),
-                if accounted.granted { "granted" } else { "refused" },
+                if accounted.granted {
+                    "granted"
+                } else {
+                    "refused"
+                },
                 if p { "granted" } else { "refused" }
             ),
         ),
@@ -238,7 +263,10 @@ mod tests {
         if r.reservation_granted {
             assert_eq!(r.mapping_rss_reserved_bytes, 0);
             let w = r.mapping_rss_written_bytes as f64;
-            assert!((w - (4 * MIB) as f64).abs() <= 0.1 * (4 * MIB) as f64, "{w}");
+            assert!(
+                (w - (4 * MIB) as f64).abs() <= 0.1 * (4 * MIB) as f64,
+                "{w}"
+            );
         } else {
             assert_eq!(r.overcommit_memory, Some(2));
         }

@@ -178,8 +178,8 @@ Rss:                   0 kB
 
     #[test]
     fn reads_a_fresh_mapping_after_touching_it() {
-        let m = super::super::mapping::Mapping::anonymous(256 << 10, 4096, libc::MAP_PRIVATE)
-            .unwrap();
+        let m =
+            super::super::mapping::Mapping::anonymous(256 << 10, 4096, libc::MAP_PRIVATE).unwrap();
         m.advise(libc::MADV_NOHUGEPAGE).unwrap();
         let before = Faults::of_thread();
         m.write_every(m.len(), 4096, 1);

@@ -71,8 +71,13 @@ impl ScratchFile {
         let pages = self.len.div_ceil(page);
         let mut vec = vec![0u8; pages];
         // SAFETY: the mapping is page-aligned, `len` bytes long, and `vec` has one byte per page.
-        if unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, self.len, vec.as_mut_ptr()) }
-            != 0
+        if unsafe {
+            libc::mincore(
+                map.as_ptr() as *mut libc::c_void,
+                self.len,
+                vec.as_mut_ptr(),
+            )
+        } != 0
         {
             return Err(LabError::last_os("mincore"));
         }

@@ -239,7 +239,8 @@ fn time_reps(
         round_trip()?;
     }
     let per_trip = t.elapsed().as_nanos() as f64 / WARMUP as f64;
-    let iters = ((REP_BUDGET_NS / per_trip.max(1.0)) as usize).clamp(MIN_ITERS.min(cfg.iters), cfg.iters);
+    let iters =
+        ((REP_BUDGET_NS / per_trip.max(1.0)) as usize).clamp(MIN_ITERS.min(cfg.iters), cfg.iters);
     let samples = (0..cfg.reps)
         .map(|_| {
             let t = Instant::now();
@@ -500,10 +501,7 @@ mod tests {
 
     #[test]
     fn zero_iterations_is_bad_input() {
-        let cfg = SwitchConfig {
-            iters: 0,
-            ..tiny()
-        };
+        let cfg = SwitchConfig { iters: 0, ..tiny() };
         assert!(matches!(run(cfg), Err(LabError::Invalid(_))));
     }
 }

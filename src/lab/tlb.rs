@@ -96,7 +96,11 @@ pub struct TlbReach {
 }
 
 /// The working sets of a sweep: doublings from `min` up to `max`.
-pub fn working_sets(cfg: &TlbConfig, line: usize, facts: &MachineFacts) -> Result<Vec<usize>, LabError> {
+pub fn working_sets(
+    cfg: &TlbConfig,
+    line: usize,
+    facts: &MachineFacts,
+) -> Result<Vec<usize>, LabError> {
     if cfg.min_bytes < 2 * line {
         return Err(LabError::Invalid(format!(
             "the smallest working set must hold two cache lines ({} bytes)",
@@ -118,10 +122,12 @@ pub fn working_sets(cfg: &TlbConfig, line: usize, facts: &MachineFacts) -> Resul
     }
     super::error::positive(cfg.steps, "the steps")?;
     super::error::positive(cfg.reps, "the repetitions")?;
-    Ok(std::iter::successors(Some(cfg.min_bytes), |&w| w.checked_mul(2))
-        .take_while(|&w| w <= cfg.max_bytes)
-        .map(|w| w / line * line)
-        .collect())
+    Ok(
+        std::iter::successors(Some(cfg.min_bytes), |&w| w.checked_mul(2))
+            .take_while(|&w| w <= cfg.max_bytes)
+            .map(|w| w / line * line)
+            .collect(),
+    )
 }
 
 pub fn run(cfg: &TlbConfig, facts: &MachineFacts) -> Result<TlbReport, LabError> {
@@ -167,7 +173,11 @@ impl Arena {
     fn new(bytes: usize, page: usize) -> Result<Arena, LabError> {
         let small = page == page_bytes();
         // A huge page needs an aligned range of its own, even under a smaller working set.
-        let len = if small { bytes } else { bytes.next_multiple_of(page) };
+        let len = if small {
+            bytes
+        } else {
+            bytes.next_multiple_of(page)
+        };
         let map = Mapping::anonymous(len, page, libc::MAP_PRIVATE).map_err(LabError::io("mmap"))?;
         let advice = if small {
             libc::MADV_NOHUGEPAGE
@@ -202,7 +212,8 @@ fn measure(arena: &Arena, ws: usize, line: usize, next: &[u32], cfg: &TlbConfig)
     let mut at = unsafe { chase::chase(base, warmup) };
     let per_step = (thread_cpu_ns() - t) as f64 / warmup as f64;
     // Slow (DRAM) rows take fewer steps, so the sweep stays within seconds.
-    let steps = ((REP_BUDGET_NS / per_step.max(0.1)) as usize).clamp(MIN_STEPS.min(cfg.steps), cfg.steps);
+    let steps =
+        ((REP_BUDGET_NS / per_step.max(0.1)) as usize).clamp(MIN_STEPS.min(cfg.steps), cfg.steps);
     let samples: Vec<f64> = (0..cfg.reps)
         .map(|_| {
             let t = thread_cpu_ns();
@@ -244,7 +255,12 @@ fn summarise(
         let step = small
             .windows(2)
             .filter(|w| w[1].working_set_bytes > size / 2 && w[1].working_set_bytes <= 4 * size)
-            .map(|w| (w[1].working_set_bytes, w[1].ns_per_access / w[0].ns_per_access))
+            .map(|w| {
+                (
+                    w[1].working_set_bytes,
+                    w[1].ns_per_access / w[0].ns_per_access,
+                )
+            })
             .max_by(|a, b| a.1.total_cmp(&b.1));
         Level {
             name,
@@ -278,7 +294,8 @@ fn summarise(
         ));
     }
     let last = small.last().copied();
-    let huge_gain_at_max = last.and_then(|r| ns_huge(r.working_set_bytes).map(|h| r.ns_per_access / h));
+    let huge_gain_at_max =
+        last.and_then(|r| ns_huge(r.working_set_bytes).map(|h| r.ns_per_access / h));
     let checks = checks(&rows, &small, facts, &tlb, huge, huge_skipped.as_deref());
     TlbReport {
         line_bytes: line,
@@ -301,7 +318,10 @@ fn checks(
 ) -> Vec<Check> {
     let mut checks = Vec::new();
     let walked: Vec<&TlbRow> = rows.iter().filter(|r| r.cycle_verified.is_some()).collect();
-    let broken = walked.iter().filter(|r| r.cycle_verified == Some(false)).count();
+    let broken = walked
+        .iter()
+        .filter(|r| r.cycle_verified == Some(false))
+        .count();
     checks.push(Check::verdict(
         "every chase is one cycle through every line of its working set",
         broken == 0,
@@ -316,8 +336,13 @@ fn checks(
     let expectation = "memory beyond the last cache is slower than the L1 cache (over 2x)";
     match (caches.first(), caches.last()) {
         (Some(l1), Some(llc)) => {
-            let inside = small.iter().rev().find(|r| r.working_set_bytes <= l1.size_bytes / 2);
-            let beyond = small.iter().find(|r| r.working_set_bytes >= 4 * llc.size_bytes);
+            let inside = small
+                .iter()
+                .rev()
+                .find(|r| r.working_set_bytes <= l1.size_bytes / 2);
+            let beyond = small
+                .iter()
+                .find(|r| r.working_set_bytes >= 4 * llc.size_bytes);
             checks.push(match (inside, beyond) {
                 (Some(i), Some(b)) => Check::verdict(
                     expectation,
@@ -437,13 +462,25 @@ mod tests {
         let ws = working_sets(&tiny(), 64, &facts).unwrap();
         assert_eq!(ws, [4096, 8192, 16384, 32768, 65536]);
         let bad = [
-            TlbConfig { min_bytes: 64, ..tiny() },
-            TlbConfig { max_bytes: 1024, ..tiny() },
-            TlbConfig { max_bytes: usize::MAX, ..tiny() },
+            TlbConfig {
+                min_bytes: 64,
+                ..tiny()
+            },
+            TlbConfig {
+                max_bytes: 1024,
+                ..tiny()
+            },
+            TlbConfig {
+                max_bytes: usize::MAX,
+                ..tiny()
+            },
             TlbConfig { steps: 0, ..tiny() },
         ];
         for cfg in bad {
-            assert!(matches!(working_sets(&cfg, 64, &facts), Err(LabError::Invalid(_))));
+            assert!(matches!(
+                working_sets(&cfg, 64, &facts),
+                Err(LabError::Invalid(_))
+            ));
         }
     }
 }

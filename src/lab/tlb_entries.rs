@@ -152,8 +152,10 @@ mod tests {
         };
         let mut v = amd(leaf);
         v.sort_by_key(|t| (t.page_bytes, t.level));
-        let got: Vec<(u32, usize, usize)> =
-            v.iter().map(|t| (t.level, t.page_bytes, t.entries)).collect();
+        let got: Vec<(u32, usize, usize)> = v
+            .iter()
+            .map(|t| (t.level, t.page_bytes, t.entries))
+            .collect();
         assert_eq!(
             got,
             [
@@ -178,8 +180,10 @@ mod tests {
         };
         let mut v = intel(leaf);
         v.sort_by_key(|t| (t.page_bytes, t.level));
-        let got: Vec<(u32, usize, usize)> =
-            v.iter().map(|t| (t.level, t.page_bytes, t.entries)).collect();
+        let got: Vec<(u32, usize, usize)> = v
+            .iter()
+            .map(|t| (t.level, t.page_bytes, t.entries))
+            .collect();
         assert_eq!(
             got,
             [(1, PAGE_4K, 64), (2, PAGE_4K, 2048), (2, PAGE_2M, 2048)]

@@ -49,9 +49,7 @@ pub fn run(args: Args) -> CmdResult {
 /// A byte count with an optional binary unit: `4096`, `16K`, `16KiB`, `64M`, `1G`, `1T`.
 pub fn parse_bytes(text: &str) -> Result<usize, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     let n: usize = digits
         .parse()

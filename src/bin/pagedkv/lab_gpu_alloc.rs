@@ -42,7 +42,13 @@ pub fn run(args: Args) -> CmdResult {
             cfg.reps
         );
         let mut t = Table::new([
-            "method", "chunk", "chunks", "alloc ms", "free ms", "alloc ms/GiB", "free ms/GiB",
+            "method",
+            "chunk",
+            "chunks",
+            "alloc ms",
+            "free ms",
+            "alloc ms/GiB",
+            "free ms/GiB",
             "intact",
         ]);
         for row in &r.rows {

@@ -46,7 +46,14 @@ pub fn run(args: Args) -> CmdResult {
             b(r.slice_bytes as u64)
         );
         let mut t = Table::new([
-            "process", "slice at", "rss", "pss", "shared-clean", "private-clean", "minor", "major",
+            "process",
+            "slice at",
+            "rss",
+            "pss",
+            "shared-clean",
+            "private-clean",
+            "minor",
+            "major",
         ]);
         for (i, p) in r.rows.iter().enumerate() {
             t.row([

@@ -64,7 +64,11 @@ pub fn run(args: Args) -> CmdResult {
         println!(
             "the same {} with accounting (no MAP_NORESERVE): {}{}",
             b(r.reserved_bytes as u64),
-            if r.accounted.granted { "granted" } else { "refused" },
+            if r.accounted.granted {
+                "granted"
+            } else {
+                "refused"
+            },
             r.accounted
                 .error
                 .as_ref()

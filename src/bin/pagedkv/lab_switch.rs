@@ -44,7 +44,10 @@ pub fn run(args: Args) -> CmdResult {
         );
         let mut placements: Vec<String> = Vec::new();
         for row in &r.rows {
-            let p = format!("{} (cpus {},{})", row.placement.label, row.placement.cpus[0], row.placement.cpus[1]);
+            let p = format!(
+                "{} (cpus {},{})",
+                row.placement.label, row.placement.cpus[0], row.placement.cpus[1]
+            );
             if !placements.contains(&p) {
                 placements.push(p);
             }

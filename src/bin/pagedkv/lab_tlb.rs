@@ -50,7 +50,13 @@ pub fn run(args: Args) -> CmdResult {
             r.line_bytes, cfg.reps, cfg.steps
         );
         let small = pagedkv::lab::machine::page_bytes();
-        let mut t = Table::new(["working set", "4 KiB pages", "2 MiB pages", "4K/2M", "in huge"]);
+        let mut t = Table::new([
+            "working set",
+            "4 KiB pages",
+            "2 MiB pages",
+            "4K/2M",
+            "in huge",
+        ]);
         for row in r.rows.iter().filter(|x| x.page_bytes == small) {
             let huge = r
                 .rows
@@ -70,7 +76,13 @@ pub fn run(args: Args) -> CmdResult {
         }
         println!("steps (4 KiB series) at the sizes the machine reports:");
         let mut t = Table::new([
-            "level", "size", "ns inside", "ns beyond", "steepest at", "rise", "4K/2M beyond",
+            "level",
+            "size",
+            "ns inside",
+            "ns beyond",
+            "steepest at",
+            "rise",
+            "4K/2M beyond",
         ]);
         for l in &r.levels {
             t.row([
