@@ -23,6 +23,9 @@ pub enum LabError {
         #[source]
         source: cudarc::driver::DriverError,
     },
+    /// A GPU pool operation failed after the GPU was found (a real failure, not a skip).
+    #[error(transparent)]
+    Vmm(crate::vmm::VmmError),
     /// A child process of a lab misbehaved (died, sent a short report).
     #[error("child process: {0}")]
     Child(String),

@@ -59,10 +59,11 @@ pub struct GpuAllocReport {
     pub checks: Vec<Check>,
 }
 
-fn vmm_error(e: VmmError) -> LabError {
+/// No GPU is a skip; any other failure is one.
+pub(crate) fn vmm_error(e: VmmError) -> LabError {
     match e {
         VmmError::NoGpu(why) => LabError::Unavailable(format!("no usable CUDA GPU: {why}")),
-        e => LabError::Unavailable(e.to_string()),
+        e => LabError::Vmm(e),
     }
 }
 

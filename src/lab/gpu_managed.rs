@@ -116,7 +116,11 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         )));
     }
 
-    let host = pattern(bytes);
+    let mut host = pattern(bytes);
+    if xor_fold(&host) == 0 {
+        // Zeroed memory folds to 0 too: the pattern must not, or a lost copy would pass.
+        host[0] ^= 1;
+    }
     let expected = xor_fold(&host);
     let mut reader = Reader::new(&dev)?;
     let mut passes = Vec::new();
@@ -132,6 +136,14 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
 
     // The explicit way: copy into cuMemAlloc'd memory, then read it there.
     let device = DeviceMemory::alloc(&ctx, bytes).map_err(driver("cuMemAlloc"))?;
+    // Each copy lands on zeroed memory, so a copy that did nothing fails the fold.
+    let poison = || {
+        // SAFETY: `device` holds `bytes` bytes; the memset is ordered before the timed copy on
+        // the same stream.
+        unsafe { result::memset_d8_async(device.ptr, 0, bytes, dev.stream.cu_stream()) }
+            .map_err(driver("cuMemsetD8"))
+    };
+    poison()?;
     let copy_pageable_ms = dev
         .time_total_ms(1, || {
             // SAFETY: `device` holds `bytes` bytes; `host` lives until the copy is synchronised
@@ -151,9 +163,9 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         copy_pageable_ms,
         sum == expected,
     );
-    let mut pinned =
-        PinnedBuffer::new(&ctx, bytes).map_err(|e| LabError::Unavailable(e.to_string()))?;
+    let mut pinned = PinnedBuffer::new(&ctx, bytes).map_err(super::gpu_alloc::vmm_error)?;
     pinned.as_mut().copy_from_slice(&host);
+    poison()?;
     let copy_pinned_ms = dev
         .time_total_ms(1, || {
             // SAFETY: as above; the pinned buffer outlives the synchronised copy.
@@ -307,6 +319,10 @@ impl<'a> Reader<'a> {
             out,
             cfg,
         } = self;
+        // Zeroed first: a kernel that did not run leaves a fold of 0, not the last one.
+        dev.stream
+            .memset_zeros(&mut *out)
+            .map_err(driver("cuMemsetD8"))?;
         let ms = dev
             .time_total_ms(1, || {
                 before()?;
@@ -323,6 +339,9 @@ impl<'a> Reader<'a> {
             .stream
             .clone_dtoh(&*out)
             .map_err(driver("cuMemcpyDtoH"))?;
+        dev.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
         Ok((ms, folds.iter().fold(0, |a, &f| a ^ f)))
     }
 }
