@@ -16,6 +16,7 @@ pub mod device;
 pub mod emu;
 pub mod kernels;
 pub mod kv;
+pub mod lab;
 pub mod report;
 pub mod sim;
 pub mod stats;

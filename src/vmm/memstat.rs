@@ -14,7 +14,8 @@ pub struct Resident {
     pub shmem: u64,
 }
 
-fn field_kib(text: &str, name: &str) -> Option<u64> {
+/// The value of `Name:   123 kB` lines in /proc files (meminfo, smaps), in KiB.
+pub fn field_kib(text: &str, name: &str) -> Option<u64> {
     text.lines()
         .find(|l| l.starts_with(name) && l[name.len()..].starts_with(':'))
         .and_then(|l| l[name.len() + 1..].split_whitespace().next())

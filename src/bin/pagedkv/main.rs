@@ -3,6 +3,14 @@
 
 mod attention;
 mod info;
+mod lab;
+mod lab_faults;
+mod lab_gpu_alloc;
+mod lab_gpu_managed;
+mod lab_mmap_share;
+mod lab_overcommit;
+mod lab_switch;
+mod lab_tlb;
 mod sim;
 mod sim_alloc;
 mod sim_cache;
@@ -45,6 +53,9 @@ enum Command {
     Swap(swap::Args),
     /// Block-size sweep: fragmentation (from a trace) against bandwidth (measured), vs vLLM's 16.
     Sweep(Box<sweep::Args>),
+    /// Measured OS labs: context switches, page faults, overcommit, the TLB, shared page cache,
+    /// and their GPU counterparts.
+    Lab(lab::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -85,6 +96,7 @@ fn main() -> ExitCode {
         Command::SleepWake(args) => sleep_wake::run(args),
         Command::Swap(args) => swap::run(args),
         Command::Sweep(args) => sweep::run(*args),
+        Command::Lab(args) => lab::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,59 @@
+//! How a lab fails, as values. Bad input ([`LabError::Invalid`]) and a missing facility
+//! ([`LabError::Unavailable`]: no GPU, no kernels) are told apart so the CLI can say "skipped".
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LabError {
+    /// The arguments make no sense (a zero size, a working set beyond the machine).
+    #[error("{0}")]
+    Invalid(String),
+    /// The lab cannot run here at all; the reason is reported as a skip, not a failure.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{op} failed: {source}")]
+    Os {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("CUDA {op} failed: {source}")]
+    Driver {
+        op: &'static str,
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+    /// A GPU pool operation failed after the GPU was found (a real failure, not a skip).
+    #[error(transparent)]
+    Vmm(crate::vmm::VmmError),
+    /// A child process of a lab misbehaved (died, sent a short report).
+    #[error("child process: {0}")]
+    Child(String),
+}
+
+impl LabError {
+    /// The error of the libc call `op` that just failed (from `errno`).
+    pub(crate) fn last_os(op: &'static str) -> LabError {
+        LabError::Os {
+            op,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    pub(crate) fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> LabError {
+        move |source| LabError::Os { op, source }
+    }
+
+    pub(crate) fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> LabError {
+        move |source| LabError::Driver { op, source }
+    }
+}
+
+/// `Invalid` unless `value` is positive.
+pub(crate) fn positive(value: usize, what: &str) -> Result<usize, LabError> {
+    if value == 0 {
+        Err(LabError::Invalid(format!("{what} must be positive")))
+    } else {
+        Ok(value)
+    }
+}

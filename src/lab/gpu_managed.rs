@@ -1,0 +1,372 @@
+//! Managed (unified) memory's first touch on the GPU against an explicit copy. The host writes a
+//! buffer of managed memory, so its pages live in host memory; the first kernel that reads it
+//! faults page after page and the driver migrates them to the GPU. The explicit way copies the
+//! same bytes with `cuMemcpyHtoD` (from pageable and from pinned memory) and then runs the same
+//! kernel; `cuMemPrefetchAsync` is the managed way to move pages before they are needed.
+//!
+//! The kernel is `stream_read` (kernels/stream.cu), which folds every 16-byte vector into one
+//! xor per CTA: the host folds the same bytes, so every pass also checks that the GPU read what
+//! the host wrote. Needs the GPU kernels built in; without a GPU (or kernels) the lab returns
+//! [`LabError::Unavailable`] and the CLI reports it skipped.
+
+use super::gpu_mem::DeviceMemory;
+use super::{Check, LabError, GIB, MIB};
+use crate::device::cuda::CudaDevice;
+use crate::device::DeviceError;
+use crate::vmm::cuda::PinnedBuffer;
+use cudarc::driver::{result, sys, CudaSlice, LaunchConfig, PushKernelArg};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy)]
+pub struct ManagedConfig {
+    pub bytes: usize,
+}
+
+impl Default for ManagedConfig {
+    fn default() -> Self {
+        ManagedConfig { bytes: GIB }
+    }
+}
+
+/// One way of getting the bytes read by the GPU: time and effective rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct Pass {
+    pub name: &'static str,
+    pub ms: f64,
+    pub gbps: f64,
+    /// The kernel's xor fold equals the host's fold of the bytes written.
+    pub data_intact: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ManagedReport {
+    pub device: String,
+    pub bytes: usize,
+    /// The GPU can fault on managed pages while the host runs (pages migrate on demand).
+    pub concurrent_managed_access: bool,
+    /// The GPU can read ordinary pageable host memory (HMM or a coherent link).
+    pub pageable_memory_access: bool,
+    pub copy_pageable_ms: f64,
+    pub copy_pinned_ms: f64,
+    /// The kernel over device memory after the copy: the bandwidth the other passes aim at.
+    pub kernel_device_ms: f64,
+    pub first_touch_ms: f64,
+    pub second_touch_ms: f64,
+    /// Prefetch to the GPU plus the kernel; null without concurrent managed access.
+    pub prefetch_ms: Option<f64>,
+    pub passes: Vec<Pass>,
+    pub checks: Vec<Check>,
+}
+
+fn device_error(e: DeviceError) -> LabError {
+    match e {
+        DeviceError::NoGpu(why) => LabError::Unavailable(format!("no usable CUDA GPU: {why}")),
+        DeviceError::NoKernels => LabError::Unavailable(DeviceError::NoKernels.to_string()),
+        DeviceError::Driver(source) => LabError::Driver {
+            op: "a CUDA call",
+            source,
+        },
+        DeviceError::Invalid(s) => LabError::Invalid(s),
+    }
+}
+
+fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> LabError {
+    LabError::driver(op)
+}
+
+/// The bytes every pass moves: a 32-bit hash of each word's index, never all zeros.
+fn pattern(bytes: usize) -> Vec<u8> {
+    (0..bytes / 4)
+        .flat_map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ 0x5bd1_e995).to_ne_bytes())
+        .collect()
+}
+
+/// The xor of all 32-bit words: what `stream_read`'s per-CTA folds xor to.
+fn xor_fold(bytes: &[u8]) -> u32 {
+    bytes.chunks_exact(4).fold(0, |acc, w| {
+        acc ^ u32::from_ne_bytes(w.try_into().expect("4 bytes"))
+    })
+}
+
+pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
+    super::error::positive(cfg.bytes, "the buffer size")?;
+    let bytes = cfg
+        .bytes
+        .checked_next_multiple_of(MIB)
+        .ok_or_else(|| LabError::Invalid(format!("a buffer of {} bytes", cfg.bytes)))?;
+    let dev = CudaDevice::open(0).map_err(device_error)?;
+    let ctx = dev.ctx.clone();
+    let attr = |a| ctx.attribute(a).map_err(driver("cuDeviceGetAttribute"));
+    if attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? == 0 {
+        return Err(LabError::Unavailable(
+            "the device does not support managed memory".into(),
+        ));
+    }
+    let concurrent =
+        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)? != 0;
+    let pageable = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)? != 0;
+    ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+    let (free, _) = result::mem_get_info().map_err(driver("cuMemGetInfo"))?;
+    // Device memory and two managed buffers may all sit on the GPU at once.
+    if bytes.saturating_mul(3) > free / 10 * 9 {
+        return Err(LabError::Invalid(format!(
+            "3 x {} needed, {} free on the GPU",
+            super::machine::bytes(bytes as u64),
+            super::machine::bytes(free as u64)
+        )));
+    }
+
+    let mut host = pattern(bytes);
+    if xor_fold(&host) == 0 {
+        // Zeroed memory folds to 0 too: the pattern must not, or a lost copy would pass.
+        host[0] ^= 1;
+    }
+    let expected = xor_fold(&host);
+    let mut reader = Reader::new(&dev)?;
+    let mut passes = Vec::new();
+    let mut pass = |name, ms: f64, data_intact| {
+        passes.push(Pass {
+            name,
+            ms,
+            gbps: bytes as f64 / (ms * 1e-3) / 1e9,
+            data_intact,
+        });
+        ms
+    };
+
+    // The explicit way: copy into cuMemAlloc'd memory, then read it there.
+    let device = DeviceMemory::alloc(&ctx, bytes).map_err(driver("cuMemAlloc"))?;
+    // Each copy lands on zeroed memory, so a copy that did nothing fails the fold.
+    let poison = || {
+        // SAFETY: `device` holds `bytes` bytes; the memset is ordered before the timed copy on
+        // the same stream.
+        unsafe { result::memset_d8_async(device.ptr, 0, bytes, dev.stream.cu_stream()) }
+            .map_err(driver("cuMemsetD8"))
+    };
+    poison()?;
+    let copy_pageable_ms = dev
+        .time_total_ms(1, || {
+            // SAFETY: `device` holds `bytes` bytes; `host` lives until the copy is synchronised
+            // (time_total_ms waits for its end event).
+            unsafe { result::memcpy_htod_async(device.ptr, &host, dev.stream.cu_stream()) }?;
+            Ok(())
+        })
+        .map_err(device_error)?;
+    let (ms, sum) = reader.read(device.ptr, bytes)?;
+    let kernel_device_ms = pass(
+        "kernel over device memory (after the copy)",
+        ms,
+        sum == expected,
+    );
+    pass(
+        "copy from pageable memory",
+        copy_pageable_ms,
+        sum == expected,
+    );
+    let mut pinned = PinnedBuffer::new(&ctx, bytes).map_err(super::gpu_alloc::vmm_error)?;
+    pinned.as_mut().copy_from_slice(&host);
+    poison()?;
+    let copy_pinned_ms = dev
+        .time_total_ms(1, || {
+            // SAFETY: as above; the pinned buffer outlives the synchronised copy.
+            unsafe {
+                result::memcpy_htod_async(device.ptr, pinned.as_ref(), dev.stream.cu_stream())
+            }?;
+            Ok(())
+        })
+        .map_err(device_error)?;
+    let (_, sum_pinned) = reader.read(device.ptr, bytes)?;
+    pass(
+        "copy from pinned memory",
+        copy_pinned_ms,
+        sum_pinned == expected,
+    );
+    drop(pinned);
+    device.free().map_err(driver("cuMemFree"))?;
+
+    // The managed way: the host writes (pages on the host), the GPU's first read migrates them.
+    let mut managed = DeviceMemory::managed(&ctx, bytes).map_err(driver("cuMemAllocManaged"))?;
+    // SAFETY: managed memory, no GPU work uses it yet.
+    unsafe { managed.host_mut() }
+        .map_err(driver("cuCtxSynchronize"))?
+        .copy_from_slice(&host);
+    let (first_touch_ms, first_sum) = reader.read(managed.ptr, bytes)?;
+    pass(
+        "managed: first GPU touch (faults, migration)",
+        first_touch_ms,
+        first_sum == expected,
+    );
+    let (second_touch_ms, second_sum) = reader.read(managed.ptr, bytes)?;
+    pass(
+        "managed: second GPU touch (resident)",
+        second_touch_ms,
+        second_sum == expected,
+    );
+    managed.free().map_err(driver("cuMemFree"))?;
+
+    let prefetch_ms = if concurrent {
+        let mut managed =
+            DeviceMemory::managed(&ctx, bytes).map_err(driver("cuMemAllocManaged"))?;
+        // SAFETY: as above.
+        unsafe { managed.host_mut() }
+            .map_err(driver("cuCtxSynchronize"))?
+            .copy_from_slice(&host);
+        let location = sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ctx.cu_device(),
+        };
+        let (ms, sum) = reader.read_after(managed.ptr, bytes, || {
+            // SAFETY: the whole managed range, to this context's device, on the reader's stream.
+            unsafe {
+                result::mem_prefetch_async(managed.ptr, bytes, location, dev.stream.cu_stream())
+            }
+        })?;
+        managed.free().map_err(driver("cuMemFree"))?;
+        Some(pass("managed: prefetch then read", ms, sum == expected))
+    } else {
+        None
+    };
+
+    let lost: Vec<&str> = passes
+        .iter()
+        .filter(|p| !p.data_intact)
+        .map(|p| p.name)
+        .collect();
+    let mut checks = vec![Check::verdict(
+        "every pass read exactly the bytes the host wrote (xor fold)",
+        lost.is_empty(),
+        if lost.is_empty() {
+            format!("{} passes, fold {expected:#010x}", passes.len())
+        } else {
+            format!("wrong: {}", lost.join(", "))
+        },
+    )];
+    let expectation = "the first GPU touch of host-resident managed pages pays for migrating them";
+    checks.push(if concurrent {
+        Check::verdict(
+            expectation,
+            first_touch_ms > second_touch_ms,
+            format!("first touch {first_touch_ms:.2} ms, second {second_touch_ms:.2} ms"),
+        )
+    } else {
+        Check::skipped(
+            expectation,
+            "no concurrent managed access: pages move at kernel launch, not on faults",
+        )
+    });
+    Ok(ManagedReport {
+        device: dev.info.name.clone(),
+        bytes,
+        concurrent_managed_access: concurrent,
+        pageable_memory_access: pageable,
+        copy_pageable_ms,
+        copy_pinned_ms,
+        kernel_device_ms,
+        first_touch_ms,
+        second_touch_ms,
+        prefetch_ms,
+        passes,
+        checks,
+    })
+}
+
+/// `stream_read` over raw device addresses, timed with events on the device's stream.
+struct Reader<'a> {
+    dev: &'a CudaDevice,
+    function: cudarc::driver::CudaFunction,
+    out: CudaSlice<u32>,
+    cfg: LaunchConfig,
+}
+
+impl<'a> Reader<'a> {
+    fn new(dev: &'a CudaDevice) -> Result<Self, LabError> {
+        let function = dev
+            .function("stream", "stream_read")
+            .map_err(device_error)?;
+        let cfg = LaunchConfig {
+            grid_dim: (dev.info.multiprocessors.max(1) as u32 * 8, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let out = dev
+            .stream
+            .alloc_zeros::<u32>(cfg.grid_dim.0 as usize)
+            .map_err(driver("cuMemAlloc"))?;
+        Ok(Reader {
+            dev,
+            function,
+            out,
+            cfg,
+        })
+    }
+
+    /// ms of one kernel reading `bytes` at `src`, and the xor of what it read.
+    fn read(&mut self, src: u64, bytes: usize) -> Result<(f64, u32), LabError> {
+        self.read_after(src, bytes, || Ok(()))
+    }
+
+    /// The same with `before` enqueued first inside the timed interval.
+    fn read_after(
+        &mut self,
+        src: u64,
+        bytes: usize,
+        before: impl Fn() -> Result<(), cudarc::driver::DriverError>,
+    ) -> Result<(f64, u32), LabError> {
+        let vectors = (bytes / 16) as i64;
+        let Reader {
+            dev,
+            function,
+            out,
+            cfg,
+        } = self;
+        // Zeroed first: a kernel that did not run leaves a fold of 0, not the last one.
+        dev.stream
+            .memset_zeros(&mut *out)
+            .map_err(driver("cuMemsetD8"))?;
+        let ms = dev
+            .time_total_ms(1, || {
+                before()?;
+                let mut b = dev.stream.launch_builder(function);
+                b.arg(&mut *out).arg(&src).arg(&vectors);
+                // SAFETY: stream_read(out [grid], src [vectors * 16 bytes], n): `src` holds
+                // `bytes` readable bytes on this device (device or managed memory) and `out` one
+                // u32 per CTA.
+                unsafe { b.launch(*cfg) }?;
+                Ok(())
+            })
+            .map_err(device_error)?;
+        let folds = dev
+            .stream
+            .clone_dtoh(&*out)
+            .map_err(driver("cuMemcpyDtoH"))?;
+        dev.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))?;
+        Ok((ms, folds.iter().fold(0, |a, &f| a ^ f)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fold_sees_every_word() {
+        let mut bytes = pattern(4096);
+        assert_ne!(xor_fold(&bytes), 0);
+        let before = xor_fold(&bytes);
+        bytes[4095] ^= 0x80;
+        assert_ne!(xor_fold(&bytes), before);
+    }
+
+    #[test]
+    fn without_a_gpu_the_lab_is_unavailable_not_failed() {
+        if crate::device::cuda::driver_present() {
+            return; // A machine with libcuda runs the lab itself (scripts/gpu-check).
+        }
+        let r = run(&ManagedConfig { bytes: MIB });
+        assert!(matches!(r, Err(LabError::Unavailable(_))), "{r:?}");
+        let r = super::super::gpu_alloc::run(&Default::default());
+        assert!(matches!(r, Err(LabError::Unavailable(_))), "{r:?}");
+    }
+}
