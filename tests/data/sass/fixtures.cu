@@ -1,7 +1,11 @@
-// Tiny kernels whose bytes in flight are known by hand: the static SASS report's analyser
-// (src/kernels/sass/) is checked against them (tests/kernels_sass_fixtures.rs). fixtures.sm_90.sass
-// is this file compiled by nvcc 13.0 for sm_90 and disassembled by `cuobjdump -sass`; build.rs
-// recompiles it when nvcc and cuobjdump are present, so the check also runs on fresh output.
+// Tiny kernels whose bytes in flight are known by hand: the static report's analyser
+// (src/kernels/sass/) is checked against them by tests/kernels_sass_fixtures.rs. The committed
+// fixtures.sm_90.sass and fixtures.sm_90.elf are this file compiled by nvcc 13.0.88 and dumped by
+// cuobjdump 13.2.86, as build.rs does (kernels/build_sass.rs) when both are present, so the test
+// also runs on fresh output:
+//   nvcc -cubin -arch sm_90 -O3 -std=c++17 fixtures.cu -o fixtures.cubin
+//   cuobjdump -sass -arch sm_90 fixtures.cubin > fixtures.sm_90.sass
+//   cuobjdump -elf -arch sm_90 fixtures.cubin > fixtures.sm_90.elf
 #include <cstdint>
 
 // One 4-byte load per iteration, consumed at once: 1 load (128 B per warp) in flight.
