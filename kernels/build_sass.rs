@@ -117,7 +117,11 @@ fn analyse_module(
 }
 
 /// The analysis of every module: `(name, fatbin, cache stem)`.
-pub fn analyse_all(root: &Path, tool: Option<&Path>, modules: &[(String, PathBuf, PathBuf)]) -> SassResult {
+pub fn analyse_all(
+    root: &Path,
+    tool: Option<&Path>,
+    modules: &[(String, PathBuf, PathBuf)],
+) -> SassResult {
     let Some(tool) = tool else {
         println!("cargo:warning=GPU kernels built without the static report: {MISSING}");
         return SassResult {

@@ -46,7 +46,11 @@ fn check(kernels: &[KernelSass]) {
             (loads, copies, bytes),
             "{name}"
         );
-        assert_eq!(l.bytes_in_flight_per_warp, Some(in_flight), "{name}: {l:#?}");
+        assert_eq!(
+            l.bytes_in_flight_per_warp,
+            Some(in_flight),
+            "{name}: {l:#?}"
+        );
     }
     for k in kernels {
         let expected = (k.kernel != "no_bounds").then_some(128);

@@ -34,7 +34,10 @@ fn kib(bytes: Option<f64>) -> String {
 /// The paged and contiguous figures of every attention instance.
 fn print_attention(report: &[StaticKernel]) {
     println!("bytes in flight per SM, sm_90 (paged vs contiguous decode attention):");
-    for paged in report.iter().filter(|k| k.kernel.starts_with("paged_attention_")) {
+    for paged in report
+        .iter()
+        .filter(|k| k.kernel.starts_with("paged_attention_"))
+    {
         let suffix = &paged.kernel["paged_attention_".len()..];
         let contiguous = entry(report, &format!("contiguous_attention_{suffix}"));
         let ratio = paged
@@ -52,7 +55,10 @@ fn print_attention(report: &[StaticKernel]) {
         );
     }
     println!("gather, stream and cache kernels:");
-    for k in report.iter().filter(|k| !k.kernel.contains("attention") && !k.kernel.starts_with("merge")) {
+    for k in report
+        .iter()
+        .filter(|k| !k.kernel.contains("attention") && !k.kernel.starts_with("merge"))
+    {
         println!(
             "  {:<30} {:>9} ({:>5.0} B/warp x {:>2} warps)",
             k.kernel,
@@ -73,7 +79,9 @@ fn paged_attention_keeps_nine_tenths_of_the_contiguous_bytes_in_flight() {
         let contiguous = entry(&report, &format!("contiguous_attention_{dtype}_d128_g4"));
         let (p, c) = (
             paged.bytes_in_flight_per_sm.expect("paged figure"),
-            contiguous.bytes_in_flight_per_sm.expect("contiguous figure"),
+            contiguous
+                .bytes_in_flight_per_sm
+                .expect("contiguous figure"),
         );
         let aim = |b: f64| if b >= 32.0 * 1024.0 { "meets" } else { "below" };
         println!(
@@ -85,10 +93,17 @@ fn paged_attention_keeps_nine_tenths_of_the_contiguous_bytes_in_flight() {
             p / c
         );
         if p < 0.9 * c {
-            short.push(format!("{dtype}: paged {} < 0.9 x contiguous {}", kib(Some(p)), kib(Some(c))));
+            short.push(format!(
+                "{dtype}: paged {} < 0.9 x contiguous {}",
+                kib(Some(p)),
+                kib(Some(c))
+            ));
         }
     }
-    assert!(short.is_empty(), "paged attention keeps too few bytes in flight: {short:?}");
+    assert!(
+        short.is_empty(),
+        "paged attention keeps too few bytes in flight: {short:?}"
+    );
 }
 
 #[test]
@@ -97,16 +112,31 @@ fn every_sm90_kernel_has_a_report_with_the_launchers_block_size() {
     for r in kernels::RESOURCES.iter().filter(|r| r.arch == sass::ARCH) {
         let k = entry(&report, r.kernel);
         assert!(k.threads_per_cta.is_some(), "{}: no block size", k.kernel);
-        assert!(k.ctas_per_sm.is_some_and(|c| c >= 1), "{}: does not fit an SM", k.kernel);
-        assert!(!k.loops.is_empty(), "{}: no loop with global loads found", k.kernel);
+        assert!(
+            k.ctas_per_sm.is_some_and(|c| c >= 1),
+            "{}: does not fit an SM",
+            k.kernel
+        );
+        assert!(
+            !k.loops.is_empty(),
+            "{}: no loop with global loads found",
+            k.kernel
+        );
         assert!(k.loops.iter().any(|l| l.main), "{}: no main loop", k.kernel);
     }
     // The gather launchers' block sizes (src/emu/gather.rs, shared with src/device/cuda).
-    assert_eq!(entry(&report, "paged_gather_sum_merge").threads_per_cta, Some(MERGE_THREADS));
+    assert_eq!(
+        entry(&report, "paged_gather_sum_merge").threads_per_cta,
+        Some(MERGE_THREADS)
+    );
     let spec = pagedkv::kv::KvSpec::new(8, 128, 16, pagedkv::kv::Dtype::F16).unwrap();
     let geometry = pagedkv::emu::gather::GatherGeometry::for_spec(&spec);
     for kernel in ["paged_gather_copy_f16", "paged_gather_sum_partial_f16"] {
-        assert_eq!(entry(&report, kernel).threads_per_cta, Some(geometry.threads), "{kernel}");
+        assert_eq!(
+            entry(&report, kernel).threads_per_cta,
+            Some(geometry.threads),
+            "{kernel}"
+        );
     }
 }
 
@@ -118,7 +148,10 @@ fn the_read_only_stream_keeps_plenty_in_flight() {
     let stream = entry(&report, "stream_read");
     let per_warp = stream.bytes_in_flight_per_warp.expect("a figure");
     assert!(per_warp >= 1024.0, "{per_warp} B per warp");
-    assert!(stream.bytes_in_flight_per_sm.unwrap() >= 32.0 * 1024.0, "{stream:#?}");
+    assert!(
+        stream.bytes_in_flight_per_sm.unwrap() >= 32.0 * 1024.0,
+        "{stream:#?}"
+    );
 }
 
 #[test]
@@ -128,26 +161,56 @@ fn info_json_carries_the_static_figures() {
         .args(["info", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(info["static_report"]["analysed_by"].is_string(), "{}", info["static_report"]);
+    assert!(
+        info["static_report"]["analysed_by"].is_string(),
+        "{}",
+        info["static_report"]
+    );
     let entries = info["kernels"].as_array().unwrap();
     for k in &report {
         let e = entries
             .iter()
             .find(|e| e["kernel"] == k.kernel && e["arch"] == sass::ARCH)
             .unwrap_or_else(|| panic!("{}: no sm_90 entry", k.kernel));
-        assert_eq!(e["ctas_per_sm"].as_u64(), k.ctas_per_sm.map(u64::from), "{}", k.kernel);
-        assert_eq!(e["warps_per_sm"].as_u64(), k.warps_per_sm.map(u64::from), "{}", k.kernel);
+        assert_eq!(
+            e["ctas_per_sm"].as_u64(),
+            k.ctas_per_sm.map(u64::from),
+            "{}",
+            k.kernel
+        );
+        assert_eq!(
+            e["warps_per_sm"].as_u64(),
+            k.warps_per_sm.map(u64::from),
+            "{}",
+            k.kernel
+        );
         // JSON's decimal text need not read back to the same last bit.
         let json = e["bytes_in_flight_per_sm"].as_f64();
         let close = match (json, k.bytes_in_flight_per_sm) {
             (Some(a), Some(b)) => (a - b).abs() <= 1e-9 * b.abs(),
             (a, b) => a == b,
         };
-        assert!(close, "{}: {json:?} vs {:?}", k.kernel, k.bytes_in_flight_per_sm);
-        assert_eq!(e["loops"].as_array().unwrap().len(), k.loops.len(), "{}", k.kernel);
+        assert!(
+            close,
+            "{}: {json:?} vs {:?}",
+            k.kernel, k.bytes_in_flight_per_sm
+        );
+        assert_eq!(
+            e["loops"].as_array().unwrap().len(),
+            k.loops.len(),
+            "{}",
+            k.kernel
+        );
     }
     // sm_80 entries have no static figures.
-    assert!(entries.iter().filter(|e| e["arch"] == "sm_80").all(|e| e["ctas_per_sm"].is_null()));
+    assert!(entries
+        .iter()
+        .filter(|e| e["arch"] == "sm_80")
+        .all(|e| e["ctas_per_sm"].is_null()));
 }

@@ -91,7 +91,9 @@ pub fn occupancy(sm: &SmLimits, cta: &CtaShape) -> Occupancy {
         }
     };
 
-    let shared = cta.static_shared_bytes.saturating_add(cta.dynamic_shared_bytes);
+    let shared = cta
+        .static_shared_bytes
+        .saturating_add(cta.dynamic_shared_bytes);
     let by_shared = if shared > sm.max_shared_bytes_per_cta {
         0
     } else {
@@ -132,7 +134,10 @@ mod tests {
     #[test]
     fn warps_cap_small_kernels() {
         let o = occupancy(&SM90, &cta(128, 32, 0));
-        assert_eq!((o.ctas_per_sm, o.warps_per_sm, o.limited_by), (16, 64, Limiter::Warps));
+        assert_eq!(
+            (o.ctas_per_sm, o.warps_per_sm, o.limited_by),
+            (16, 64, Limiter::Warps)
+        );
         let o = occupancy(&SM90, &cta(32, 16, 0));
         assert_eq!((o.ctas_per_sm, o.limited_by), (32, Limiter::Ctas));
     }
@@ -142,7 +147,10 @@ mod tests {
         // 123 registers -> 128 per thread = 4096 per warp; 16384 / 4096 = 4 warps per
         // sub-partition, 16 per SM: 4 CTAs of 4 warps.
         let o = occupancy(&SM90, &cta(128, 123, 0));
-        assert_eq!((o.ctas_per_sm, o.warps_per_sm, o.limited_by), (4, 16, Limiter::Registers));
+        assert_eq!(
+            (o.ctas_per_sm, o.warps_per_sm, o.limited_by),
+            (4, 16, Limiter::Registers)
+        );
         // 93 -> 96: 3072 per warp, 5 per sub-partition (not 65536 / 3072 = 21 per SM): 20 warps.
         let o = occupancy(&SM90, &cta(128, 93, 0));
         assert_eq!((o.ctas_per_sm, o.warps_per_sm), (5, 20));
@@ -163,6 +171,9 @@ mod tests {
         };
         assert_eq!(occupancy(&SM90, &with_dynamic).ctas_per_sm, 4);
         assert_eq!(occupancy(&SM90, &cta(128, 32, 227 * 1024)).ctas_per_sm, 1);
-        assert_eq!(occupancy(&SM90, &cta(128, 32, 227 * 1024 + 1)).ctas_per_sm, 0);
+        assert_eq!(
+            occupancy(&SM90, &cta(128, 32, 227 * 1024 + 1)).ctas_per_sm,
+            0
+        );
     }
 }

@@ -96,11 +96,12 @@ fn kernel_report(
     dynamic: &[(&str, u32)],
 ) -> StaticKernel {
     let kernel: &'static str = &sass.kernel;
-    let (threads_per_cta, threads_from) = match (sass.max_threads, by_prefix(DECLARED_THREADS, kernel)) {
-        (Some(t), _) => (Some(t), Some(ThreadsFrom::LaunchBounds)),
-        (None, Some(t)) => (Some(t), Some(ThreadsFrom::Declared)),
-        (None, None) => (None, None),
-    };
+    let (threads_per_cta, threads_from) =
+        match (sass.max_threads, by_prefix(DECLARED_THREADS, kernel)) {
+            (Some(t), _) => (Some(t), Some(ThreadsFrom::LaunchBounds)),
+            (None, Some(t)) => (Some(t), Some(ThreadsFrom::Declared)),
+            (None, None) => (None, None),
+        };
     let dynamic_shared_bytes = by_prefix(dynamic, kernel).unwrap_or(0);
     let occupancy = threads_per_cta.zip(resources).map(|(threads, r)| {
         occupancy::occupancy(
@@ -171,9 +172,9 @@ pub fn report(dynamic: &[(&str, u32)]) -> Vec<StaticKernel> {
     SASS_KERNELS
         .iter()
         .map(|k| {
-            let resources = RESOURCES
-                .iter()
-                .find(|r| r.arch == super::sass::ARCH && r.module == k.module && r.kernel == k.kernel);
+            let resources = RESOURCES.iter().find(|r| {
+                r.arch == super::sass::ARCH && r.module == k.module && r.kernel == k.kernel
+            });
             kernel_report(&occupancy::SM90, k, resources, dynamic)
         })
         .collect()
@@ -187,4 +188,119 @@ pub fn availability() -> Result<&'static str, &'static str> {
 /// The report's entry for `kernel`.
 pub fn find<'a>(report: &'a [StaticKernel], kernel: &str) -> Option<&'a StaticKernel> {
     report.iter().find(|k| k.kernel == kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::sass::WaitPoint;
+    use std::borrow::Cow;
+
+    fn looped(head: u32, depth: u32, remainder_of: Option<u32>, in_flight: f64) -> LoopReport {
+        LoopReport {
+            head,
+            latch: head + 0x100,
+            depth,
+            remainder_of,
+            instructions: 16,
+            global_loads: 1,
+            async_copies: 0,
+            load_bytes_per_warp: 512,
+            round_trips: 1.0,
+            bytes_in_flight_per_warp: Some(in_flight),
+            waits: Cow::Owned(vec![WaitPoint {
+                address: head + 0x80,
+                outstanding_bytes: 512,
+            }]),
+        }
+    }
+
+    fn kernel(name: &str, max_threads: Option<u32>, loops: Vec<LoopReport>) -> &'static KernelSass {
+        Box::leak(Box::new(KernelSass {
+            module: Cow::Owned("m".into()),
+            kernel: Cow::Owned(name.into()),
+            max_threads,
+            instructions: 100,
+            loops: Cow::Owned(loops),
+        }))
+    }
+
+    fn resources(registers: u32, shared_bytes: u32) -> &'static KernelResources {
+        Box::leak(Box::new(KernelResources {
+            module: "m",
+            kernel: "k",
+            arch: "sm_90",
+            registers,
+            spill_stores: 0,
+            spill_loads: 0,
+            shared_bytes,
+            stack_bytes: 0,
+        }))
+    }
+
+    #[test]
+    fn main_loops_skip_remainders_and_prologues() {
+        let loops = [
+            looped(0x100, 0, None, 64.0), // a prologue (q), outside the context loop
+            looped(0x300, 1, None, 1024.0), // K
+            looped(0x500, 1, Some(0x700), 96.0), // V's remainder
+            looped(0x700, 1, None, 768.0), // V
+        ];
+        let heads: Vec<u32> = main_loops(&loops).iter().map(|l| l.head).collect();
+        assert_eq!(heads, vec![0x300, 0x700]);
+        let flat = [
+            looped(0, 0, Some(0x200), 512.0),
+            looped(0x200, 0, None, 2048.0),
+        ];
+        assert_eq!(main_loops(&flat).len(), 1);
+    }
+
+    #[test]
+    fn per_sm_is_the_weakest_main_loop_times_resident_warps() {
+        let k = kernel(
+            "paged_attention_x",
+            Some(128),
+            vec![
+                looped(0x100, 0, None, 64.0),
+                looped(0x300, 1, None, 1024.0),
+                looped(0x700, 1, None, 768.0),
+            ],
+        );
+        // 123 registers, 128 threads: 4 CTAs, 16 warps (occupancy's own test works this out).
+        let r = kernel_report(&occupancy::SM90, k, Some(resources(123, 6192)), &[]);
+        assert_eq!((r.ctas_per_sm, r.warps_per_sm), (Some(4), Some(16)));
+        assert_eq!(r.bytes_in_flight_per_warp, Some(768.0));
+        assert_eq!(r.bytes_in_flight_per_sm, Some(768.0 * 16.0));
+        assert_eq!(r.loops.iter().filter(|l| l.main).count(), 2);
+        assert_eq!(r.loops[1].bytes_in_flight_per_sm, Some(1024.0 * 16.0));
+        assert_eq!(r.threads_from, Some(ThreadsFrom::LaunchBounds));
+    }
+
+    #[test]
+    fn declared_threads_and_dynamic_shared_memory_come_from_the_tables() {
+        let merge = kernel(
+            "merge_partitions_f16_d128",
+            None,
+            vec![looped(0, 0, None, 512.0)],
+        );
+        let r = kernel_report(&occupancy::SM90, merge, Some(resources(32, 0)), &[]);
+        assert_eq!(
+            (r.threads_per_cta, r.threads_from),
+            (Some(128), Some(ThreadsFrom::Declared))
+        );
+        assert_eq!(r.ctas_per_sm, Some(16));
+        // 100 KiB of dynamic shared memory per launch leaves room for 2 CTAs.
+        let dynamic = [("merge_partitions_", 100 * 1024)];
+        let r = kernel_report(&occupancy::SM90, merge, Some(resources(32, 0)), &dynamic);
+        assert_eq!(
+            (r.ctas_per_sm, r.dynamic_shared_bytes),
+            (Some(2), 100 * 1024)
+        );
+        assert_eq!(r.bytes_in_flight_per_sm, Some(512.0 * 8.0));
+        // Neither bounds nor a declared size: no occupancy, no per-SM figure.
+        let unknown = kernel("mystery", None, vec![looped(0, 0, None, 512.0)]);
+        let r = kernel_report(&occupancy::SM90, unknown, Some(resources(32, 0)), &[]);
+        assert_eq!((r.ctas_per_sm, r.bytes_in_flight_per_sm), (None, None));
+        assert_eq!(r.bytes_in_flight_per_warp, Some(512.0));
+    }
 }

@@ -99,7 +99,10 @@ pub fn run(args: Args) -> CmdResult {
             missing: availability.err(),
             method: METHOD,
         },
-        kernels: kernels::RESOURCES.iter().map(|r| entry(r, &report)).collect(),
+        kernels: kernels::RESOURCES
+            .iter()
+            .map(|r| entry(r, &report))
+            .collect(),
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_bytes: memory_bytes(),
     };
@@ -167,8 +170,16 @@ fn print_static_report(about: &StaticReportInfo, report: &[StaticKernel]) {
     };
     println!("static report ({}, read by {tool}):", about.arch);
     let mut t = Table::new([
-        "kernel", "regs", "smem", "threads", "CTAs/SM", "warps/SM", "limit", "main loops",
-        "B/warp", "KiB/SM",
+        "kernel",
+        "regs",
+        "smem",
+        "threads",
+        "CTAs/SM",
+        "warps/SM",
+        "limit",
+        "main loops",
+        "B/warp",
+        "KiB/SM",
     ]);
     let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
     for k in report {

@@ -81,7 +81,11 @@ mod tests {
 
     #[test]
     fn every_field_round_trips() {
-        for (stall, y, wb, rb, wait, reuse) in [(0u64, 0u64, 7u64, 7u64, 0u64, 0u64), (15, 1, 0, 5, 0x3f, 0xf), (3, 0, 4, 7, 0b100001, 2)] {
+        for (stall, y, wb, rb, wait, reuse) in [
+            (0u64, 0u64, 7u64, 7u64, 0u64, 0u64),
+            (15, 1, 0, 5, 0x3f, 0xf),
+            (3, 0, 4, 7, 0b100001, 2),
+        ] {
             let code = stall | y << 4 | wb << 5 | rb << 8 | wait << 11 | reuse << 17;
             let c = Control::from_high_word(code << 41);
             assert_eq!(c.stall as u64, stall);

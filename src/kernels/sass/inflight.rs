@@ -93,7 +93,11 @@ impl Warp {
 
     fn set(&mut self, sb: Option<u8>, bytes: u32) {
         if let Some(sb) = sb.map(usize::from).filter(|&s| s < SCOREBOARDS) {
-            let done = if bytes > 0 { self.clock + 1 } else { self.clock };
+            let done = if bytes > 0 {
+                self.clock + 1
+            } else {
+                self.clock
+            };
             self.scoreboards[sb].push(Event { done, bytes });
         }
     }
@@ -180,8 +184,8 @@ pub fn steady_state(body: &[&Instruction]) -> Steady {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::control::Control;
+    use super::*;
 
     fn refs(body: &[Instruction]) -> Vec<&Instruction> {
         body.iter().collect()
@@ -210,7 +214,13 @@ mod tests {
         assert_eq!((s.global_loads, s.load_bytes), (1, 128));
         assert_eq!(s.round_trips, 1.0);
         assert_eq!(s.bytes_in_flight, Some(128.0));
-        assert_eq!(s.waits, vec![WaitPoint { address: 0x10, outstanding_bytes: 128 }]);
+        assert_eq!(
+            s.waits,
+            vec![WaitPoint {
+                address: 0x10,
+                outstanding_bytes: 128
+            }]
+        );
     }
 
     #[test]

@@ -158,7 +158,10 @@ mod tests {
     fn reads_address_guard_opcode_operands_and_control() {
         let f = parse(LISTING).unwrap();
         assert_eq!(f.len(), 1);
-        assert_eq!((f[0].name.as_str(), f[0].arch.as_deref()), ("tiny", Some("sm_90")));
+        assert_eq!(
+            (f[0].name.as_str(), f[0].arch.as_deref()),
+            ("tiny", Some("sm_90"))
+        );
         let ins = &f[0].instructions;
         assert_eq!(ins.len(), 3);
         assert_eq!((ins[0].address, ins[0].opcode.as_str()), (0xe0, "LDG.E"));

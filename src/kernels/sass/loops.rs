@@ -114,7 +114,9 @@ fn dominators(g: &Graph) -> (Vec<bool>, Vec<Vec<bool>>) {
             predecessors[s].push(b);
         }
     }
-    let mut dom: Vec<Vec<bool>> = (0..n).map(|b| (0..n).map(|d| b != 0 || d == 0).collect()).collect();
+    let mut dom: Vec<Vec<bool>> = (0..n)
+        .map(|b| (0..n).map(|d| b != 0 || d == 0).collect())
+        .collect();
     let mut changed = true;
     while changed {
         changed = false;
@@ -179,7 +181,10 @@ pub fn find(code: &[Instruction]) -> Vec<Loop> {
             latch: *latch,
             depth: loops.iter().filter(|o| o.0 != *h && o.2[*h]).count() as u32,
             innermost: !loops.iter().any(|o| o.0 != *h && members[o.0]),
-            blocks: (0..n).filter(|&b| members[b]).map(|b| g.blocks[b].clone()).collect(),
+            blocks: (0..n)
+                .filter(|&b| members[b])
+                .map(|b| g.blocks[b].clone())
+                .collect(),
         })
         .collect();
     found.sort_by_key(|l| l.head);
@@ -188,8 +193,8 @@ pub fn find(code: &[Instruction]) -> Vec<Loop> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::control::Control;
+    use super::*;
 
     fn ins(address: u32, text: &str) -> Instruction {
         let (guard, text) = match text.strip_prefix('@') {

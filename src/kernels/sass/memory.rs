@@ -9,9 +9,13 @@ pub const LANES: u32 = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemoryOp {
     /// `LDG` (or a generic `LD`, counted as global): `bytes` per lane.
-    GlobalLoad { bytes: u32 },
+    GlobalLoad {
+        bytes: u32,
+    },
     /// `LDGSTS` (cp.async): global to shared, completion tracked by its group.
-    AsyncCopy { bytes: u32 },
+    AsyncCopy {
+        bytes: u32,
+    },
     /// `LDGDEPBAR` (cp.async.commit_group): closes the open group; its write barrier counts it.
     CommitGroup,
     /// `DEPBAR.LE SBk, N`: wait until at most N events remain on scoreboard k (with cp.async,

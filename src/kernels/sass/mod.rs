@@ -58,7 +58,11 @@ pub struct KernelSass {
 
 /// Every kernel of one module: `sass` is `cuobjdump -sass` output, `elf` is `cuobjdump -elf`
 /// output (for the launch bounds). Functions compiled for another architecture are skipped.
-pub fn analyse(module: &str, sass: &str, elf: &str) -> Result<Vec<KernelSass>, listing::ListingError> {
+pub fn analyse(
+    module: &str,
+    sass: &str,
+    elf: &str,
+) -> Result<Vec<KernelSass>, listing::ListingError> {
     let bounds = nvinfo::max_threads(elf);
     let mut kernels = Vec::new();
     for mut function in listing::parse(sass)? {
@@ -129,9 +133,7 @@ fn is_multiple(big: &BTreeMap<&str, u32>, small: &BTreeMap<&str, u32>) -> bool {
         return false;
     };
     let k = big.get(op).copied().unwrap_or(0) / n;
-    k >= 2
-        && big.len() == small.len()
-        && small.iter().all(|(op, &c)| big.get(op) == Some(&(c * k)))
+    k >= 2 && big.len() == small.len() && small.iter().all(|(op, &c)| big.get(op) == Some(&(c * k)))
 }
 
 impl KernelSass {
@@ -177,5 +179,34 @@ impl KernelSass {
         }
         s.push_str("]) }");
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remainder_holds_the_same_loads_a_whole_number_of_times_fewer() {
+        let map = |pairs: &[(&'static str, u32)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
+        let unrolled = map(&[("LDG.E.128", 8), ("LDG.E", 4)]);
+        assert!(is_multiple(
+            &unrolled,
+            &map(&[("LDG.E.128", 2), ("LDG.E", 1)])
+        ));
+        assert!(is_multiple(
+            &unrolled,
+            &map(&[("LDG.E.128", 4), ("LDG.E", 2)])
+        ));
+        assert!(!is_multiple(&unrolled, &unrolled), "not itself");
+        assert!(
+            !is_multiple(&unrolled, &map(&[("LDG.E.128", 2)])),
+            "not a different mix"
+        );
+        assert!(!is_multiple(
+            &unrolled,
+            &map(&[("LDG.E.128", 3), ("LDG.E", 1)])
+        ));
+        assert!(!is_multiple(&unrolled, &map(&[])));
     }
 }
