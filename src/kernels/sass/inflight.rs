@@ -162,7 +162,7 @@ pub fn steady_state(body: &[&Instruction]) -> Steady {
         }
         let last = iteration == WARMUP + WINDOW - 1;
         for (ins, op) in &body {
-            let outstanding = warp.outstanding();
+            let outstanding = if last { warp.outstanding() } else { 0 };
             if warp.issue(ins, op) && last {
                 waits.push(WaitPoint {
                     address: ins.address,
