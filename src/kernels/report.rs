@@ -71,8 +71,8 @@ pub struct StaticKernel {
 }
 
 /// The main loops: innermost loops with global loads that are not the remainder (or prologue)
-/// of an unrolled loop, at the deepest nesting among those (a loop run once per CTA before the
-/// main work, like loading q, sits outside the loop over the context).
+/// of an unrolled loop ([`super::sass::remainder`]), at the deepest nesting among those (a loop run
+/// once per CTA before the main work, like loading q, sits outside the loop over the context).
 pub fn main_loops(loops: &[LoopReport]) -> Vec<&LoopReport> {
     let candidates: Vec<&LoopReport> = loops.iter().filter(|l| l.remainder_of.is_none()).collect();
     let deepest = candidates.iter().map(|l| l.depth).max();

@@ -9,9 +9,9 @@ pub mod listing;
 pub mod loops;
 pub mod memory;
 pub mod nvinfo;
+pub mod remainder;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 pub use inflight::WaitPoint;
@@ -27,8 +27,7 @@ pub struct LoopReport {
     pub latch: u32,
     /// Loops around this one.
     pub depth: u32,
-    /// The head of a loop at the same depth whose loads are a whole multiple (2 or more times)
-    /// of this one's: this loop is then the remainder of that loop unrolled, or its prologue.
+    /// The head of the unrolled loop this one is the remainder (or prologue) of ([`remainder`]).
     pub remainder_of: Option<u32>,
     pub instructions: u32,
     /// `LDG`/`LD` and `LDGSTS` instructions per iteration.
@@ -71,22 +70,18 @@ pub fn analyse(
         }
         function.instructions.sort_by_key(|i| i.address);
         let code = &function.instructions;
-        let mut loops: Vec<(LoopReport, BTreeMap<&str, u32>)> = Vec::new();
-        for l in loops::find(code).into_iter().filter(|l| l.innermost) {
+        let all = loops::find(code);
+        let heads: Vec<u32> = all.iter().map(|l| l.head).collect();
+        let mut loops: Vec<LoopReport> = Vec::new();
+        let mut shapes: Vec<remainder::Shape> = Vec::new();
+        for l in all.iter().filter(|l| l.innermost) {
             let body = l.body(code);
             let steady = inflight::steady_state(&body);
             if steady.global_loads + steady.async_copies == 0 {
                 continue;
             }
-            let mut loads: BTreeMap<&str, u32> = BTreeMap::new();
-            for ins in body.iter().filter(|i| !i.never_executes()) {
-                if let memory::MemoryOp::GlobalLoad { .. } | memory::MemoryOp::AsyncCopy { .. } =
-                    memory::classify(ins)
-                {
-                    *loads.entry(ins.opcode.as_str()).or_default() += 1;
-                }
-            }
-            let report = LoopReport {
+            shapes.push(remainder::Shape::of(l.head, l.depth, &body));
+            loops.push(LoopReport {
                 head: l.head,
                 latch: l.latch,
                 depth: l.depth,
@@ -98,23 +93,11 @@ pub fn analyse(
                 round_trips: steady.round_trips,
                 bytes_in_flight_per_warp: steady.bytes_in_flight,
                 waits: Cow::Owned(steady.waits),
-            };
-            loops.push((report, loads));
+            });
         }
-        let remainders: Vec<Option<u32>> = loops
-            .iter()
-            .map(|(l, loads)| {
-                loops
-                    .iter()
-                    .find(|(m, m_loads)| m.depth == l.depth && is_multiple(m_loads, loads))
-                    .map(|(m, _)| m.head)
-            })
-            .collect();
-        let loops: Vec<LoopReport> = loops
-            .into_iter()
-            .zip(remainders)
-            .map(|((l, _), remainder_of)| LoopReport { remainder_of, ..l })
-            .collect();
+        for (l, of) in loops.iter_mut().zip(remainder::remainders(&shapes, &heads)) {
+            l.remainder_of = of;
+        }
         kernels.push(KernelSass {
             module: Cow::Owned(module.to_string()),
             max_threads: bounds.get(&function.name).copied(),
@@ -125,15 +108,6 @@ pub fn analyse(
     }
     kernels.sort_by(|a, b| a.kernel.cmp(&b.kernel));
     Ok(kernels)
-}
-
-/// Whether `big` holds every load of `small` the same whole number of times, at least twice.
-fn is_multiple(big: &BTreeMap<&str, u32>, small: &BTreeMap<&str, u32>) -> bool {
-    let Some((op, &n)) = small.iter().next() else {
-        return false;
-    };
-    let k = big.get(op).copied().unwrap_or(0) / n;
-    k >= 2 && big.len() == small.len() && small.iter().all(|(op, &c)| big.get(op) == Some(&(c * k)))
 }
 
 impl KernelSass {
@@ -179,34 +153,5 @@ impl KernelSass {
         }
         s.push_str("]) }");
         s
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_remainder_holds_the_same_loads_a_whole_number_of_times_fewer() {
-        let map = |pairs: &[(&'static str, u32)]| pairs.iter().copied().collect::<BTreeMap<_, _>>();
-        let unrolled = map(&[("LDG.E.128", 8), ("LDG.E", 4)]);
-        assert!(is_multiple(
-            &unrolled,
-            &map(&[("LDG.E.128", 2), ("LDG.E", 1)])
-        ));
-        assert!(is_multiple(
-            &unrolled,
-            &map(&[("LDG.E.128", 4), ("LDG.E", 2)])
-        ));
-        assert!(!is_multiple(&unrolled, &unrolled), "not itself");
-        assert!(
-            !is_multiple(&unrolled, &map(&[("LDG.E.128", 2)])),
-            "not a different mix"
-        );
-        assert!(!is_multiple(
-            &unrolled,
-            &map(&[("LDG.E.128", 3), ("LDG.E", 1)])
-        ));
-        assert!(!is_multiple(&unrolled, &map(&[])));
     }
 }
