@@ -58,6 +58,18 @@ struct Graph {
     successors: Vec<Vec<usize>>,
 }
 
+impl Graph {
+    fn predecessors(&self) -> Vec<Vec<usize>> {
+        let mut predecessors = vec![Vec::new(); self.blocks.len()];
+        for (b, next) in self.successors.iter().enumerate() {
+            for &s in next {
+                predecessors[s].push(b);
+            }
+        }
+        predecessors
+    }
+}
+
 fn graph(code: &[Instruction]) -> Graph {
     let index_of = |address: u32| code.binary_search_by_key(&address, |i| i.address).ok();
     let mut leader = vec![false; code.len()];
@@ -108,12 +120,7 @@ fn dominators(g: &Graph) -> (Vec<bool>, Vec<Vec<bool>>) {
             stack.extend(&g.successors[b]);
         }
     }
-    let mut predecessors = vec![Vec::new(); n];
-    for (b, next) in g.successors.iter().enumerate() {
-        for &s in next {
-            predecessors[s].push(b);
-        }
-    }
+    let predecessors = g.predecessors();
     let mut dom: Vec<Vec<bool>> = (0..n)
         .map(|b| (0..n).map(|d| b != 0 || d == 0).collect())
         .collect();
@@ -145,12 +152,7 @@ pub fn find(code: &[Instruction]) -> Vec<Loop> {
     let g = graph(code);
     let (reachable, dom) = dominators(&g);
     let n = g.blocks.len();
-    let mut predecessors = vec![Vec::new(); n];
-    for (b, next) in g.successors.iter().enumerate() {
-        for &s in next {
-            predecessors[s].push(b);
-        }
-    }
+    let predecessors = g.predecessors();
     // Head block -> (latch address, blocks in the loop).
     let mut loops: Vec<(usize, u32, Vec<bool>)> = Vec::new();
     for t in (0..n).filter(|&t| reachable[t]) {
