@@ -25,8 +25,10 @@ __device__ __forceinline__ void write_kv_slots(
   }
 }
 
+// 128 threads per CTA for both kernels (src/device/cuda/cache_ops.rs): __launch_bounds__ says so
+// to ptxas and to the static report.
 #define WRITE_KV_SLOTS(name, T)                                                               \
-  extern "C" __global__ void write_kv_slots_##name(                                           \
+  extern "C" __global__ void __launch_bounds__(128) write_kv_slots_##name(                    \
       GPTR(T) k_cache, GPTR(T) v_cache, GPTR(const T) k_new, GPTR(const T) v_new,             \
       GPTR(const int64_t) slots, int num_kv_heads, int head_dim, int log2_block_size) {     \
     write_kv_slots<T>(k_cache, v_cache, k_new, v_new, slots, num_kv_heads, head_dim,          \
@@ -39,7 +41,7 @@ WRITE_KV_SLOTS(f32, float)
 // Block pair p = blockIdx.y: block pairs[p][0] of src -> block pairs[p][1] of dst, in 16-byte
 // vectors; blockIdx.x strides over the block's vectors. A block is always a multiple of 16 bytes
 // (head_dim is a multiple of 16).
-extern "C" __global__ void copy_blocks(
+extern "C" __global__ void __launch_bounds__(128) copy_blocks(
     GPTR(unsigned char) dst,        // [num_dst_blocks, block_vecs * 16]
     GPTR(const unsigned char) src,  // [num_src_blocks, block_vecs * 16]
     GPTR(const int) pairs,          // [num_pairs, 2]: (src block, dst block); no dst twice

@@ -139,8 +139,9 @@ PAGED_GATHER_KERNELS(__nv_bfloat16, bf16)
 PAGED_GATHER_KERNELS(float, f32)
 
 // out[s, h] = the sum of the partials of sequence s's ceil(len / tokens_per_cta) chunks, in order.
-// Grid: ceil(num_seqs * num_kv_heads / blockDim.x) 1-D blocks.
-extern "C" __global__ void paged_gather_sum_merge(
+// Grid: ceil(num_seqs * num_kv_heads / blockDim.x) 1-D blocks of MERGE_THREADS = 128 threads
+// (src/emu/gather.rs).
+extern "C" __global__ void __launch_bounds__(128) paged_gather_sum_merge(
     GPTR(const float) partials,  // [num_seqs, num_kv_heads, num_chunks]
     GPTR(const int) seq_lens,    // [num_seqs]
     GPTR(float) out,             // [num_seqs, num_kv_heads]

@@ -2,19 +2,24 @@
 // same bytes in the same run. A copy (reads + writes) and a read-only reduction (reads only).
 #include "common.cuh"
 
+// Both probes run 256 threads per CTA (src/device/cuda/stream.rs); __launch_bounds__ says so to
+// ptxas and to the static report.
+
 // dst = src for n 16-byte vectors, grid-stride.
-extern "C" __global__ void stream_copy(GPTR(unsigned char) dst,        // [n * 16]
-                                       GPTR(const unsigned char) src,  // [n * 16]
-                                       int64_t n) {
+extern "C" __global__ void __launch_bounds__(256)
+    stream_copy(GPTR(unsigned char) dst,        // [n * 16]
+                GPTR(const unsigned char) src,  // [n * 16]
+                int64_t n) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
     st_vec<uint4>(dst + i * 16, ld_vec<uint4>(src + i * 16));
 }
 
 // Reads n 16-byte vectors and writes one xor-fold per CTA, so the reads cannot be optimised away.
-extern "C" __global__ void stream_read(GPTR(unsigned) out,      // [gridDim.x]
-                                       GPTR(const unsigned char) src,  // [n * 16]
-                                       int64_t n) {
+extern "C" __global__ void __launch_bounds__(256)
+    stream_read(GPTR(unsigned) out,             // [gridDim.x]
+                GPTR(const unsigned char) src,  // [n * 16]
+                int64_t n) {
   unsigned acc = 0;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {

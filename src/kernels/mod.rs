@@ -1,6 +1,10 @@
-//! The kernel images that build.rs compiled from `kernels/*.cu`, and ptxas's resource report.
+//! The kernel images that build.rs compiled from `kernels/*.cu`, ptxas's resource report, and the
+//! static report read from the compiled sm_90 code (KERNELS.md, "Static report").
 
 pub mod fatbin;
+pub mod occupancy;
+pub mod report;
+pub mod sass;
 
 /// One `kernels/NAME.cu`, compiled into a fatbin.
 #[derive(Debug, Clone, Copy)]

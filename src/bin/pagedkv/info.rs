@@ -2,7 +2,8 @@
 
 use crate::CmdResult;
 use pagedkv::device::{self, GpuInfo};
-use pagedkv::kernels::{self, KernelResources};
+use pagedkv::kernels::report::{self as static_report, StaticKernel};
+use pagedkv::kernels::{self, sass, KernelResources};
 use pagedkv::report::Table;
 use serde::Serialize;
 
@@ -20,9 +21,55 @@ struct Info {
     gpus: Vec<GpuInfo>,
     kernels_built: bool,
     nvcc_version: Option<&'static str>,
-    kernels: &'static [KernelResources],
+    static_report: StaticReportInfo,
+    kernels: Vec<KernelEntry>,
     cpu_cores: usize,
     memory_bytes: u64,
+}
+
+/// What the static report is and whether this build has one.
+#[derive(Serialize)]
+struct StaticReportInfo {
+    arch: &'static str,
+    /// The tool that read the SASS, when the build had one.
+    analysed_by: Option<&'static str>,
+    /// Why there is no analysis, when there is none.
+    missing: Option<&'static str>,
+    method: &'static str,
+}
+
+const METHOD: &str = "per SM = bytes in flight per warp in a main loop's steady state (from the \
+    SASS scoreboards) x resident warps per SM, assuming every resident warp is in that loop's steady \
+    state; a kernel's figure is its weakest main loop; dynamic shared memory per launch from \
+    kernels::report::DYNAMIC_SHARED_BYTES (0 when not listed); see KERNELS.md, Static report";
+
+/// ptxas's report for one kernel on one architecture, and on sm_90 the static report's figures.
+#[derive(Serialize)]
+struct KernelEntry {
+    #[serde(flatten)]
+    resources: &'static KernelResources,
+    threads_per_cta: Option<u32>,
+    ctas_per_sm: Option<u32>,
+    warps_per_sm: Option<u32>,
+    bytes_in_flight_per_warp: Option<f64>,
+    bytes_in_flight_per_sm: Option<f64>,
+    loops: Vec<static_report::LoopDetail>,
+}
+
+fn entry(resources: &'static KernelResources, report: &[StaticKernel]) -> KernelEntry {
+    let figures = (resources.arch == sass::ARCH)
+        .then(|| static_report::find(report, resources.kernel))
+        .flatten()
+        .filter(|k| k.module == resources.module);
+    KernelEntry {
+        resources,
+        threads_per_cta: figures.and_then(|k| k.threads_per_cta),
+        ctas_per_sm: figures.and_then(|k| k.ctas_per_sm),
+        warps_per_sm: figures.and_then(|k| k.warps_per_sm),
+        bytes_in_flight_per_warp: figures.and_then(|k| k.bytes_in_flight_per_warp),
+        bytes_in_flight_per_sm: figures.and_then(|k| k.bytes_in_flight_per_sm),
+        loops: figures.map(|k| k.loops.clone()).unwrap_or_default(),
+    }
 }
 
 fn memory_bytes() -> u64 {
@@ -39,12 +86,23 @@ fn memory_bytes() -> u64 {
 
 pub fn run(args: Args) -> CmdResult {
     let gpus = device::gpus();
+    let report = static_report::report(static_report::DYNAMIC_SHARED_BYTES);
+    let availability = static_report::availability();
     let info = Info {
         device: device::Device::detect(device::DeviceChoice::Auto)?.name(),
         gpus,
         kernels_built: kernels::KERNELS_BUILT,
         nvcc_version: kernels::NVCC_VERSION,
-        kernels: kernels::RESOURCES,
+        static_report: StaticReportInfo {
+            arch: sass::ARCH,
+            analysed_by: availability.ok(),
+            missing: availability.err(),
+            method: METHOD,
+        },
+        kernels: kernels::RESOURCES
+            .iter()
+            .map(|r| entry(r, &report))
+            .collect(),
         cpu_cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_bytes: memory_bytes(),
     };
@@ -81,7 +139,7 @@ pub fn run(args: Args) -> CmdResult {
         let mut t = Table::new([
             "module", "kernel", "arch", "regs", "spill st", "spill ld", "smem", "stack",
         ]);
-        for r in info.kernels {
+        for r in info.kernels.iter().map(|k| k.resources) {
             t.row([
                 r.module.to_string(),
                 r.kernel.to_string(),
@@ -95,5 +153,56 @@ pub fn run(args: Args) -> CmdResult {
         }
         print!("{t}");
     }
+    if info.kernels_built {
+        print_static_report(&info.static_report, &report);
+    }
     Ok(())
+}
+
+fn kib(bytes: Option<f64>) -> String {
+    bytes.map_or("-".to_string(), |b| format!("{:.1}", b / 1024.0))
+}
+
+fn print_static_report(about: &StaticReportInfo, report: &[StaticKernel]) {
+    let Some(tool) = about.analysed_by else {
+        println!("static report: {}", about.missing.unwrap_or("unavailable"));
+        return;
+    };
+    println!("static report ({}, read by {tool}):", about.arch);
+    let mut t = Table::new([
+        "kernel",
+        "regs",
+        "smem",
+        "threads",
+        "CTAs/SM",
+        "warps/SM",
+        "limit",
+        "main loops",
+        "B/warp",
+        "KiB/SM",
+    ]);
+    let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+    for k in report {
+        let main = k.loops.iter().filter(|l| l.main).count();
+        t.row([
+            k.kernel.to_string(),
+            k.registers.to_string(),
+            (k.static_shared_bytes + k.dynamic_shared_bytes).to_string(),
+            opt(k.threads_per_cta),
+            opt(k.ctas_per_sm),
+            opt(k.warps_per_sm),
+            k.limited_by
+                .map_or("-".to_string(), |l| format!("{l:?}").to_lowercase()),
+            format!("{main} of {}", k.loops.len()),
+            k.bytes_in_flight_per_warp
+                .map_or("-".to_string(), |b| format!("{b:.0}")),
+            kib(k.bytes_in_flight_per_sm),
+        ]);
+    }
+    print!("{t}");
+    println!("{}", about.method);
+    println!(
+        "aim: an H200 needs ~25-30 KiB in flight per SM (4.8 TB/s x ~700 ns / 132 SMs) to approach \
+         its bandwidth"
+    );
 }

@@ -1,0 +1,216 @@
+//! CI's check of the static report (KERNELS.md, "Static report"): paged decode attention keeps at
+//! least 0.9 of the contiguous kernel's bytes in flight per SM (f16 and bf16, head dim 128, group
+//! 4, sm_90); every sm_90 kernel has a report with a block size the launchers use; the read-only
+//! stream keeps plenty in flight; `pagedkv info --json` carries the figures. Prints the figures of
+//! every attention instance, paged against contiguous, and of the gather and stream kernels.
+//! Skips, saying why, when the kernels or the SASS analysis were not built. (No kernel spilling
+//! registers is checked once, in tests/kernels_fatbin.rs.)
+
+use pagedkv::emu::gather::MERGE_THREADS;
+use pagedkv::kernels::report::{self, StaticKernel};
+use pagedkv::kernels::{self, sass};
+
+/// The report, or why the build has none.
+fn built_report() -> Option<Vec<StaticKernel>> {
+    if !kernels::KERNELS_BUILT {
+        eprintln!("skipping: kernels were not built (no nvcc at build time)");
+        return None;
+    }
+    if let Err(why) = report::availability() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
+    Some(report::report(report::DYNAMIC_SHARED_BYTES))
+}
+
+fn entry<'a>(report: &'a [StaticKernel], kernel: &str) -> &'a StaticKernel {
+    report::find(report, kernel).unwrap_or_else(|| panic!("{kernel}: not in the static report"))
+}
+
+fn kib(bytes: Option<f64>) -> String {
+    bytes.map_or("-".into(), |b| format!("{:.1} KiB", b / 1024.0))
+}
+
+/// The paged and contiguous figures of every attention instance.
+fn print_attention(report: &[StaticKernel]) {
+    println!("bytes in flight per SM, sm_90 (paged vs contiguous decode attention):");
+    for paged in report
+        .iter()
+        .filter(|k| k.kernel.starts_with("paged_attention_"))
+    {
+        let suffix = &paged.kernel["paged_attention_".len()..];
+        let contiguous = entry(report, &format!("contiguous_attention_{suffix}"));
+        let ratio = paged
+            .bytes_in_flight_per_sm
+            .zip(contiguous.bytes_in_flight_per_sm)
+            .map_or("-".into(), |(p, c)| format!("{:.2}", p / c));
+        println!(
+            "  {suffix:<10} paged {:>9} ({:>5.0} B/warp x {:>2} warps)  contiguous {:>9} ({:>5.0} B/warp x {:>2} warps)  ratio {ratio}",
+            kib(paged.bytes_in_flight_per_sm),
+            paged.bytes_in_flight_per_warp.unwrap_or(f64::NAN),
+            paged.warps_per_sm.unwrap_or(0),
+            kib(contiguous.bytes_in_flight_per_sm),
+            contiguous.bytes_in_flight_per_warp.unwrap_or(f64::NAN),
+            contiguous.warps_per_sm.unwrap_or(0),
+        );
+    }
+    println!("gather, stream and cache kernels:");
+    for k in report
+        .iter()
+        .filter(|k| !k.kernel.contains("attention") && !k.kernel.starts_with("merge"))
+    {
+        println!(
+            "  {:<30} {:>9} ({:>5.0} B/warp x {:>2} warps)",
+            k.kernel,
+            kib(k.bytes_in_flight_per_sm),
+            k.bytes_in_flight_per_warp.unwrap_or(f64::NAN),
+            k.warps_per_sm.unwrap_or(0)
+        );
+    }
+}
+
+#[test]
+fn paged_attention_keeps_nine_tenths_of_the_contiguous_bytes_in_flight() {
+    let Some(report) = built_report() else { return };
+    print_attention(&report);
+    let mut short = Vec::new();
+    for dtype in ["f16", "bf16"] {
+        let paged = entry(&report, &format!("paged_attention_{dtype}_d128_g4"));
+        let contiguous = entry(&report, &format!("contiguous_attention_{dtype}_d128_g4"));
+        let (p, c) = (
+            paged.bytes_in_flight_per_sm.expect("paged figure"),
+            contiguous
+                .bytes_in_flight_per_sm
+                .expect("contiguous figure"),
+        );
+        let aim = |b: f64| if b >= 32.0 * 1024.0 { "meets" } else { "below" };
+        println!(
+            "aim >= 32 KiB/SM, {dtype} d128 g4: paged {} ({}), contiguous {} ({}); paged/contiguous {:.2} (check: >= 0.9)",
+            kib(Some(p)),
+            aim(p),
+            kib(Some(c)),
+            aim(c),
+            p / c
+        );
+        if p < 0.9 * c {
+            short.push(format!(
+                "{dtype}: paged {} < 0.9 x contiguous {}",
+                kib(Some(p)),
+                kib(Some(c))
+            ));
+        }
+    }
+    assert!(
+        short.is_empty(),
+        "paged attention keeps too few bytes in flight: {short:?}"
+    );
+}
+
+#[test]
+fn every_sm90_kernel_has_a_report_with_the_launchers_block_size() {
+    let Some(report) = built_report() else { return };
+    for r in kernels::RESOURCES.iter().filter(|r| r.arch == sass::ARCH) {
+        let k = entry(&report, r.kernel);
+        assert!(k.threads_per_cta.is_some(), "{}: no block size", k.kernel);
+        assert!(
+            k.ctas_per_sm.is_some_and(|c| c >= 1),
+            "{}: does not fit an SM",
+            k.kernel
+        );
+        assert!(
+            !k.loops.is_empty(),
+            "{}: no loop with global loads found",
+            k.kernel
+        );
+        assert!(k.loops.iter().any(|l| l.main), "{}: no main loop", k.kernel);
+    }
+    // The gather launchers' block sizes (src/emu/gather.rs, shared with src/device/cuda).
+    assert_eq!(
+        entry(&report, "paged_gather_sum_merge").threads_per_cta,
+        Some(MERGE_THREADS)
+    );
+    let spec = pagedkv::kv::KvSpec::new(8, 128, 16, pagedkv::kv::Dtype::F16).unwrap();
+    let geometry = pagedkv::emu::gather::GatherGeometry::for_spec(&spec);
+    for kernel in ["paged_gather_copy_f16", "paged_gather_sum_partial_f16"] {
+        assert_eq!(
+            entry(&report, kernel).threads_per_cta,
+            Some(geometry.threads),
+            "{kernel}"
+        );
+    }
+}
+
+#[test]
+fn the_read_only_stream_keeps_plenty_in_flight() {
+    let Some(report) = built_report() else { return };
+    // Sixteen 16-byte loads per iteration, three buffers in rotation: well over the ~25-30 KiB
+    // per SM an H200 needs, and more than one load per warp.
+    let stream = entry(&report, "stream_read");
+    let per_warp = stream.bytes_in_flight_per_warp.expect("a figure");
+    assert!(per_warp >= 1024.0, "{per_warp} B per warp");
+    assert!(
+        stream.bytes_in_flight_per_sm.unwrap() >= 32.0 * 1024.0,
+        "{stream:#?}"
+    );
+}
+
+#[test]
+fn info_json_carries_the_static_figures() {
+    let Some(report) = built_report() else { return };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pagedkv"))
+        .args(["info", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        info["static_report"]["analysed_by"].is_string(),
+        "{}",
+        info["static_report"]
+    );
+    let entries = info["kernels"].as_array().unwrap();
+    for k in &report {
+        let e = entries
+            .iter()
+            .find(|e| e["kernel"] == k.kernel && e["arch"] == sass::ARCH)
+            .unwrap_or_else(|| panic!("{}: no sm_90 entry", k.kernel));
+        assert_eq!(
+            e["ctas_per_sm"].as_u64(),
+            k.ctas_per_sm.map(u64::from),
+            "{}",
+            k.kernel
+        );
+        assert_eq!(
+            e["warps_per_sm"].as_u64(),
+            k.warps_per_sm.map(u64::from),
+            "{}",
+            k.kernel
+        );
+        // JSON's decimal text need not read back to the same last bit.
+        let json = e["bytes_in_flight_per_sm"].as_f64();
+        let close = match (json, k.bytes_in_flight_per_sm) {
+            (Some(a), Some(b)) => (a - b).abs() <= 1e-9 * b.abs(),
+            (a, b) => a == b,
+        };
+        assert!(
+            close,
+            "{}: {json:?} vs {:?}",
+            k.kernel, k.bytes_in_flight_per_sm
+        );
+        assert_eq!(
+            e["loops"].as_array().unwrap().len(),
+            k.loops.len(),
+            "{}",
+            k.kernel
+        );
+    }
+    // sm_80 entries have no static figures.
+    assert!(entries
+        .iter()
+        .filter(|e| e["arch"] == "sm_80")
+        .all(|e| e["ctas_per_sm"].is_null()));
+}
