@@ -18,11 +18,11 @@
 //   head dim 128, f16, 4 query heads per KV head): a row's partial dot products are summed across
 //   its lanes by a transposing reduction (each halving step sends half the values, so the sum of 16
 //   values over 16 lanes costs 15 shuffles, not 64) and gathered back with one shuffle per value.
-// - Rows are translated once per token: a warp turns the tokens of its current window (kWindow
-//   tokens, one per lane) into 64-bit row offsets, and the lanes that copy a row's segments fetch
-//   its offset with a shuffle; K and V share it. The block-table entries of the next window are
-//   loaded a window ahead, so the table read is never waited on in the steady state, and lanes of
-//   one block read one table word (one transaction per block).
+// - The block table is read through the same pipeline: a tile's table words (one per token; the
+//   lanes of one block read one word, one transaction) are copied into shared memory by cp.async in
+//   the group of the tile kStages before it, so they have landed before the tile's own copies are
+//   issued; the lanes that copy a token's row translate its word into the 64-bit row offset, which
+//   K and V share. No load is ever waited on outside the ring's one wait per tile.
 // - q lives in registers, pre-scaled by scale * log2(e) so scores are in the exp2 domain; partial
 //   maxima (part_max) are log2-domain too.
 //
@@ -37,15 +37,30 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 3;        // ring slots per warp
 constexpr int kLoadsPerTile = 4;  // 16-byte segments of K (and of V) each lane copies per tile
-constexpr int kWindow = 32;       // tokens a warp translates at once, one per lane
 constexpr int kMaxGroup = 8;      // query heads per KV head
+constexpr int kMaxTileTokens = 16;  // table words staged per tile (head dim 64 in f16)
+
+// Dynamic shared memory of a CTA, which the launchers pass (src/attention/mod.rs:
+// ATTENTION_SMEM_BYTES; a launch with less traps):
+//   ring  [kWarps][kStages][2: K, V][kLoadsPerTile][32 lanes] 16-byte segments      48 KiB
+//   words [kWarps][kStages][kMaxTileTokens] block-table words                        768 B
+// More than the 48 KiB a CTA may declare statically: the launcher opts the kernel in.
+constexpr int kRingBytes = kWarps * kStages * 2 * kLoadsPerTile * 32 * 16;
+constexpr int kWordBytes = kWarps * kStages * kMaxTileTokens * 4;
+constexpr int kSmemBytes = kRingBytes + kWordBytes;
 // Partitions are whole multiples of this many tokens (src/attention/split.rs: CHUNK).
 constexpr int kPartitionQuantum = 128;
 
 // CTAs per SM promised to ptxas: it caps registers at 65536 / (kThreads * n). A group of 8 keeps
-// 2 x 64 floats of q and accumulators per lane and needs more than 128 registers.
+// 2 x 64 floats of q and accumulators per lane and needs more than 128 registers. An A100 (sm_80,
+// 164 KiB of shared memory per SM) holds only 3 CTAs of kSmemBytes: promising 4 would cap registers
+// for nothing.
 __host__ __device__ constexpr int min_blocks_per_sm(int head_dim, int group) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  return group >= 8 ? 2 : 3;
+#else
   return group >= 8 ? 2 : 4;
+#endif
 }
 
 // How a warp covers token rows of HEAD_DIM elements of T with 16-byte segments.
@@ -58,19 +73,21 @@ struct TileShape {
   static_assert(HEAD_DIM % kVec == 0 && kLanesPerRow >= 1 && kLanesPerRow <= 32 &&
                     32 % kLanesPerRow == 0,
                 "a row is 1 to 32 lanes' 16-byte segments");
-  static_assert(kWindow % kTokens == 0, "a tile lies inside one translation window");
+  static_assert(kTokens <= kMaxTileTokens, "a tile's table words fit their slot");
 };
 
 // ---- where a token's K/V row lives ---------------------------------------------------------------
-// fetch(): what a lane loads a window ahead for token t (a block-table entry, or nothing).
-// resolve(): the element offset of the row of token t of KV head `head` from what fetch() returned.
+// stage(): starts copying what token t's row offset is computed from (its block-table word) into
+// shared memory; nothing for a contiguous cache (kStaged false). resolve(): the element offset of
+// the row of token t of KV head `head`, from the staged word.
 
 struct PagedRows {
+  static constexpr bool kStaged = true;
   GPTR(const int) block_tables;  // [num_seqs, table_stride]
   int table_stride;
   PagedLayout layout;  // the pool: [num_blocks, num_kv_heads, block_size, head_dim]
-  __device__ __forceinline__ int fetch(int seq, int t) const {
-    return block_tables[(int64_t)seq * table_stride + layout.block_of(t)];
+  __device__ __forceinline__ void stage(int* word, int seq, int t) const {
+    cp_async4(word, block_tables + ((int64_t)seq * table_stride + layout.block_of(t)));
   }
   __device__ __forceinline__ int64_t resolve(int block, int, int head, int t) const {
     return layout.row(block, head, layout.offset_in_block(t));
@@ -79,10 +96,11 @@ struct PagedRows {
 
 // Contiguous: [num_seqs, num_kv_heads, max_len, head_dim]; no table.
 struct ContiguousRows {
+  static constexpr bool kStaged = false;
   int max_len;
   int num_kv_heads;
   int head_dim;
-  __device__ __forceinline__ int fetch(int, int) const { return 0; }
+  __device__ __forceinline__ void stage(int*, int, int) const {}
   __device__ __forceinline__ int64_t resolve(int, int seq, int head, int t) const {
     return (((int64_t)seq * num_kv_heads + head) * max_len + t) * head_dim;
   }
@@ -93,12 +111,6 @@ struct ContiguousRows {
 #ifndef PAGEDKV_ATTENTION_RING_WAIT
 #define PAGEDKV_ATTENTION_RING_WAIT() cp_async_wait<attn::kStages - 1>()
 #endif
-
-__device__ __forceinline__ int64_t shfl_i64(int64_t v, int src_lane) {
-  const int lo = __shfl_sync(0xffffffffu, (int)(v & 0xffffffff), src_lane);
-  const int hi = __shfl_sync(0xffffffffu, (int)(v >> 32), src_lane);
-  return ((int64_t)hi << 32) | (unsigned)lo;
-}
 
 // Sums each of N values over the LANES lanes of a row (LANES consecutive lanes, a power of two),
 // transposing: at a step with C > 1 live values a lane keeps half of them and sends the other half
@@ -198,20 +210,12 @@ __device__ __forceinline__ void decode_attention(
   const int wstart = start + first_tile * TILE;
   const int wend = min(end, wstart + num_tiles * TILE);
 
-  // [warp][slot][K or V][copy][lane]: 16 bytes each (48 KiB, the most a CTA may declare
-  // statically); also the merge buffer after the loop.
-  __shared__ __align__(16) uint4 ring[kWarps][kStages][2][kLoadsPerTile][32];
-
-  // Translation window: lane j holds the row offset of token window_base + j; the next window's
-  // fetch is in flight meanwhile.
-  int next_fetch = 0;
-  int64_t row_offset = 0;
-  int window = -1;
-  const auto fetch_window = [&](int w) {
-    const int t = wstart + w * kWindow + lane;
-    return t < wend ? rows.fetch(seq, t) : 0;
-  };
-  if (num_tiles > 0) next_fetch = fetch_window(0);
+  DYNAMIC_SHARED(unsigned char, smem);
+  if (dynamic_smem_bytes() < (unsigned)kSmemBytes) __trap();  // launched with too little
+  uint4(*ring)[kStages][2][kLoadsPerTile][32] =  // also the merge buffer after the loop
+      reinterpret_cast<uint4(*)[kStages][2][kLoadsPerTile][32]>(smem);
+  int(*words)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
+      reinterpret_cast<int(*)[kMaxTileTokens]>(smem + kRingBytes) + warp * kStages;
 
   // q of this lane's segment, for every query head of the group, in the exp2 domain.
   float qf[GROUP][VEC];
@@ -226,27 +230,34 @@ __device__ __forceinline__ void decode_attention(
     }
   }
 
-  // Issues the copies of tile i into its ring slot as one cp.async group (empty past the end, so
-  // every iteration commits one group and the wait count stays uniform).
+  // Lanes 0 .. TILE-1 start copying the table words of tile i (those past the end are not needed).
+  const auto stage_words = [&](int i, int slot) {
+    const int t = wstart + i * TILE + lane;
+    if (i < num_tiles && lane < TILE && t < wend) rows.stage(&words[slot][lane], seq, t);
+  };
+  // Issues the copies of tile i into its ring slot, and the table words of tile i + kStages into
+  // the word slot tile i's words leave free, as one cp.async group (empty past the end, so every
+  // iteration commits one group and the wait count stays uniform). Tile i's words have landed:
+  // they came with the group of tile i - kStages, which the previous wait retired.
   int issue_slot = 0;  // i % kStages, kept incrementally (kStages need not be a power of two)
   const auto issue = [&](int i) {
     const int slot = issue_slot;
     issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
     if (i < num_tiles) {
-      const int w = i * TILE / kWindow;
-      if (w != window) {  // uniform over the warp: every lane advances together
-        row_offset = rows.resolve(next_fetch, seq, kv_head, wstart + w * kWindow + lane);
-        next_fetch = fetch_window(w + 1);
-        window = w;
-      }
+      const int t0 = wstart + i * TILE;
 #pragma unroll
       for (int u = 0; u < kLoadsPerTile; ++u) {
         // Past the end a lane copies the last token's row (always a real row) and ignores it.
-        const int t = min(wstart + i * TILE + u * ROWS + row_group, wend - 1);
-        const int64_t at = shfl_i64(row_offset, (t - wstart) & (kWindow - 1)) + row_lane * VEC;
+        const int t = min(t0 + u * ROWS + row_group, wend - 1);
+        const int word = Rows::kStaged ? words[slot][t - t0] : 0;
+        const int64_t at = rows.resolve(word, seq, kv_head, t) + row_lane * VEC;
         cp_async16(&ring[warp][slot][0][u][lane], k_cache + at);
         cp_async16(&ring[warp][slot][1][u][lane], v_cache + at);
       }
+    }
+    if constexpr (Rows::kStaged) {
+      __syncwarp();  // every lane has read the slot's words before they are replaced
+      stage_words(i + kStages, slot);
     }
     cp_async_commit();
   };
@@ -266,11 +277,19 @@ __device__ __forceinline__ void decode_attention(
   for (int j = 0; j < row_sums_per_lane<kLoadsPerTile * GROUP, LANES>(); ++j)
     held_copy[j] = held_index<kLoadsPerTile * GROUP, LANES>(j, row_lane) / GROUP;
 
+  if constexpr (Rows::kStaged) {  // the first kStages tiles' words, before any tile is issued
+#pragma unroll
+    for (int i = 0; i < kStages; ++i) stage_words(i, i);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncwarp();  // words copied by one lane are read by others
+  }
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(i);
   for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
     issue(i + kStages - 1);
     PAGEDKV_ATTENTION_RING_WAIT();
+    if constexpr (Rows::kStaged) __syncwarp();  // tile i + kStages's words, for every lane
     const int t0 = wstart + i * TILE + row_group;
 
     // Scores of this lane's tokens: partial dots over its segment, summed over the row's lanes,
@@ -349,8 +368,8 @@ __device__ __forceinline__ void decode_attention(
   }
 
   // Merge the warps' states through shared memory: the ring, once every warp has left its loop.
-  static_assert(sizeof(float) * kWarps * GROUP * (HEAD_DIM + 2) <= sizeof(ring), "merge fits");
-  float* merged = reinterpret_cast<float*>(&ring[0][0][0][0][0]);  // [kWarps][GROUP][HEAD_DIM]
+  static_assert(sizeof(float) * kWarps * GROUP * (HEAD_DIM + 2) <= kRingBytes, "merge fits");
+  float* merged = reinterpret_cast<float*>(smem);  // [kWarps][GROUP][HEAD_DIM]
   float(*warp_max)[GROUP] = reinterpret_cast<float(*)[GROUP]>(merged + kWarps * GROUP * HEAD_DIM);
   float(*warp_sum)[GROUP] = warp_max + kWarps;  // both [kWarps][GROUP]
   __syncthreads();

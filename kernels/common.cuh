@@ -159,6 +159,10 @@ template <class T>
 void cp_async16(void* smem, ::emu::gptr<T> src) {
     ::emu::async_copy(smem, src.checked_vector(16, "cp.async"), 16);
 }
+template <class T>
+void cp_async4(void* smem, ::emu::gptr<T> src) {
+    ::emu::async_copy(smem, src.checked_vector(4, "cp.async"), 4);
+}
 inline void cp_async_commit() { ::emu::async_commit(); }
 template <int N>
 void cp_async_wait() {
@@ -171,12 +175,30 @@ __device__ __forceinline__ void cp_async16(void* smem, const T* src) {
     // .cg: cached in L2 only; KV is streamed once.
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
+// 4 bytes (.ca: .cg takes only 16).
+template <class T>
+__device__ __forceinline__ void cp_async4(void* smem, const T* src) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
+// ---- launch facts ------------------------------------------------------------------------------------
+// Bytes of dynamic shared memory the launch passed (a kernel that needs more can trap).
+#ifdef PAGEDKV_EMU
+inline unsigned dynamic_smem_bytes() { return ::emu::dynamic_shared_bytes(); }
+#else
+__device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned n;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(n));
+    return n;
 }
 #endif
 

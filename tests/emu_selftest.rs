@@ -603,3 +603,27 @@ fn async_copies_land_only_when_waited_for() {
         "{err}"
     );
 }
+
+/// Shared memory written while a cp.async into it is in flight is a race (on the GPU the copy may
+/// land before or after the write): reported whether the copy is waited for afterwards or never.
+#[test]
+fn a_write_over_an_async_copy_in_flight_is_reported() {
+    let input: Vec<f32> = (0..128).map(|i| i as f32).collect();
+    for wait_after_write in [1, 0] {
+        let mut out = vec![0f32; 128];
+        let err = Launch::new("emu_selftest_cp_async_race")
+            .block(32)
+            .buf(&input)
+            .buf_mut(&mut out)
+            .i32(wait_after_write)
+            .run()
+            .unwrap_err();
+        assert!(matches!(err, EmuError::AsyncCopyRace(_)), "{err}");
+        let when = if wait_after_write == 1 {
+            "when it was waited for"
+        } else {
+            "when the block ended"
+        };
+        assert!(err.to_string().contains(when), "{err}");
+    }
+}

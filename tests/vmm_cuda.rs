@@ -9,6 +9,7 @@ use pagedkv::attention::{
     attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cuda::CudaDevice;
+use pagedkv::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
 use pagedkv::vmm::checksum::fill_random;
 use pagedkv::vmm::cuda::{device_memory, open_context, CudaPool};
 use pagedkv::vmm::{
@@ -309,7 +310,7 @@ fn enqueue_attention(
     let group = s.num_heads / s.num_kv_heads;
     let hd = s.head_dim;
     let f = dev
-        .function(
+        .attention_function(
             "paged_attention",
             &format!("paged_attention_f16_d{hd}_g{group}"),
         )
@@ -341,8 +342,8 @@ fn enqueue_attention(
         .arg(&s.scale);
     let cfg = LaunchConfig {
         grid_dim: (s.num_kv_heads as u32, p.lens.len() as u32, parts as u32),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
+        block_dim: (ATTENTION_THREADS, 1, 1),
+        shared_mem_bytes: ATTENTION_SMEM_BYTES,
     };
     // SAFETY: the argument list matches paged_attention_*'s signature (kernels/attention.cuh);
     // every address lies inside a mapped pool of the placed size, and the table was validated

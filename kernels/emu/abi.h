@@ -36,6 +36,7 @@ enum EmuStatus {
     EMU_WARP_SYNC = 4,
     EMU_MISALIGNED = 5,
     EMU_TRAP = 6,
+    EMU_ASYNC_COPY_RACE = 7,
 };
 
 #ifdef __cplusplus

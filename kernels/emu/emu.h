@@ -69,6 +69,7 @@ enum WarpOp { OP_SYNCWARP, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, O
 void syncthreads(const char* file, int line);
 uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int width);
 unsigned char* dynamic_shared();
+unsigned dynamic_shared_bytes();
 // cp.async (common.cuh's cp_async16/commit/wait): the calling thread's asynchronous copies into
 // shared memory. A copy reads its source now and poisons its destination (0xff) until a wait
 // retires its group, so reading it before the right wait shows.

@@ -37,6 +37,14 @@ struct AsyncCopy {
     uint32_t bytes;
 };
 
+// A copy's destination holds the poison it was given at issue until the copy lands; anything else
+// there means shared memory was written while the copy was in flight: a race on the GPU.
+bool still_poisoned(const AsyncCopy& c) {
+    for (uint32_t i = 0; i < c.bytes; i++)
+        if (c.dst[i] != 0xff) return false;
+    return true;
+}
+
 struct Fiber {
     Context ctx;
     State state;
@@ -303,6 +311,24 @@ bool run_block(Worker& w, uint64_t block_linear) {
             return false;
         }
     }
+    // Copies never waited for may stay in flight past the end (the GPU lets them land whenever),
+    // but nothing may have written their destinations in the meantime.
+    for (Fiber& f : w.fibers) {
+        std::vector<const AsyncCopy*> pending;
+        for (const AsyncCopy& c : f.uncommitted) pending.push_back(&c);
+        for (const auto& group : f.groups)
+            for (const AsyncCopy& c : group) pending.push_back(&c);
+        for (const AsyncCopy* c : pending) {
+            if (still_poisoned(*c)) continue;
+            w.running = &f;
+            current.thread_idx = f.tid;
+            set_error(w, EMU_ASYNC_COPY_RACE,
+                      format("shared memory at %p (%u bytes) was written while a cp.async into it "
+                             "was in flight (found when the block ended, the copy never waited for)",
+                             static_cast<void*>(c->dst), c->bytes));
+            return false;
+        }
+    }
     return true;
 }
 
@@ -461,8 +487,15 @@ uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int 
 }
 
 unsigned char* dynamic_shared() { return t_worker->smem; }
+unsigned dynamic_shared_bytes() { return static_cast<unsigned>(t_worker->smem_bytes); }
 
 namespace {
+std::string overwritten_in_flight(const AsyncCopy& c, const char* when) {
+    return format("shared memory at %p (%u bytes) was written while a cp.async into it was in "
+                  "flight (found %s)",
+                  static_cast<void*>(c.dst), c.bytes, when);
+}
+
 // Whether [p, p + bytes) lies in the running block's dynamic or static shared memory.
 bool in_shared(const Worker& w, const unsigned char* p, size_t bytes) {
     const auto inside = [&](const void* base, size_t len) {
@@ -505,7 +538,11 @@ void async_commit() {
 void async_wait(int pending_groups) {
     Fiber& f = *t_worker->running;
     while (f.groups.size() > static_cast<size_t>(std::max(pending_groups, 0))) {
-        for (const AsyncCopy& c : f.groups.front()) std::memcpy(c.dst, c.data, c.bytes);
+        for (const AsyncCopy& c : f.groups.front()) {
+            if (!still_poisoned(c))
+                fiber_fail(EMU_ASYNC_COPY_RACE, overwritten_in_flight(c, "when it was waited for"));
+            std::memcpy(c.dst, c.data, c.bytes);
+        }
         f.groups.pop_front();
     }
 }

@@ -5,6 +5,7 @@
 
 use super::{EmuElem, EmuError, Launch, Schedule};
 use crate::attention::{Problem, SplitPlan};
+use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
 use crate::kv::KvElem;
 
 /// Which cache the kernel reads.
@@ -68,7 +69,8 @@ fn run<T: KvElem + EmuElem>(
     let launch = match layout {
         Layout::Paged => Launch::new(kernel)
             .grid(grid)
-            .block(128)
+            .block(ATTENTION_THREADS)
+            .smem(ATTENTION_SMEM_BYTES as usize)
             .schedule(schedule)
             .buf_mut(&mut out)
             .buf_mut(&mut part_out)
@@ -83,7 +85,8 @@ fn run<T: KvElem + EmuElem>(
             .i32(p.spec.block_size.trailing_zeros() as i32),
         Layout::Contiguous => Launch::new(kernel)
             .grid(grid)
-            .block(128)
+            .block(ATTENTION_THREADS)
+            .smem(ATTENTION_SMEM_BYTES as usize)
             .schedule(schedule)
             .buf_mut(&mut out)
             .buf_mut(&mut part_out)

@@ -27,6 +27,7 @@ pub const EMU_DIVERGENT_BARRIER: i32 = 3;
 pub const EMU_WARP_SYNC: i32 = 4;
 pub const EMU_MISALIGNED: i32 = 5;
 pub const EMU_TRAP: i32 = 6;
+pub const EMU_ASYNC_COPY_RACE: i32 = 7;
 
 pub const SCHEDULE_FORWARD: u32 = 0;
 pub const SCHEDULE_REVERSE: u32 = 1;

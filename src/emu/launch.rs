@@ -39,6 +39,10 @@ pub enum EmuError {
     Misaligned(String),
     #[error("{0}")]
     Trap(String),
+    /// Shared memory written while a cp.async into it was in flight (on a GPU the copy could land
+    /// after the write, or before).
+    #[error("{0}")]
+    AsyncCopyRace(String),
     #[error("emulator status {status}: {message}")]
     Other { status: i32, message: String },
 }
@@ -278,6 +282,7 @@ impl<'a> Launch<'a> {
             ffi::EMU_WARP_SYNC => Err(EmuError::WarpSync(text)),
             ffi::EMU_MISALIGNED => Err(EmuError::Misaligned(text)),
             ffi::EMU_TRAP => Err(EmuError::Trap(text)),
+            ffi::EMU_ASYNC_COPY_RACE => Err(EmuError::AsyncCopyRace(text)),
             status => Err(EmuError::Other {
                 status,
                 message: text,

@@ -6,6 +6,13 @@ pub mod occupancy;
 pub mod report;
 pub mod sass;
 
+/// Threads per CTA of the decode-attention kernels (`attn::kThreads` in kernels/attention.cuh).
+pub const ATTENTION_THREADS: u32 = 128;
+/// Dynamic shared memory every decode-attention launch passes: `attn::kSmemBytes` in
+/// kernels/attention.cuh (the cp.async ring and the staged block-table words). A launch with less
+/// traps, so a mismatch fails every emulated attention test.
+pub const ATTENTION_SMEM_BYTES: u32 = 49_920;
+
 /// One `kernels/NAME.cu`, compiled into a fatbin.
 #[derive(Debug, Clone, Copy)]
 pub struct EmbeddedModule {

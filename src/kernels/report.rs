@@ -12,10 +12,12 @@ use serde::Serialize;
 /// pass. `merge_partitions_*` is launched with 128 (src/device/cuda/attention.rs).
 pub const DECLARED_THREADS: &[(&str, u32)] = &[("merge_partitions_", 128)];
 
-/// Dynamic shared memory per launch, by kernel name prefix; a kernel not listed gets 0. Every
-/// launcher passes `shared_mem_bytes: 0` today (src/device/cuda/*.rs); one that passes more adds
-/// its kernel here.
-pub const DYNAMIC_SHARED_BYTES: &[(&str, u32)] = &[];
+/// Dynamic shared memory per launch, by kernel name prefix; a kernel not listed gets 0. A launcher
+/// that passes more than 0 (src/device/cuda/*.rs) adds its kernel here.
+pub const DYNAMIC_SHARED_BYTES: &[(&str, u32)] = &[
+    ("paged_attention_", super::ATTENTION_SMEM_BYTES),
+    ("contiguous_attention_", super::ATTENTION_SMEM_BYTES),
+];
 
 /// Where a kernel's threads per CTA came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -185,3 +185,20 @@ extern "C" __global__ void emu_selftest_cp_async_to_global(GPTR(const float) in,
     cp_async_wait<0>();
     st_vec(out, local);
 }
+
+// A race the emulator must report: thread t's cp.async into s[t] is still in flight when thread
+// t - 1 writes s[t]. wait_after_write != 0: the copy is waited for after that write (caught at the
+// wait); otherwise never (caught when the block ends).
+extern "C" __global__ void emu_selftest_cp_async_race(GPTR(const float) in,  // [threads * 4]
+                                                      GPTR(float) out,       // [threads * 4]
+                                                      int wait_after_write) {
+    __shared__ __align__(16) float4 s[32];
+    const int t = threadIdx.x;
+    cp_async16(&s[t], in + t * 4);
+    cp_async_commit();
+    __syncthreads();
+    s[(t + 1) % 32] = make_float4(1.f, 1.f, 1.f, 1.f);
+    __syncthreads();
+    if (wait_after_write) cp_async_wait<0>();
+    st_vec(out + t * 4, s[t]);
+}

@@ -6,8 +6,12 @@
 
 use super::{CudaDevice, DeviceError};
 use crate::attention::{split_plan, Problem, SplitPlan};
+use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
 use crate::kv::KvElem;
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{
+    CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
 
 /// Head dims and groups the kernels are instantiated for (kernels/attention.cuh).
 pub fn instance_exists(dtype: &str, head_dim: usize, group: usize) -> bool {
@@ -17,6 +21,16 @@ pub fn instance_exists(dtype: &str, head_dim: usize, group: usize) -> bool {
         &[64, 128, 256]
     };
     dims.contains(&head_dim) && [1, 2, 4, 8].contains(&group)
+}
+
+fn check_instance(dtype: &str, head_dim: usize, group: usize) -> Result<(), DeviceError> {
+    if instance_exists(dtype, head_dim, group) {
+        return Ok(());
+    }
+    Err(DeviceError::Invalid(format!(
+        "no attention kernel for {dtype} head dim {head_dim} with {group} query heads per KV head \
+         (built: f16/bf16 head dims 64, 128, 256, f32 head dim 128; groups 1, 2, 4, 8)"
+    )))
 }
 
 /// A problem's buffers on the device, outputs poisoned with NaN before every launch.
@@ -51,22 +65,42 @@ pub enum Layout {
     Contiguous,
 }
 
-/// Threads per CTA of the attention kernels (`attn::kThreads`).
-const THREADS: u32 = 128;
-
 impl CudaDevice {
+    /// An attention kernel, opted in to the dynamic shared memory it needs (more than the 48 KiB a
+    /// launch gets without asking). Done at upload, not per launch: a launch should cost nothing
+    /// but the launch.
+    pub fn attention_function(
+        &self,
+        module: &'static str,
+        name: &str,
+    ) -> Result<CudaFunction, DeviceError> {
+        let f = self.function(module, name)?;
+        self.ctx.bind_to_thread()?;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            ATTENTION_SMEM_BYTES as i32,
+        )?;
+        Ok(f)
+    }
+
     /// The split-K plan for a problem on this GPU, from the driver's occupancy query for the
     /// kernel instance the problem runs (src/attention/split.rs has the rule).
     pub fn attention_plan<T: KvElem>(&self, p: &Problem<T>) -> Result<SplitPlan, DeviceError> {
         let s = &p.shape;
         let group = s.num_heads / s.num_kv_heads;
+        check_instance(T::DTYPE.name(), s.head_dim, group)?;
         let name = format!(
             "paged_attention_{}_d{}_g{group}",
             T::DTYPE.name(),
             s.head_dim
         );
-        let f = self.function("paged_attention", &name)?;
-        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?;
+        let f = self.attention_function("paged_attention", &name)?;
+        // The driver call works on the current context: attention_function made it current.
+        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
+            ATTENTION_THREADS,
+            ATTENTION_SMEM_BYTES as usize,
+            None,
+        )?;
         Ok(split_plan(
             p.lens.len(),
             s.num_kv_heads,
@@ -87,13 +121,16 @@ impl CudaDevice {
             .map_err(|e| DeviceError::Invalid(e.to_string()))?;
         let s = &p.shape;
         let group = s.num_heads / s.num_kv_heads;
-        if !instance_exists(T::DTYPE.name(), s.head_dim, group) {
-            return Err(DeviceError::Invalid(format!(
-                "no attention kernel for {} head dim {} with {group} query heads per KV head \
-                 (built: f16/bf16 head dims 64, 128, 256, f32 head dim 128; groups 1, 2, 4, 8)",
-                T::DTYPE,
-                s.head_dim
-            )));
+        let dtype = T::DTYPE.name();
+        check_instance(dtype, s.head_dim, group)?;
+        for layout in ["paged", "contiguous"] {
+            let name = format!("{layout}_attention_{dtype}_d{}_g{group}", s.head_dim);
+            let module = if layout == "paged" {
+                "paged_attention"
+            } else {
+                "contiguous_attention"
+            };
+            self.attention_function(module, &name)?;
         }
         // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
         if p.lens.len() > 65_535 || plan.num_partitions > 65_535 {
@@ -162,8 +199,8 @@ impl CudaDevice {
         let psize = dp.plan.partition_size as i32;
         let cfg = LaunchConfig {
             grid_dim: (dp.num_kv_heads as u32, dp.num_seqs as u32, parts as u32),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
+            block_dim: (ATTENTION_THREADS, 1, 1),
+            shared_mem_bytes: ATTENTION_SMEM_BYTES,
         };
         let (hd, g) = (dp.head_dim, dp.group);
         match layout {
