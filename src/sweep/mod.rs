@@ -2,18 +2,20 @@
 //! (fragmentation, exact, from a trace) and in bandwidth (measured on the device in use), and the
 //! block size a documented throughput proxy recommends next to vLLM's default of 16.
 //!
-//! - [`model`]: model shapes and the KV pool left by the weights;
+//! - [`model`] (re-exported from [`crate::kv::model`]): model shapes and the KV pool left by the
+//!   weights;
 //! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
 //!   [`attention_probe`], [`pages`]: the bandwidth side;
 //! - [`recommend`]: the proxy; [`output`]: CSV, JSON and plots.
 
 pub mod attention_probe;
+/// Model shapes live in [`crate::kv::model`] (the engine simulator shares them).
+pub use crate::kv::model;
 pub mod bandwidth;
 pub mod cpu_probe;
 pub mod fragmentation;
 pub mod gpu_probe;
-pub mod model;
 pub mod output;
 pub mod pages;
 pub mod prefix;
