@@ -177,7 +177,10 @@ mod tests {
     fn every_error_is_one_line_naming_the_file() {
         let cases = [
             (r#"{"requests": [], "x": 1}"#, "unknown field"),
-            (r#"{"engine": {"blocksize": 4}, "requests": []}"#, "unknown field"),
+            (
+                r#"{"engine": {"blocksize": 4}, "requests": []}"#,
+                "unknown field",
+            ),
             (
                 r#"{"requests": [{"id": "a", "prompt_len": 3, "output_len": 1, "extra": 0}]}"#,
                 "unknown field",

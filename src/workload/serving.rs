@@ -105,7 +105,10 @@ mod tests {
         );
         assert_eq!(r[0].id, "r0");
         assert_eq!((r[0].prompt.len(), r[0].output_len), (10, 1));
-        assert_eq!((r[1].prompt.clone(), r[1].output_len), (Prompt::Unique(1), 7));
+        assert_eq!(
+            (r[1].prompt.clone(), r[1].output_len),
+            (Prompt::Unique(1), 7)
+        );
         scale_rate(&mut r, 2.0);
         assert_eq!((r[0].arrival, r[1].arrival), (0.25, 0.75));
         assert!(!Prompt::Tokens(vec![3]).is_empty() && Prompt::Unique(0).is_empty());
