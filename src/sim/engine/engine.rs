@@ -57,7 +57,7 @@ pub struct TimelinePoint {
     pub waiting: u32,
 }
 
-/// The state a step ran with, for the time integrals.
+/// The state a batch was scheduled with, for the time integrals.
 #[derive(Debug, Clone, Copy, Default)]
 struct Snapshot {
     used_blocks: usize,
@@ -65,10 +65,10 @@ struct Snapshot {
     waiting: usize,
 }
 
+/// A scheduled batch on its way through the GPU.
 #[derive(Debug, Clone)]
-struct InFlight {
+struct Batch {
     plan: Plan,
-    index: u64,
     start: f64,
     duration: f64,
     state: Snapshot,
@@ -80,12 +80,17 @@ pub struct Engine {
     /// Request indices by arrival (ties in input order).
     order: Vec<u32>,
     next: usize,
+    /// When the next step begins (seconds, or the step index under a step clock).
     now: f64,
-    /// Index of the next step to execute.
+    /// When the GPU finishes the batches handed to it.
+    gpu_free: f64,
+    /// Index of the next step.
     next_index: u64,
-    inflight: Option<InFlight>,
-    spare: Plan,
+    /// Async scheduling: batches scheduled and not processed yet, oldest first (at most two).
+    queue: std::collections::VecDeque<Batch>,
+    spare: Vec<Plan>,
     finished: Vec<u32>,
+    done: usize,
     integrals: Integrals,
     recording: Recording,
     record: Option<StepRecord>,
@@ -200,11 +205,10 @@ impl Engine {
             }
             _ => u64::MAX,
         };
-        let first = requests[order[0] as usize].arrival;
-        let now = if matches!(clock, Clock::Steps) {
-            first.ceil()
-        } else {
-            first
+        // A step clock starts at step 0 (idle steps before the first arrival are steps too).
+        let now = match clock {
+            Clock::Steps => 0.0,
+            Clock::Seconds(_) => requests[order[0] as usize].arrival,
         };
         Ok(Engine {
             sched: Scheduler::new(cfg, reqs, host_tokens),
@@ -212,10 +216,12 @@ impl Engine {
             order,
             next: 0,
             now,
+            gpu_free: now,
             next_index: 0,
-            inflight: None,
-            spare: Plan::default(),
+            queue: std::collections::VecDeque::new(),
+            spare: Vec::new(),
             finished: Vec::new(),
+            done: 0,
             integrals: Integrals::default(),
             recording,
             record: None,
@@ -238,22 +244,14 @@ impl Engine {
     }
 
     pub fn finished_requests(&self) -> usize {
-        self.sched.reqs.iter().filter(|r| r.is_finished()).count()
+        self.done
     }
 
-    /// The time (or step index) up to which arrivals join before the next schedule.
-    fn admission_horizon(&self) -> f64 {
-        match self.clock {
-            // The index of the step being scheduled.
-            Clock::Steps => self.next_index as f64,
-            Clock::Seconds(_) => self.now,
-        }
-    }
-
+    /// Adds the requests that have arrived by the step beginning now: arrival <= step index under
+    /// a step clock, <= now in seconds.
     fn admit_arrivals(&mut self) {
-        let horizon = self.admission_horizon();
         while let Some(&i) = self.order.get(self.next) {
-            if self.sched.reqs[i as usize].arrival > horizon {
+            if self.sched.reqs[i as usize].arrival > self.now {
                 break;
             }
             self.sched.add_request(i);
@@ -267,22 +265,11 @@ impl Engine {
             .map(|&i| self.sched.reqs[i as usize].arrival)
     }
 
-    /// Nothing to do until the next arrival: the clock (and, under a step clock, the step index)
-    /// jumps to it.
-    fn idle_until(&mut self, t: f64) {
-        match self.clock {
-            Clock::Steps => {
-                let step = t.ceil().max(self.next_index as f64);
-                self.next_index = step as u64;
-                self.now = step;
-            }
-            Clock::Seconds(_) => self.now = self.now.max(t),
-        }
-    }
-
     fn duration(&self, plan: &Plan) -> f64 {
         match &self.clock {
             Clock::Steps => 1.0,
+            // A batch of nothing launches nothing.
+            Clock::Seconds(_) if plan.scheduled.is_empty() && plan.swap_out_tokens == 0 => 0.0,
             Clock::Seconds(m) => m.step_seconds(plan),
         }
     }
@@ -295,122 +282,129 @@ impl Engine {
         }
     }
 
-    /// Executes until one step's output has been processed. Returns false when every request has
-    /// finished.
+    /// One step of vLLM's engine core (`EngineCore.step`, or `step_with_batch_queue` under async
+    /// scheduling): add arrivals; if the scheduler holds requests, schedule a batch; process the
+    /// output of a batch (this one when synchronous; the oldest of the two in flight when async).
+    /// A step clock logs idle steps too; in seconds the clock jumps to the next arrival instead.
+    /// Returns false once every request has finished.
     pub fn step(&mut self) -> Result<bool, EngineError> {
-        loop {
-            self.admit_arrivals();
-            let mut plan = std::mem::take(&mut self.spare);
-            plan.clear();
-            if self.sched.has_requests() {
-                self.sched.schedule(&mut plan);
-            }
-            let planned = !plan.scheduled.is_empty() || !plan.preempted.is_empty();
-            let state = self.snapshot();
-            let Some(cur) = self.inflight.take() else {
-                if !planned {
-                    self.spare = plan;
-                    match self.next_arrival() {
-                        Some(t) => {
-                            self.idle_until(t);
-                            continue;
-                        }
-                        None if self.sched.has_requests() => {
-                            return Err(EngineError::Stalled {
-                                step: self.next_index,
-                                waiting: self.sched.waiting.len(),
-                            })
-                        }
-                        None => return Ok(false),
-                    }
-                }
-                let duration = self.duration(&plan);
-                let step = InFlight {
-                    plan,
-                    index: self.next_index,
-                    start: self.now,
-                    duration,
-                    state,
-                };
-                self.next_index += 1;
-                if self.sched.cfg.async_scheduling {
-                    // Its output comes back after the next schedule.
-                    self.inflight = Some(step);
-                    continue;
-                }
-                self.finish(step);
-                return Ok(true);
-            };
-            // Async: `plan` was scheduled while `cur` ran; `cur`'s output is processed now.
-            let end = cur.start + cur.duration;
-            if planned {
-                let duration = self.duration(&plan);
-                self.inflight = Some(InFlight {
-                    plan,
-                    index: self.next_index,
-                    start: end,
-                    duration,
-                    state,
-                });
-                self.next_index += 1;
-            } else {
-                self.spare = plan;
-            }
-            self.finish(cur);
-            return Ok(true);
+        if self.done == self.sched.reqs.len() {
+            return Ok(false);
         }
+        self.admit_arrivals();
+        let index = self.next_index;
+        let steps = matches!(self.clock, Clock::Steps);
+        let mut record = self.recording.steps.then(|| StepRecord {
+            step: index,
+            time: self.now,
+            ..Default::default()
+        });
+        self.finished.clear();
+        let mut to_process = None;
+        if self.sched.has_requests() {
+            let mut plan = self.spare.pop().unwrap_or_default();
+            self.sched.schedule(&mut plan);
+            if let Some(rec) = &mut record {
+                let id = |i: u32| self.sched.reqs[i as usize].id.clone();
+                rec.scheduled = Ordered(
+                    plan.scheduled
+                        .iter()
+                        .map(|s| (id(s.req), s.tokens))
+                        .collect(),
+                );
+                rec.preempted = plan.preempted.iter().map(|&i| id(i)).collect();
+                rec.prefix_hit_tokens =
+                    Ordered(plan.admitted.iter().map(|&(i, h)| (id(i), h)).collect());
+            }
+            let stalled = plan.scheduled.is_empty()
+                && plan.preempted.is_empty()
+                && self.queue.is_empty()
+                && self.sched.running.is_empty()
+                && !self.sched.waiting.is_empty();
+            if stalled && self.next_arrival().is_none() {
+                return Err(EngineError::Stalled {
+                    step: index,
+                    waiting: self.sched.waiting.len(),
+                });
+            }
+            let duration = self.duration(&plan);
+            let start = self.now.max(self.gpu_free);
+            self.gpu_free = start + duration;
+            let tokens = plan.total_tokens();
+            let batch = Batch {
+                state: self.snapshot(),
+                plan,
+                start,
+                duration,
+            };
+            if self.sched.cfg.async_scheduling {
+                self.queue.push_back(batch);
+                let fill = self.queue.len() < 2 && (tokens > 0 || self.sched.has_requests());
+                if !fill {
+                    to_process = self.queue.pop_front();
+                }
+            } else {
+                to_process = Some(batch);
+            }
+        } else if let Some(b) = self.queue.pop_front() {
+            to_process = Some(b);
+        } else if !steps {
+            // Idle in seconds: no step until the next arrival.
+            let t = self.next_arrival().expect("requests remain unfinished");
+            self.now = self.now.max(t);
+            return self.step();
+        }
+        if let Some(batch) = to_process {
+            // A step clock stamps outputs at the end of the step that processes them.
+            let at = if steps {
+                index as f64 + 1.0
+            } else {
+                batch.start + batch.duration
+            };
+            self.process(batch, at);
+            if !steps {
+                self.now = self.now.max(at);
+            }
+        }
+        if steps {
+            self.now = index as f64 + 1.0;
+        }
+        self.next_index += 1;
+        if let Some(mut rec) = record {
+            let reqs = &self.sched.reqs;
+            rec.finished = self
+                .finished
+                .iter()
+                .map(|&i| reqs[i as usize].id.clone())
+                .collect();
+            rec.free_blocks = self.sched.kv.pool.num_free();
+            self.record = Some(rec);
+        }
+        Ok(true)
     }
 
-    /// Processes a step's output at its end and records it.
-    fn finish(&mut self, step: InFlight) {
-        let end = step.start + step.duration;
-        self.finished.clear();
+    /// Processes a batch's output at time `at` and accounts for its time on the GPU.
+    fn process(&mut self, batch: Batch, at: f64) {
         self.sched
-            .update_from_output(&step.plan, end, &mut self.finished);
-        let s = step.state;
+            .update_from_output(&batch.plan, at, &mut self.finished);
+        self.done += self.finished.len();
+        let s = batch.state;
         self.integrals.add(
-            step.duration,
+            batch.duration,
             s.used_blocks,
             s.running,
             s.waiting,
-            step.plan.total_tokens(),
+            batch.plan.total_tokens(),
         );
         if self.recording.timeline {
             self.timeline.push(TimelinePoint {
-                time: step.start,
+                time: batch.start,
                 used_blocks: s.used_blocks as u32,
                 running: s.running as u32,
                 waiting: s.waiting as u32,
             });
         }
-        if self.recording.steps {
-            let reqs = &self.sched.reqs;
-            let id = |i: &u32| reqs[*i as usize].id.clone();
-            self.record = Some(StepRecord {
-                step: step.index,
-                time: step.start,
-                scheduled: Ordered(
-                    step.plan
-                        .scheduled
-                        .iter()
-                        .map(|s| (id(&s.req), s.tokens))
-                        .collect(),
-                ),
-                preempted: step.plan.preempted.iter().map(id).collect(),
-                finished: self.finished.iter().map(id).collect(),
-                free_blocks: self.sched.kv.pool.num_free(),
-                prefix_hit_tokens: Ordered(
-                    step.plan
-                        .admitted
-                        .iter()
-                        .map(|(i, h)| (id(i), *h))
-                        .collect(),
-                ),
-            });
-        }
-        // The next step (in flight already under async scheduling) starts where this one ended.
-        self.now = end;
-        self.spare = step.plan;
+        self.spare.push(batch.plan);
     }
 
     /// Runs to the end; `progress(finished, total)` is called every few thousand steps.
@@ -419,14 +413,12 @@ impl Engine {
         mut progress: impl FnMut(usize, usize),
     ) -> Result<EngineReport, EngineError> {
         let total = self.sched.reqs.len();
-        let mut done = 0;
         while self.step()? {
-            done += self.finished.len();
-            if self.integrals.steps % 4096 == 0 {
-                progress(done, total);
+            if self.next_index % 4096 == 0 {
+                progress(self.done, total);
             }
         }
-        progress(done, total);
+        progress(self.done, total);
         Ok(self.report())
     }
 

@@ -67,6 +67,8 @@ pub struct Scheduler {
     pub stats: SchedStats,
     /// Swap preemption: host space left, in tokens of KV.
     host_tokens_left: u64,
+    /// Requests finished since the last schedule (vLLM reports their ids in the next one).
+    finished_unreported: bool,
     hit: Vec<u32>,
 }
 
@@ -81,6 +83,7 @@ impl Scheduler {
             running: Vec::new(),
             stats: SchedStats::default(),
             host_tokens_left: host_tokens,
+            finished_unreported: false,
             hit: Vec::new(),
         }
     }
@@ -100,9 +103,9 @@ impl Scheduler {
         self.waiting.add(i, rank);
     }
 
-    /// Unfinished requests are waiting or running.
+    /// vLLM's `has_requests`: requests wait or run, or finished ones are not reported yet.
     pub fn has_requests(&self) -> bool {
-        !self.running.is_empty() || !self.waiting.is_empty()
+        !self.running.is_empty() || !self.waiting.is_empty() || self.finished_unreported
     }
 
     /// The running request to preempt: the most recently admitted (FCFS), or the one ranked last
@@ -241,6 +244,7 @@ impl Scheduler {
             self.admit(plan, &mut budget, threshold);
         }
 
+        self.finished_unreported = false;
         let async_scheduling = self.cfg.async_scheduling;
         for s in &mut plan.scheduled {
             let r = &mut self.reqs[s.req as usize];
@@ -364,6 +368,7 @@ impl Scheduler {
             }
         }
         if finished.len() > first {
+            self.finished_unreported = true;
             let reqs = &self.reqs;
             self.running.retain(|&i| !reqs[i as usize].is_finished());
             for &i in &finished[first..] {
