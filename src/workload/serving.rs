@@ -4,6 +4,10 @@
 //! vector has to be built for a trace of lengths.
 
 use super::azure;
+use super::synthetic::SizeDist;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 
 /// A prompt: token ids, or `len` tokens that no other request holds.
@@ -77,6 +81,36 @@ pub fn scale_rate(requests: &mut [ServingRequest], scale: f64) {
     }
 }
 
+/// Requests with the given prompts (ids `r0`, `r1`, ... in order), Poisson arrivals at `rate` per
+/// second (the first at 0) and output lengths from `output` (at least 1), from one seeded stream.
+/// `rate` must be positive.
+pub fn from_prompts(
+    prompts: Vec<Vec<u32>>,
+    rate: f64,
+    output: SizeDist,
+    seed: u64,
+) -> Vec<ServingRequest> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let gap = Exp::new(rate).expect("a positive rate");
+    let mut t = 0.0;
+    prompts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            if i > 0 {
+                t += gap.sample(&mut rng);
+            }
+            ServingRequest {
+                id: format!("r{i}"),
+                arrival: t,
+                prompt: Prompt::Tokens(p),
+                output_len: output.sample(&mut rng).max(1),
+                priority: 0,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +146,18 @@ mod tests {
         scale_rate(&mut r, 2.0);
         assert_eq!((r[0].arrival, r[1].arrival), (0.25, 0.75));
         assert!(!Prompt::Tokens(vec![3]).is_empty() && Prompt::Unique(0).is_empty());
+    }
+
+    #[test]
+    fn prompts_get_poisson_arrivals_and_outputs() {
+        let prompts: Vec<Vec<u32>> = (0..4000).map(|i| vec![i; 3]).collect();
+        let r = from_prompts(prompts, 5.0, SizeDist::Uniform { lo: 0, hi: 4 }, 3);
+        assert_eq!(r.len(), 4000);
+        assert_eq!(r[0].arrival, 0.0);
+        let mean_gap = r[3999].arrival / 3999.0;
+        assert!((mean_gap * 5.0 - 1.0).abs() < 0.05, "{mean_gap}");
+        assert!(r.iter().all(|x| (1..=4).contains(&x.output_len)));
+        assert!(r.iter().any(|x| x.output_len == 4));
+        assert_eq!(r[7].prompt, Prompt::Tokens(vec![7; 3]));
     }
 }

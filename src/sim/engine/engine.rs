@@ -24,6 +24,8 @@ pub enum EngineError {
     Request { id: String, detail: String },
     #[error("no requests")]
     NoRequests,
+    #[error("writing the step log: {0}")]
+    Output(String),
     #[error(
         "the engine stalled at step {step}: {waiting} requests wait and nothing can be scheduled"
     )]

@@ -39,7 +39,8 @@
 //! - [`config`]: settings and presets; [`request`], [`waiting`]: request state and queue;
 //!   [`hash`], [`free_queue`], [`block_pool`], [`kv_manager`]: the block manager;
 //!   [`scheduler`]: schedule and output processing; [`engine`]: the loop and the clock;
-//!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports.
+//!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports;
+//!   [`run`]: runs on a model and GPU, several block sizes in parallel.
 
 pub mod block_pool;
 pub mod config;
@@ -51,6 +52,7 @@ pub mod kv_manager;
 pub mod metrics;
 pub mod profile;
 pub mod request;
+pub mod run;
 pub mod scheduler;
 pub mod step_log;
 pub mod step_time;
@@ -60,6 +62,7 @@ pub use config::{EngineConfig, Policy, Prediction, Preemption, Preset};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, Slo};
 pub use profile::{load_profile, parse_profile, Profile};
+pub use run::{Outcome, RunSettings};
 pub use step_log::StepRecord;
 pub use step_time::{Gpu, StepModel};
 
