@@ -211,7 +211,12 @@ fn workload(
         (r, name, None)
     } else if let Some(rate) = args.multiturn {
         let prompts = multiturn(&MultiTurnConfig::default(), generated, args.seed)?;
-        let r = from_prompts(prompts, positive("multiturn", rate)?, args.output, args.seed);
+        let r = from_prompts(
+            prompts,
+            positive("multiturn", rate)?,
+            args.output,
+            args.seed,
+        );
         (
             r,
             format!("multi-turn conversations, Poisson {rate}/s"),
@@ -222,9 +227,10 @@ fn workload(
         let mut trace = read_azure_csv(&path)?;
         trace.truncate(n.unwrap_or(usize::MAX));
         let (r, fix) = from_trace(&trace);
-        let mut name = path
-            .file_name()
-            .map_or_else(|| path.display().to_string(), |f| f.to_string_lossy().into());
+        let mut name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into(),
+        );
         if fix.empty_prompts + fix.empty_outputs > 0 {
             name += &format!(
                 " ({} empty prompts and {} empty outputs counted as 1 token)",
@@ -322,7 +328,9 @@ fn settings(
         };
     }
     e.validate()?;
-    let util = args.gpu_memory_utilization.unwrap_or(p.gpu_memory_utilization);
+    let util = args
+        .gpu_memory_utilization
+        .unwrap_or(p.gpu_memory_utilization);
     if !(util > 0.0 && util <= 1.0) {
         return Err(format!("--gpu-memory-utilization must be in (0, 1], got {util}").into());
     }
@@ -445,9 +453,7 @@ pub fn run(args: Args) -> CmdResult {
 fn dist(d: Option<pagedkv::sim::engine::Distribution>, scale: f64) -> [String; 3] {
     d.map_or_else(
         || ["-".into(), "-".into(), "-".into()],
-        |d| {
-            [d.p50, d.p90, d.p99].map(|x| format!("{:.2}", x * scale))
-        },
+        |d| [d.p50, d.p90, d.p99].map(|x| format!("{:.2}", x * scale)),
     )
 }
 
@@ -496,7 +502,11 @@ fn print_text(
     );
     let unit = outcomes[0].report.time_unit;
     // Latencies in milliseconds when the clock counts seconds.
-    let (scale, lat) = if unit == "s" { (1e3, "ms") } else { (1.0, "steps") };
+    let (scale, lat) = if unit == "s" {
+        (1e3, "ms")
+    } else {
+        (1.0, "steps")
+    };
     let mut t = Table::new([
         "block".to_string(),
         "GPU blocks".into(),
@@ -513,7 +523,9 @@ fn print_text(
     ]);
     for o in outcomes {
         let r: &EngineReport = &o.report;
-        let e2e = r.e2e.map_or("-".into(), |d| format!("{:.2}/{:.2}", d.p50, d.p99));
+        let e2e = r
+            .e2e
+            .map_or("-".into(), |d| format!("{:.2}/{:.2}", d.p50, d.p99));
         t.row([
             o.block_size.to_string(),
             o.num_gpu_blocks.to_string(),

@@ -9,6 +9,10 @@
 //!   prefix caching off) go to the front of the queue, those with one to the back.
 //! - Several blocks may hold the same hash (two requests computed the same block); a lookup returns
 //!   the one cached first that is still cached.
+//! - A block of a prompt unique to its request can only ever be found by that request (after a
+//!   preemption): it is cached privately ([`BlockPool::cache_private`]), with its hash on the block
+//!   but not in the shared map, and the request keeps its own list ([`super::request::Req`]). The
+//!   answers are the same; a trace of lengths then costs no hash-map traffic.
 //!
 //! Why not [`crate::kv::BlockAllocator`]: its free list is a stack of anonymous blocks, with no
 //! way to keep freed blocks' contents findable, to take a particular free block back out, or to
@@ -33,6 +37,8 @@ pub struct BlockPool {
     queue: FreeQueue,
     ref_cnt: Vec<u32>,
     hash: Vec<Option<BlockHash>>,
+    /// Whether the block's hash is in `cached` (else cached privately).
+    shared: Vec<bool>,
     cached: HashMapOfHashes<Holders>,
     caching: bool,
     evict_first: Vec<u32>,
@@ -48,6 +54,7 @@ impl BlockPool {
             queue,
             ref_cnt: vec![0; num_gpu_blocks],
             hash: vec![None; num_gpu_blocks],
+            shared: vec![false; num_gpu_blocks],
             cached: HashMapOfHashes::default(),
             caching,
             evict_first: Vec::new(),
@@ -145,6 +152,7 @@ impl BlockPool {
             "block {b} is already cached under another hash"
         );
         self.hash[b as usize] = Some(h);
+        self.shared[b as usize] = true;
         match self.cached.get_mut(&h) {
             None => {
                 self.cached.insert(h, Holders::One(b));
@@ -156,11 +164,21 @@ impl BlockPool {
         }
     }
 
+    /// Marks `b` cached under `h` without listing it (a unique prompt's block: only its own
+    /// request can look for it, and does so through its own list).
+    pub fn cache_private(&mut self, b: u32, h: BlockHash) {
+        debug_assert!(self.hash[b as usize].is_none_or(|x| x == h));
+        self.hash[b as usize] = Some(h);
+    }
+
     /// Drops `b`'s hash (eviction from the prefix cache).
     fn uncache(&mut self, b: u32) {
         let Some(h) = self.hash[b as usize].take() else {
             return;
         };
+        if !std::mem::take(&mut self.shared[b as usize]) {
+            return;
+        }
         let empty = match self.cached.get_mut(&h) {
             Some(Holders::One(x)) => *x == b,
             Some(Holders::Many(v)) => {
@@ -210,9 +228,14 @@ impl BlockPool {
                     Some(Holders::Many(v)) => v.contains(&(b as u32)),
                     None => false,
                 };
-                if !listed {
-                    return Err(format!("block {b} holds hash {h:#x} but is not listed"));
+                if listed != self.shared[b] {
+                    return Err(format!(
+                        "block {b} holds hash {h:#x}, shared {} but listed {listed}",
+                        self.shared[b]
+                    ));
                 }
+            } else if self.shared[b] {
+                return Err(format!("block {b} is marked shared without a hash"));
             }
         }
         for (h, holders) in &self.cached {
@@ -224,7 +247,7 @@ impl BlockPool {
                 return Err(format!("hash {h:#x} has an empty holder list"));
             }
             for &b in list {
-                if self.hash[b as usize] != Some(*h) {
+                if self.hash[b as usize] != Some(*h) || !self.shared[b as usize] {
                     return Err(format!(
                         "hash {h:#x} lists block {b}, which does not hold it"
                     ));

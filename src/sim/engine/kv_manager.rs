@@ -57,7 +57,13 @@ impl KvManager {
         }
         let max_blocks = (r.num_tokens() - 1) / self.block_size;
         for j in 0..max_blocks {
-            match self.pool.get_cached(r.block_hash(j, self.block_size, uid)) {
+            let h = r.block_hash(j, self.block_size, uid);
+            let found = if r.has_tokens() {
+                self.pool.get_cached(h)
+            } else {
+                r.home(j, |b| self.pool.hash_of(b) == Some(h))
+            };
+            match found {
                 Some(b) => out.push(b),
                 None => break,
             }
@@ -129,7 +135,14 @@ impl KvManager {
         }
         for j in done..full {
             let h = r.block_hash(j, self.block_size, uid);
-            self.pool.cache(r.blocks[j as usize], h);
+            let b = r.blocks[j as usize];
+            if r.has_tokens() {
+                self.pool.cache(b, h);
+            } else if self.pool.hash_of(b) != Some(h) {
+                self.pool.cache_private(b, h);
+                let pool = &self.pool;
+                r.add_home(j, b, |x| pool.hash_of(x) == Some(h));
+            }
         }
         r.num_cached_block = Some(full);
     }

@@ -5,6 +5,9 @@
 use super::hash::{token_block_hash, unique_block_hash, BlockHash, NONE_HASH};
 use crate::workload::serving::{Prompt, ServingRequest};
 
+/// No block.
+pub const NO_BLOCK: u32 = u32::MAX;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     /// Not arrived yet.
@@ -41,6 +44,11 @@ pub struct Req {
     hashes: Vec<BlockHash>,
     /// The block table.
     pub blocks: Vec<u32>,
+    /// A unique prompt's private prefix cache: `homes[j]` is the earliest block cached under
+    /// block `j`'s hash that still holds it (`NO_BLOCK`: none); later duplicates, in the order
+    /// they were cached, in `more_homes`.
+    homes: Vec<u32>,
+    more_homes: Vec<(u32, u32)>,
     /// vLLM's `num_cached_block` entry: blocks already in the prefix cache.
     pub num_cached_block: Option<u32>,
     /// Tokens of KV saved on the host by a swap preemption.
@@ -76,6 +84,8 @@ impl Req {
             stale: 0,
             hashes: Vec::new(),
             blocks: Vec::new(),
+            homes: Vec::new(),
+            more_homes: Vec::new(),
             num_cached_block: None,
             swapped_tokens: 0,
             first_token_time: f64::NAN,
@@ -122,6 +132,46 @@ impl Req {
         self.tokens.is_some()
     }
 
+    /// Records that block `b` was cached under block `j`'s hash (unique prompts). `holds(x)` says
+    /// whether block `x` still holds that hash.
+    pub fn add_home(&mut self, j: u32, b: u32, holds: impl Fn(u32) -> bool) {
+        let j = j as usize;
+        if self.homes.len() <= j {
+            self.homes.resize(j + 1, NO_BLOCK);
+        }
+        let first = self.homes[j];
+        if first != NO_BLOCK && holds(first) {
+            self.more_homes.push((j as u32, b));
+            return;
+        }
+        // The first home was evicted: the earliest later one still cached takes its place.
+        let promoted = self
+            .more_homes
+            .iter()
+            .position(|&(k, x)| k as usize == j && holds(x));
+        match promoted {
+            Some(p) => {
+                self.homes[j] = self.more_homes.remove(p).1;
+                self.more_homes.push((j as u32, b));
+            }
+            None => self.homes[j] = b,
+        }
+        self.more_homes
+            .retain(|&(k, x)| k as usize != j || holds(x) || x == b);
+    }
+
+    /// The earliest block still cached under block `j`'s hash (unique prompts).
+    pub fn home(&self, j: u32, holds: impl Fn(u32) -> bool) -> Option<u32> {
+        let first = *self.homes.get(j as usize)?;
+        if first != NO_BLOCK && holds(first) {
+            return Some(first);
+        }
+        self.more_homes
+            .iter()
+            .find(|&&(k, x)| k == j && holds(x))
+            .map(|&(_, x)| x)
+    }
+
     pub fn is_finished(&self) -> bool {
         self.status == Status::Finished
     }
@@ -130,6 +180,8 @@ impl Req {
     pub fn drop_state(&mut self) {
         self.hashes = Vec::new();
         self.blocks = Vec::new();
+        self.homes = Vec::new();
+        self.more_homes = Vec::new();
         self.tokens = None;
     }
 }
