@@ -29,6 +29,6 @@ criterion_group!(
 criterion_group! {
     name = simulators_thread_cpu;
     config = Criterion::default().with_measurement(cache::ThreadCpuTime);
-    targets = cache::policies_thread_cpu
+    targets = cache::policies_thread_cpu, engine::azure_trace_thread_cpu
 }
 criterion_main!(simulators, simulators_thread_cpu);

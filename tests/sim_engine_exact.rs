@@ -224,3 +224,77 @@ fn littles_law_holds_on_a_stationary_run() {
         lambda * w_mean
     );
 }
+
+#[test]
+fn swap_preemption_recomputes_nothing() {
+    // The memory-pressure scenario above, with preempted KV copied to the host and back: the same
+    // victims, but nothing is computed twice.
+    let reqs = [
+        req("a", 0.0, Prompt::Unique(2), 4),
+        req("b", 0.0, Prompt::Unique(2), 4),
+        req("c", 0.0, Prompt::Unique(2), 4),
+    ];
+    let mut c = cfg(2, 5, 100, false);
+    c.preemption = pagedkv::sim::engine::Preemption::Swap {
+        gbps: 10.0,
+        host_bytes: 1 << 30,
+    };
+    let rec = Recording::default();
+    let mut e = Engine::new(c, &reqs, Clock::Steps, rec, Slo::default()).unwrap();
+    while e.step().unwrap() {
+        e.check().unwrap();
+    }
+    let r = e.report();
+    assert_eq!(r.completed, 3);
+    assert_eq!(r.preemptions, 2);
+    assert_eq!(r.recomputed_tokens, 0);
+    // c is preempted with 2 tokens computed, b with 4; both come back whole.
+    assert_eq!((r.swapped_out_tokens, r.swapped_in_tokens), (6, 6));
+    let (_, log) = run(cfg(2, 5, 100, false), &reqs);
+    assert!(
+        log[4].contains(r#""b":5"#),
+        "recompute: b computes 5 tokens again"
+    );
+}
+
+#[test]
+fn beyond_vllm_admission_orders_rank_the_waiting_queue() {
+    // One seat: requests run one at a time, in the policy's order.
+    let mk = |outs: [u32; 3], prios: [i64; 3], arrivals: [f64; 3]| -> Vec<ServingRequest> {
+        ["x", "y", "z"]
+            .iter()
+            .zip(outs.iter().zip(prios.iter().zip(arrivals)))
+            .map(|(id, (&o, (&p, a)))| ServingRequest {
+                priority: p,
+                ..req(id, a, Prompt::Unique(4), o)
+            })
+            .collect()
+    };
+    let order = |policy: pagedkv::sim::engine::Policy, reqs: &[ServingRequest]| {
+        let mut c = cfg(4, 64, 64, false);
+        c.max_num_seqs = 1;
+        c.scheduling_policy = policy;
+        c.aging_delay = 3.0;
+        let log = step_log(c, reqs).unwrap();
+        log.iter()
+            .flat_map(|r| r.finished.clone())
+            .collect::<Vec<_>>()
+    };
+    use pagedkv::sim::engine::Policy;
+    let reqs = mk([9, 1, 5], [0, 0, 0], [0.0, 0.0, 0.0]);
+    assert_eq!(order(Policy::Fcfs, &reqs), ["x", "y", "z"]);
+    assert_eq!(order(Policy::Sjf, &reqs), ["y", "z", "x"]);
+    assert_eq!(order(Policy::Srpt, &reqs), ["y", "z", "x"]);
+    // Aging: priority 1 ranks like priority 0 arriving 3 steps later. x (prio 1, at 0) ranks
+    // 3, y (prio 0, at 1) ranks 1, z (prio 2, at 0) ranks 6; x holds the seat from step 0.
+    let reqs = mk([4, 4, 4], [1, 0, 2], [0.0, 1.0, 0.0]);
+    assert_eq!(order(Policy::Aging, &reqs), ["x", "y", "z"]);
+    // Strict priority: z would wait for everything of lower value.
+    assert_eq!(order(Policy::Priority, &reqs), ["x", "y", "z"]);
+    let reqs = mk([4, 4, 4], [2, 0, 1], [0.0, 1.0, 1.0]);
+    assert_eq!(order(Policy::Priority, &reqs), ["x", "y", "z"]);
+    let reqs = mk([4, 4, 4], [0, 5, 1], [0.0, 0.0, 4.0]);
+    // Aging: y (prio 5 at 0) ranks 15, z (prio 1 at 4) ranks 7: z passes y.
+    assert_eq!(order(Policy::Aging, &reqs), ["x", "z", "y"]);
+    assert_eq!(order(Policy::Fcfs, &reqs), ["x", "y", "z"]);
+}

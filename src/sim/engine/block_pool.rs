@@ -32,13 +32,19 @@ enum Holders {
     Many(Vec<u32>),
 }
 
+/// A block's state, kept together so one cache line serves a block's every lookup.
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta {
+    hash: Option<BlockHash>,
+    ref_cnt: u32,
+    /// Whether the hash is in the shared map (else cached privately).
+    shared: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct BlockPool {
     queue: FreeQueue,
-    ref_cnt: Vec<u32>,
-    hash: Vec<Option<BlockHash>>,
-    /// Whether the block's hash is in `cached` (else cached privately).
-    shared: Vec<bool>,
+    meta: Vec<Meta>,
     cached: HashMapOfHashes<Holders>,
     caching: bool,
     evict_first: Vec<u32>,
@@ -52,9 +58,7 @@ impl BlockPool {
         assert_eq!(queue.pop_front(), Some(NULL_BLOCK), "at least one block");
         BlockPool {
             queue,
-            ref_cnt: vec![0; num_gpu_blocks],
-            hash: vec![None; num_gpu_blocks],
-            shared: vec![false; num_gpu_blocks],
+            meta: vec![Meta::default(); num_gpu_blocks],
             cached: HashMapOfHashes::default(),
             caching,
             evict_first: Vec::new(),
@@ -63,7 +67,7 @@ impl BlockPool {
     }
 
     pub fn num_blocks(&self) -> usize {
-        self.ref_cnt.len()
+        self.meta.len()
     }
 
     /// Free blocks, cached ones included (vLLM's `get_num_free_blocks`).
@@ -72,11 +76,11 @@ impl BlockPool {
     }
 
     pub fn ref_cnt(&self, b: u32) -> u32 {
-        self.ref_cnt[b as usize]
+        self.meta[b as usize].ref_cnt
     }
 
     pub fn hash_of(&self, b: u32) -> Option<BlockHash> {
-        self.hash[b as usize]
+        self.meta[b as usize].hash
     }
 
     /// The block first cached under `h` that still holds it.
@@ -98,8 +102,8 @@ impl BlockPool {
         for _ in 0..n {
             let b = self.queue.pop_front().expect("checked above");
             self.uncache(b);
-            debug_assert_eq!(self.ref_cnt[b as usize], 0);
-            self.ref_cnt[b as usize] = 1;
+            debug_assert_eq!(self.meta[b as usize].ref_cnt, 0);
+            self.meta[b as usize].ref_cnt = 1;
             out.push(b);
         }
     }
@@ -110,10 +114,10 @@ impl BlockPool {
             if b == NULL_BLOCK {
                 continue;
             }
-            if self.ref_cnt[b as usize] == 0 {
+            if self.meta[b as usize].ref_cnt == 0 {
                 self.queue.remove(b);
             }
-            self.ref_cnt[b as usize] += 1;
+            self.meta[b as usize].ref_cnt += 1;
         }
     }
 
@@ -125,11 +129,11 @@ impl BlockPool {
             if b == NULL_BLOCK {
                 continue;
             }
-            let rc = &mut self.ref_cnt[b as usize];
-            debug_assert!(*rc > 0, "block {b} freed twice");
-            *rc -= 1;
-            if *rc == 0 {
-                if self.hash[b as usize].is_none() || !self.caching {
+            let m = &mut self.meta[b as usize];
+            debug_assert!(m.ref_cnt > 0, "block {b} freed twice");
+            m.ref_cnt -= 1;
+            if m.ref_cnt == 0 {
+                if m.hash.is_none() || !self.caching {
                     self.evict_first.push(b);
                 } else {
                     self.evict_last.push(b);
@@ -144,15 +148,15 @@ impl BlockPool {
 
     /// Makes `b` findable under `h` (vLLM's `_insert_block_hash` for a newly full block).
     pub fn cache(&mut self, b: u32, h: BlockHash) {
-        if self.hash[b as usize] == Some(h) {
+        if self.meta[b as usize].hash == Some(h) {
             return;
         }
         debug_assert!(
-            self.hash[b as usize].is_none(),
+            self.meta[b as usize].hash.is_none(),
             "block {b} is already cached under another hash"
         );
-        self.hash[b as usize] = Some(h);
-        self.shared[b as usize] = true;
+        self.meta[b as usize].hash = Some(h);
+        self.meta[b as usize].shared = true;
         match self.cached.get_mut(&h) {
             None => {
                 self.cached.insert(h, Holders::One(b));
@@ -167,16 +171,16 @@ impl BlockPool {
     /// Marks `b` cached under `h` without listing it (a unique prompt's block: only its own
     /// request can look for it, and does so through its own list).
     pub fn cache_private(&mut self, b: u32, h: BlockHash) {
-        debug_assert!(self.hash[b as usize].is_none_or(|x| x == h));
-        self.hash[b as usize] = Some(h);
+        debug_assert!(self.meta[b as usize].hash.is_none_or(|x| x == h));
+        self.meta[b as usize].hash = Some(h);
     }
 
     /// Drops `b`'s hash (eviction from the prefix cache).
     fn uncache(&mut self, b: u32) {
-        let Some(h) = self.hash[b as usize].take() else {
+        let Some(h) = self.meta[b as usize].hash.take() else {
             return;
         };
-        if !std::mem::take(&mut self.shared[b as usize]) {
+        if !std::mem::take(&mut self.meta[b as usize].shared) {
             return;
         }
         let empty = match self.cached.get_mut(&h) {
@@ -200,7 +204,7 @@ impl BlockPool {
     /// Checks the pool against `holders[b]`, the number of request block tables that hold `b`.
     pub fn check(&self, holders: &[u32]) -> Result<(), String> {
         let n = self.num_blocks();
-        if self.queue.contains(NULL_BLOCK) || self.hash[0].is_some() {
+        if self.queue.contains(NULL_BLOCK) || self.meta[0].hash.is_some() {
             return Err("the null block is free or cached".into());
         }
         let mut queued = vec![false; n];
@@ -210,31 +214,31 @@ impl BlockPool {
             }
         }
         for b in 1..n {
-            if self.ref_cnt[b] != holders[b] {
+            if self.meta[b].ref_cnt != holders[b] {
                 return Err(format!(
                     "block {b}: reference count {} but {} holders",
-                    self.ref_cnt[b], holders[b]
+                    self.meta[b].ref_cnt, holders[b]
                 ));
             }
-            if queued[b] != (self.ref_cnt[b] == 0) {
+            if queued[b] != (self.meta[b].ref_cnt == 0) {
                 return Err(format!(
                     "block {b}: in the free queue {} with reference count {}",
-                    queued[b], self.ref_cnt[b]
+                    queued[b], self.meta[b].ref_cnt
                 ));
             }
-            if let Some(h) = self.hash[b] {
+            if let Some(h) = self.meta[b].hash {
                 let listed = match self.cached.get(&h) {
                     Some(Holders::One(x)) => *x as usize == b,
                     Some(Holders::Many(v)) => v.contains(&(b as u32)),
                     None => false,
                 };
-                if listed != self.shared[b] {
+                if listed != self.meta[b].shared {
                     return Err(format!(
                         "block {b} holds hash {h:#x}, shared {} but listed {listed}",
-                        self.shared[b]
+                        self.meta[b].shared
                     ));
                 }
-            } else if self.shared[b] {
+            } else if self.meta[b].shared {
                 return Err(format!("block {b} is marked shared without a hash"));
             }
         }
@@ -247,7 +251,7 @@ impl BlockPool {
                 return Err(format!("hash {h:#x} has an empty holder list"));
             }
             for &b in list {
-                if self.hash[b as usize] != Some(*h) || !self.shared[b as usize] {
+                if self.meta[b as usize].hash != Some(*h) || !self.meta[b as usize].shared {
                     return Err(format!(
                         "hash {h:#x} lists block {b}, which does not hold it"
                     ));

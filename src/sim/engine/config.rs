@@ -72,7 +72,8 @@ pub enum Preemption {
     /// vLLM V1: the blocks are freed and the tokens computed again on readmission.
     Recompute,
     /// Beyond vLLM: the computed KV is copied to host memory at `gbps` and back on readmission
-    /// (while host space lasts; recompute otherwise).
+    /// (while host space lasts; recompute otherwise). The copies cost step time, not token budget;
+    /// a readmission still needs blocks for its whole sequence.
     Swap { gbps: f64, host_bytes: u64 },
 }
 

@@ -5,11 +5,14 @@
 
 const NIL: u32 = u32::MAX;
 
+const PREV: usize = 0;
+const NEXT: usize = 1;
+
 #[derive(Debug, Clone)]
 pub struct FreeQueue {
-    /// Links of blocks `0..n`, then the head sentinel `n` and the tail sentinel `n + 1`.
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    /// (previous, next) of blocks `0..n`, then of the head sentinel `n` and the tail sentinel
+    /// `n + 1`; one entry per block keeps a block's two links in one cache line.
+    links: Vec<[u32; 2]>,
     len: usize,
 }
 
@@ -17,26 +20,33 @@ impl FreeQueue {
     /// Blocks `0..n` in order.
     pub fn new(n: usize) -> Self {
         assert!(n < NIL as usize - 2, "too many blocks");
-        let (head, tail) = (n as u32, n as u32 + 1);
-        let mut prev = vec![NIL; n + 2];
-        let mut next = vec![NIL; n + 2];
-        let mut last = head;
+        let mut q = FreeQueue {
+            links: vec![[NIL, NIL]; n + 2],
+            len: n,
+        };
+        let mut last = q.head();
         for b in 0..n as u32 {
-            next[last as usize] = b;
-            prev[b as usize] = last;
+            q.link(last, b);
             last = b;
         }
-        next[last as usize] = tail;
-        prev[tail as usize] = last;
-        FreeQueue { prev, next, len: n }
+        q.link(last, q.tail());
+        q
     }
 
     fn head(&self) -> u32 {
-        self.prev.len() as u32 - 2
+        self.links.len() as u32 - 2
     }
 
     fn tail(&self) -> u32 {
-        self.prev.len() as u32 - 1
+        self.links.len() as u32 - 1
+    }
+
+    fn prev(&self, b: u32) -> u32 {
+        self.links[b as usize][PREV]
+    }
+
+    fn next(&self, b: u32) -> u32 {
+        self.links[b as usize][NEXT]
     }
 
     pub fn len(&self) -> usize {
@@ -48,17 +58,17 @@ impl FreeQueue {
     }
 
     pub fn contains(&self, b: u32) -> bool {
-        self.prev[b as usize] != NIL
+        self.prev(b) != NIL
     }
 
     fn link(&mut self, a: u32, b: u32) {
-        self.next[a as usize] = b;
-        self.prev[b as usize] = a;
+        self.links[a as usize][NEXT] = b;
+        self.links[b as usize][PREV] = a;
     }
 
     /// Removes and returns the first block; `None` when empty.
     pub fn pop_front(&mut self) -> Option<u32> {
-        let first = self.next[self.head() as usize];
+        let first = self.next(self.head());
         if first == self.tail() {
             return None;
         }
@@ -68,18 +78,17 @@ impl FreeQueue {
 
     /// Removes `b` from wherever it is. `b` must be in the queue.
     pub fn remove(&mut self, b: u32) {
-        let (p, n) = (self.prev[b as usize], self.next[b as usize]);
+        let [p, n] = self.links[b as usize];
         debug_assert!(p != NIL && n != NIL, "block {b} is not in the free queue");
         self.link(p, n);
-        self.prev[b as usize] = NIL;
-        self.next[b as usize] = NIL;
+        self.links[b as usize] = [NIL, NIL];
         self.len -= 1;
     }
 
     pub fn push_back(&mut self, b: u32) {
         debug_assert!(!self.contains(b));
         let tail = self.tail();
-        let last = self.prev[tail as usize];
+        let last = self.prev(tail);
         self.link(last, b);
         self.link(b, tail);
         self.len += 1;
@@ -88,7 +97,7 @@ impl FreeQueue {
     /// Puts `blocks` at the front, in their order (the first ends up first).
     pub fn push_front_all(&mut self, blocks: &[u32]) {
         let head = self.head();
-        let first = self.next[head as usize];
+        let first = self.next(head);
         let mut at = head;
         for &b in blocks {
             debug_assert!(!self.contains(b));
@@ -102,10 +111,8 @@ impl FreeQueue {
     /// The blocks from front to back.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         let tail = self.tail();
-        std::iter::successors(Some(self.next[self.head() as usize]), move |&b| {
-            Some(self.next[b as usize])
-        })
-        .take_while(move |&b| b != tail)
+        std::iter::successors(Some(self.next(self.head())), move |&b| Some(self.next(b)))
+            .take_while(move |&b| b != tail)
     }
 }
 
