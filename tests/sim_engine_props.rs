@@ -10,6 +10,9 @@ use pagedkv::workload::serving::{Prompt, ServingRequest};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
+/// (arrival, prompt tokens or a unique length, output, priority)
+type CaseRequest = (u32, Result<Vec<u32>, u32>, u32, i64);
+
 #[derive(Debug, Clone)]
 struct Case {
     block_size: usize,
@@ -21,8 +24,7 @@ struct Case {
     threshold: usize,
     priority: bool,
     async_scheduling: bool,
-    /// (arrival, prompt tokens or a unique length, output, priority)
-    requests: Vec<(u32, Result<Vec<u32>, u32>, u32, i64)>,
+    requests: Vec<CaseRequest>,
 }
 
 fn case() -> impl Strategy<Value = Case> {

@@ -51,6 +51,9 @@ pub struct Settings {
     pub async_scheduling: bool,
 }
 
+/// One schedule: (request, tokens) scheduled, requests preempted, (request, hit tokens) admitted.
+type Schedule = (Vec<(usize, usize)>, Vec<usize>, Vec<(usize, usize)>);
+
 struct Batch {
     entries: Vec<(usize, usize, bool)>, // request, tokens, samples
 }
@@ -256,7 +259,7 @@ impl Reference {
         self.waiting.insert(0, i);
     }
 
-    fn schedule(&mut self) -> (Vec<(usize, usize)>, Vec<usize>, Vec<(usize, usize)>) {
+    fn schedule(&mut self) -> Schedule {
         let mut budget = self.s.budget;
         let cap = if self.running.len() + self.waiting.len() > 1 {
             self.s.threshold

@@ -358,7 +358,7 @@ fn settings(
         (None, None, Some(b)) => vec![b],
         (None, None, None) => vec![p.block_size],
     };
-    if sizes.is_empty() || sizes.iter().any(|&b| b == 0) {
+    if sizes.is_empty() || sizes.contains(&0) {
         return Err("block sizes must be at least 1".into());
     }
     let s = RunSettings {

@@ -416,7 +416,7 @@ impl Engine {
     ) -> Result<EngineReport, EngineError> {
         let total = self.sched.reqs.len();
         while self.step()? {
-            if self.next_index % 4096 == 0 {
+            if self.next_index.is_multiple_of(4096) {
                 progress(self.done, total);
             }
         }
