@@ -3,7 +3,7 @@
 //! prefix-cache reuse, chunked prefill across steps; and Little's law on a long stationary run.
 
 use pagedkv::sim::engine::step_time::gpu;
-use pagedkv::sim::engine::{step_log, Clock, Engine, EngineConfig, Recording, Slo, StepModel};
+use pagedkv::sim::engine::{step_records, Clock, Engine, EngineConfig, Recording, Slo, StepModel};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 
 fn req(id: &str, arrival: f64, prompt: Prompt, out: u32) -> ServingRequest {
@@ -179,7 +179,7 @@ fn chunked_prefill_spreads_a_long_prompt_over_steps() {
     );
     assert_eq!(t, vec![(3.0, 4.0), (2.0, 2.0)]);
     // The step-log helper agrees with the engine run step by step.
-    let records = step_log(cfg(4, 64, 8, false), &reqs).unwrap();
+    let records = step_records(cfg(4, 64, 8, false), &reqs).unwrap();
     assert_eq!(records.iter().map(|r| r.to_line()).collect::<Vec<_>>(), log);
 }
 
@@ -275,7 +275,7 @@ fn beyond_vllm_admission_orders_rank_the_waiting_queue() {
         c.max_num_seqs = 1;
         c.scheduling_policy = policy;
         c.aging_delay = 3.0;
-        let log = step_log(c, reqs).unwrap();
+        let log = step_records(c, reqs).unwrap();
         log.iter()
             .flat_map(|r| r.finished.clone())
             .collect::<Vec<_>>()

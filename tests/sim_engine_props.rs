@@ -5,7 +5,7 @@
 mod engine_reference;
 
 use engine_reference::{Reference, Settings};
-use pagedkv::sim::engine::{step_log, Clock, Engine, EngineConfig, Policy, Recording, Slo};
+use pagedkv::sim::engine::{step_records, Clock, Engine, EngineConfig, Policy, Recording, Slo};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -133,7 +133,7 @@ proptest! {
     fn engine_equals_the_plain_model_step_for_step(c in case()) {
         let reqs = c.requests();
         let cfg = c.config(&reqs);
-        let ours = step_log(cfg.clone(), &reqs).unwrap();
+        let ours = step_records(cfg.clone(), &reqs).unwrap();
         let reference = Reference::new(
             Settings {
                 block_size: cfg.block_size,

@@ -3,7 +3,7 @@
 //! recorded (`<name>.vllm.jsonl`, and `<name>.async.vllm.jsonl` with async scheduling; see
 //! `tests/data/engine/README.md`). A difference prints the first differing step in full.
 
-use pagedkv::sim::engine::{step_log, EngineConfig, StepRecord};
+use pagedkv::sim::engine::{step_records, EngineConfig, StepRecord};
 use pagedkv::workload::scenario::read_scenario;
 use std::path::{Path, PathBuf};
 
@@ -27,7 +27,7 @@ fn compare(scenario: &Path, recording: &Path, async_scheduling: bool) -> Result<
     let mut cfg = EngineConfig::default();
     cfg.apply(&s.engine).map_err(|e| e.to_string())?;
     cfg.async_scheduling = async_scheduling;
-    let ours = step_log(cfg, &s.requests).map_err(|e| e.to_string())?;
+    let ours = step_records(cfg, &s.requests).map_err(|e| e.to_string())?;
     let text = std::fs::read_to_string(recording).map_err(|e| e.to_string())?;
     let golden: Vec<StepRecord> = text
         .lines()

@@ -23,14 +23,22 @@
 //! - Output: a request whose scheduled chunk reaches the end of its sequence samples one token;
 //!   it finishes after `output_len` tokens (vLLM's `max_tokens`).
 //! - Async scheduling (`async_scheduling`): a step is scheduled before the previous step's output
-//!   is processed, with placeholders for the tokens in flight (vLLM's batch queue of two).
+//!   is processed, with placeholders for the tokens in flight (vLLM's batch queue of two: a step
+//!   schedules batch s, then processes batch s-1).
+//!
+//! The step loop is vLLM's `EngineCore.step` (`step_with_batch_queue` when async); under a step
+//! clock idle steps are steps too, so the step log lines up with vLLM's golden recordings in
+//! `tests/data/engine/` (their README states every rule, with the vLLM function it comes from),
+//! which the simulator reproduces step for step, synchronous and async. In seconds, idle time is
+//! skipped to the next arrival and a batch of nothing takes no time.
 //!
 //! Deliberately different, or not modelled: every sampled token is token id 0 and no request stops
 //! early (as the fake model of the golden recordings); block hashes are 64-bit ([`hash`]);
 //! `max_model_len` is unlimited unless set; one full-attention KV group (no hybrid or sliding-window
 //! models, so no partial-block hits), no speculative decoding, multimodal encoders, LoRA,
-//! structured output, KV connectors or pipeline parallelism. A schedule that plans nothing is not a
-//! step (the loop moves on to the next arrival or output).
+//! structured output, KV connectors or pipeline parallelism; admission's skip of a preempted
+//! request whose stale output is still in flight is not modelled (with two batches in flight that
+//! output is always processed before the next admission).
 //!
 //! Beyond vLLM, each off by default: swap preemption ([`config::Preemption::Swap`]), admission
 //! orders by predicted or true output length and priority with aging ([`config::Policy`]), block
@@ -69,7 +77,7 @@ pub use step_time::{Gpu, StepModel};
 use crate::workload::serving::ServingRequest;
 
 /// Runs `requests` to completion under a step clock and returns every step's record.
-pub fn step_log(
+pub fn step_records(
     cfg: EngineConfig,
     requests: &[ServingRequest],
 ) -> Result<Vec<StepRecord>, EngineError> {
