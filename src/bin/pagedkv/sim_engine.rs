@@ -5,8 +5,9 @@
 use crate::CmdResult;
 use indicatif::{ProgressBar, ProgressStyle};
 use pagedkv::kv::model::{self, ModelShape};
-use pagedkv::report::{line_plot, Axis, Series, Table};
+use pagedkv::report::Table;
 use pagedkv::sim::engine::config::{preset, preset_names, Prediction, Preemption};
+use pagedkv::sim::engine::output;
 use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
     load_profile, EngineConfig, EngineReport, Outcome, Profile, RunSettings, Slo,
@@ -17,7 +18,7 @@ use pagedkv::workload::scenario::read_scenario;
 use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
 use pagedkv::workload::synthetic::{SizeDist, SyntheticRequests};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
 
@@ -437,7 +438,7 @@ pub fn run(args: Args) -> CmdResult {
         runs: &outcomes,
     };
     if let Some(dir) = &args.out {
-        write_out(dir, &json, &outcomes)?;
+        output::write_all(dir, &json, &outcomes)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
@@ -575,78 +576,4 @@ fn print_text(
         }
         println!("{line}");
     }
-}
-
-/// Every `k`-th point, at most about `max` of them.
-fn thin<T: Copy>(v: &[T], max: usize) -> Vec<T> {
-    let k = v.len().div_ceil(max.max(1)).max(1);
-    v.iter().step_by(k).copied().collect()
-}
-
-fn write_out(dir: &Path, json: &JsonReport, outcomes: &[Outcome]) -> Result<(), BoxError> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let path = dir.join("engine.json");
-    std::fs::write(&path, serde_json::to_string_pretty(json)? + "\n")
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let unit = outcomes[0].report.time_unit;
-    if let [o] = outcomes {
-        let pts = thin(&o.timeline, 2000);
-        let usable = o.num_gpu_blocks.saturating_sub(1).max(1) as f64;
-        line_plot(
-            &dir.join("kv_utilization.svg"),
-            &format!("KV blocks in use, block size {}", o.block_size),
-            &Axis::linear(&format!("time ({unit})")),
-            "% of the pool",
-            &[Series {
-                name: "KV utilisation %".into(),
-                points: pts
-                    .iter()
-                    .map(|p| (p.time, 100.0 * f64::from(p.used_blocks) / usable))
-                    .collect(),
-            }],
-        )?;
-        line_plot(
-            &dir.join("batch.svg"),
-            &format!("Requests running and waiting, block size {}", o.block_size),
-            &Axis::linear(&format!("time ({unit})")),
-            "requests",
-            &[
-                Series {
-                    name: "running".into(),
-                    points: pts.iter().map(|p| (p.time, f64::from(p.running))).collect(),
-                },
-                Series {
-                    name: "waiting".into(),
-                    points: pts.iter().map(|p| (p.time, f64::from(p.waiting))).collect(),
-                },
-            ],
-        )?;
-    } else {
-        let series = |name: &str, f: &dyn Fn(&EngineReport) -> Option<f64>| Series {
-            name: name.into(),
-            points: outcomes
-                .iter()
-                .filter_map(|o| f(&o.report).map(|y| (o.block_size as f64, y)))
-                .collect(),
-        };
-        let x = Axis::log2("block size (tokens)");
-        line_plot(
-            &dir.join("throughput.svg"),
-            "Throughput per block size",
-            &x,
-            &format!("output tokens / {unit}"),
-            &[series("output tokens", &|r| Some(r.output_tokens_per_time))],
-        )?;
-        line_plot(
-            &dir.join("latency.svg"),
-            "p99 latencies per block size",
-            &x,
-            unit,
-            &[
-                series("p99 TTFT", &|r| r.ttft.map(|d| d.p99)),
-                series("p99 TPOT", &|r| r.tpot.map(|d| d.p99)),
-            ],
-        )?;
-    }
-    Ok(())
 }

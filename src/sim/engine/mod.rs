@@ -48,7 +48,7 @@
 //!   [`hash`], [`free_queue`], [`block_pool`], [`kv_manager`]: the block manager;
 //!   [`scheduler`]: schedule and output processing; [`engine`]: the loop and the clock;
 //!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports;
-//!   [`run`]: runs on a model and GPU, several block sizes in parallel.
+//!   [`run`]: runs on a model and GPU, several block sizes in parallel; [`output`]: files.
 
 pub mod block_pool;
 pub mod config;
@@ -58,6 +58,7 @@ pub mod free_queue;
 pub mod hash;
 pub mod kv_manager;
 pub mod metrics;
+pub mod output;
 pub mod profile;
 pub mod request;
 pub mod run;
