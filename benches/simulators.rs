@@ -5,6 +5,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 #[path = "simulators/cache.rs"]
 mod cache;
+#[path = "simulators/engine.rs"]
+mod engine;
 #[path = "simulators/memory.rs"]
 mod memory;
 #[path = "simulators/radix.rs"]
@@ -21,11 +23,12 @@ criterion_group!(
     radix::match_prefix,
     memory::alloc_replay,
     memory::lru_faults,
-    memory::beam_search_cow
+    memory::beam_search_cow,
+    engine::azure_trace
 );
 criterion_group! {
     name = simulators_thread_cpu;
     config = Criterion::default().with_measurement(cache::ThreadCpuTime);
-    targets = cache::policies_thread_cpu
+    targets = cache::policies_thread_cpu, engine::azure_trace_thread_cpu
 }
 criterion_main!(simulators, simulators_thread_cpu);

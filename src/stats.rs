@@ -15,6 +15,15 @@ pub fn median(xs: &[f64]) -> f64 {
     }
 }
 
+/// The nearest-rank `q`-quantile (`0 < q <= 1`) of `sorted` (ascending); NaN when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -22,5 +31,15 @@ mod tests {
         assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(super::median(&[]).is_nan());
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=200).map(f64::from).collect();
+        assert_eq!(super::percentile(&v, 0.99), 198.0);
+        assert_eq!(super::percentile(&v, 0.5), 100.0);
+        assert_eq!(super::percentile(&v, 1.0), 200.0);
+        assert_eq!(super::percentile(&[7.0], 0.01), 7.0);
+        assert!(super::percentile(&[], 0.5).is_nan());
     }
 }

@@ -1,6 +1,7 @@
 //! `pagedkv sweep` end to end: bad input exits 2 with one line; JSON carries the promised keys and
-//! figures that agree with a count made here from the trace file; `--out` writes every file.
-//! Tiny probe pools and truncated traces keep it fast.
+//! figures that agree with a count made here from the trace file; the recommendation follows the
+//! end-to-end rule (recomputed here from the JSON), the proxy's pick the proxy rule; `--out` writes
+//! every file. Tiny probe pools and truncated traces keep it fast.
 
 use std::process::Command;
 
@@ -122,8 +123,9 @@ fn quick_json_has_every_key_and_exact_waste() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["device"].as_str().unwrap().starts_with("cpu"));
     assert_eq!(v["vllm_default_block_size"], 16);
-    let rec = v["recommended_block_size"].as_u64().unwrap();
+    let rec = v["proxy_recommended_block_size"].as_u64().unwrap();
     assert!(rec.is_power_of_two() && rec <= 256);
+    assert_eq!(v["recommended_block_size"].as_u64(), Some(e2e_pick(&v)));
     let rows = v["rows"].as_array().unwrap();
     let sizes: Vec<u64> = rows
         .iter()
@@ -164,6 +166,25 @@ fn quick_json_has_every_key_and_exact_waste() {
             .map(|m| m["memory"].as_str().unwrap())
             .collect();
         assert!(labels.contains(&"4k"), "{labels:?}");
+        for key in [
+            "e2e_output_tokens_per_s",
+            "e2e_p99_ttft_s",
+            "e2e_p99_tpot_s",
+        ] {
+            let x = r[key].as_f64().unwrap();
+            assert!(x.is_finite() && x > 0.0, "{key} in {r}");
+        }
+    }
+    // The end-to-end runs used the efficiency measured at their block size, scaled by 1 -/+ the
+    // noise band for the pessimistic/optimistic runs.
+    let noise = v["noise_tolerance"].as_f64().unwrap();
+    for (e, r) in v["end_to_end"].as_array().unwrap().iter().zip(rows) {
+        let frac = r["attention_frac_of_stream"].as_f64().unwrap().min(1.0);
+        assert!(
+            (e["efficiency"].as_f64().unwrap() - frac).abs() < 1e-12,
+            "{e}"
+        );
+        assert!(noise > 0.0);
     }
     // The recommendation weighs concurrency by attention's fraction (capped at 1), recomputed here.
     let raw: Vec<f64> = rows
@@ -289,9 +310,16 @@ fn out_dir_gets_csv_json_and_plots_and_no_bandwidth_still_recommends() {
     assert_eq!(csv.lines().count(), 10);
     assert!(csv.lines().next().unwrap().contains("gather_gbps_4k"));
 
+    for f in ["end_to_end.svg", "attention_profile.json"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let profile = pagedkv::sim::engine::load_profile(&dir.join("attention_profile.json")).unwrap();
+    assert!(profile.measured && profile.efficiency.len() == 9);
+
     let out = sweep(&["--no-bandwidth", "--json", "--requests", "300"]);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["recommended_block_size"].as_u64(), Some(e2e_pick(&v)));
     let rows = v["rows"].as_array().unwrap();
     assert!(rows.iter().all(|r| r["gather_gbps"].is_null()));
     // Concurrency alone: the largest block size within 1% of the best concurrency.
@@ -304,6 +332,42 @@ fn out_dir_gets_csv_json_and_plots_and_no_bandwidth_still_recommends() {
         .filter(|r| r["concurrent_requests"].as_f64().unwrap() >= 0.99 * best)
         .map(|r| r["block_size"].as_u64().unwrap())
         .max();
-    assert_eq!(v["recommended_block_size"].as_u64(), want);
+    assert_eq!(v["proxy_recommended_block_size"].as_u64(), want);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The end-to-end rule from the JSON: a block size beats 16 when its pessimistic run is no worse
+/// than 16's optimistic run on throughput, p99 TTFT and p99 TPOT (within 0.5%) and better on one
+/// by more than 0.5%; the best such (throughput, then p99 TPOT), else 16.
+fn e2e_pick(v: &serde_json::Value) -> u64 {
+    let e2e = v["end_to_end"].as_array().unwrap();
+    assert_eq!(e2e.len(), 9);
+    let f = |e: &serde_json::Value, run: &str, k: &str| e[run][k].as_f64().unwrap();
+    let def = e2e.iter().find(|e| e["block_size"] == 16).unwrap();
+    let beats = |e: &serde_json::Value| {
+        let keys = ["output_tokens_per_s", "p99_ttft_s", "p99_tpot_s"];
+        let (x, y): (Vec<f64>, Vec<f64>) = keys
+            .iter()
+            .map(|k| (f(e, "pessimistic", k), f(def, "optimistic", k)))
+            .unzip();
+        let no_worse = x[0] >= y[0] * 0.995 && x[1] <= y[1] * 1.005 && x[2] <= y[2] * 1.005;
+        no_worse && (x[0] > y[0] * 1.005 || x[1] < y[1] * 0.995 || x[2] < y[2] * 0.995)
+    };
+    let mut winners: Vec<&serde_json::Value> = e2e.iter().filter(|e| beats(e)).collect();
+    winners.sort_by(|a, b| {
+        let (ta, tb) = (
+            f(a, "nominal", "output_tokens_per_s"),
+            f(b, "nominal", "output_tokens_per_s"),
+        );
+        if (ta / tb - 1.0).abs() <= 0.005 {
+            f(a, "nominal", "p99_tpot_s").total_cmp(&f(b, "nominal", "p99_tpot_s"))
+        } else {
+            tb.total_cmp(&ta)
+        }
+    });
+    let pick = winners
+        .first()
+        .map_or(16, |w| w["block_size"].as_u64().unwrap());
+    assert_eq!(v["end_to_end_pick"]["block_size"].as_u64(), Some(pick));
+    pick
 }

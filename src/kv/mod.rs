@@ -4,6 +4,7 @@
 
 mod allocator;
 mod dtype;
+pub mod model;
 mod pool;
 mod spec;
 mod table;

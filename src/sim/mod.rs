@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod cache;
 pub mod cow;
+pub mod engine;
 pub mod radix;
 pub mod sched;
 pub mod thrash;

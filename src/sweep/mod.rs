@@ -1,19 +1,24 @@
 //! The block-size sweep: for every block size 1, 2, 4, ..., 256, what paging costs in memory
-//! (fragmentation, exact, from a trace) and in bandwidth (measured on the device in use), and the
-//! block size a documented throughput proxy recommends next to vLLM's default of 16.
+//! (fragmentation, exact, from a trace) and in bandwidth (measured on the device in use), what the
+//! two give end to end (the trace through a simulated vLLM engine whose step times use the measured
+//! efficiency), and the block size recommended next to vLLM's default of 16.
 //!
-//! - [`model`]: model shapes and the KV pool left by the weights;
+//! - [`model`] (re-exported from [`crate::kv::model`]): model shapes and the KV pool left by the
+//!   weights;
 //! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
 //!   [`attention_probe`], [`pages`]: the bandwidth side;
-//! - [`recommend`]: the proxy; [`output`]: CSV, JSON and plots.
+//! - [`end_to_end`]: the engine simulation and the recommendation made from it;
+//! - [`recommend`]: the older throughput proxy (still reported); [`output`]: CSV, JSON and plots.
 
 pub mod attention_probe;
+/// Model shapes live in [`crate::kv::model`] (the engine simulator shares them).
+pub use crate::kv::model;
 pub mod bandwidth;
 pub mod cpu_probe;
+pub mod end_to_end;
 pub mod fragmentation;
 pub mod gpu_probe;
-pub mod model;
 pub mod output;
 pub mod pages;
 pub mod prefix;
@@ -151,6 +156,12 @@ pub struct SweepRow {
     pub memory: Vec<MemoryBandwidth>,
     /// The throughput proxy, normalised to the best row (see [`recommend`]).
     pub proxy: f64,
+    /// End to end ([`end_to_end`], nominal efficiency): output tokens per second, p99 time to
+    /// first token and per output token (seconds), preemptions.
+    pub e2e_output_tokens_per_s: Option<f64>,
+    pub e2e_p99_ttft_s: Option<f64>,
+    pub e2e_p99_tpot_s: Option<f64>,
+    pub e2e_preemptions: Option<u64>,
 }
 
 impl SweepRow {
@@ -212,6 +223,10 @@ pub fn memory_rows(
                 efficiency_noise: None,
                 memory: Vec::new(),
                 proxy: 0.0,
+                e2e_output_tokens_per_s: None,
+                e2e_p99_ttft_s: None,
+                e2e_p99_tpot_s: None,
+                e2e_preemptions: None,
             })
         })
         .collect()
@@ -321,11 +336,26 @@ pub fn apply_recommendation(rows: &mut [SweepRow]) -> Recommendation {
     }
 }
 
+/// Copies each block size's end-to-end figures into its row.
+pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd]) {
+    for row in rows {
+        if let Some(e) = e2e.iter().find(|e| e.block_size == row.block_size) {
+            row.e2e_output_tokens_per_s = Some(e.nominal.output_tokens_per_s);
+            row.e2e_p99_ttft_s = Some(e.nominal.p99_ttft_s);
+            row.e2e_p99_tpot_s = Some(e.nominal.p99_tpot_s);
+            row.e2e_preemptions = Some(e.preemptions);
+        }
+    }
+}
+
 /// Everything a sweep reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepReport {
     pub device: String,
+    /// From the end-to-end simulation when it ran ([`end_to_end::pick`]), else from the proxy.
     pub recommended_block_size: Option<usize>,
+    /// What the throughput proxy alone would recommend.
+    pub proxy_recommended_block_size: Option<usize>,
     pub vllm_default_block_size: usize,
     /// The bandwidth measurement's typical noise across rounds, relative (at least 1%).
     pub noise_tolerance: f64,
@@ -340,22 +370,86 @@ pub struct SweepReport {
     pub config: SweepConfig,
     pub probe: Option<ProbeOptions>,
     pub proxy: String,
+    /// The end-to-end runs (empty when skipped) and the recommendation made from them.
+    pub end_to_end: Vec<end_to_end::EndToEnd>,
+    pub end_to_end_pick: Option<end_to_end::EndToEndPick>,
+    /// What the end-to-end runs simulated, and where their efficiency came from.
+    pub end_to_end_setup: Option<String>,
     pub notes: Vec<String>,
     pub rows: Vec<SweepRow>,
 }
 
-/// One line comparing the recommended block size with vLLM's default.
+/// One line comparing the end-to-end recommendation with vLLM's default; `None` when the
+/// end-to-end runs were skipped.
+pub fn end_to_end_line(report: &SweepReport) -> Option<String> {
+    let pick = report.end_to_end_pick.as_ref()?;
+    let find = |bs| report.end_to_end.iter().find(|e| e.block_size == bs);
+    let (rec, def) = (find(pick.block_size)?, find(VLLM_DEFAULT_BLOCK_SIZE)?);
+    let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
+    let figures = |e: &end_to_end::EndToEnd| {
+        format!(
+            "{:.0} output tok/s, p99 TTFT {:.1} ms, p99 TPOT {:.2} ms",
+            e.nominal.output_tokens_per_s,
+            1e3 * e.nominal.p99_ttft_s,
+            1e3 * e.nominal.p99_tpot_s
+        )
+    };
+    let band = format!(
+        "attention efficiency ±{:.0}%",
+        100.0 * report.noise_tolerance
+    );
+    let mut line = if pick.beats_default {
+        format!(
+            "end to end: recommended block size {} beats vLLM's 16 beyond this run's noise ({band}): {} vs {} ({:+.1}% throughput, {:+.1}% p99 TPOT)",
+            rec.block_size,
+            figures(rec),
+            figures(def),
+            pct(rec.nominal.output_tokens_per_s, def.nominal.output_tokens_per_s),
+            pct(rec.nominal.p99_tpot_s, def.nominal.p99_tpot_s),
+        )
+    } else {
+        let best = report
+            .end_to_end
+            .iter()
+            .max_by(|a, b| {
+                a.nominal
+                    .output_tokens_per_s
+                    .total_cmp(&b.nominal.output_tokens_per_s)
+                    .then(b.nominal.p99_tpot_s.total_cmp(&a.nominal.p99_tpot_s))
+            })
+            .unwrap_or(def);
+        format!(
+            "end to end: vLLM's 16 is as good as any: no block size beats it beyond this run's noise ({band}); 16: {}; nominally best {}: {} ({:+.1}% throughput, {:+.1}% p99 TPOT)",
+            figures(def),
+            best.block_size,
+            figures(best),
+            pct(best.nominal.output_tokens_per_s, def.nominal.output_tokens_per_s),
+            pct(best.nominal.p99_tpot_s, def.nominal.p99_tpot_s),
+        )
+    };
+    if !pick.tied_with_default.is_empty() {
+        let tied: Vec<String> = pick
+            .tied_with_default
+            .iter()
+            .map(|b| b.to_string())
+            .collect();
+        line += &format!("; not told apart from 16: {}", tied.join(", "));
+    }
+    Some(line)
+}
+
+/// One line comparing the proxy's pick with vLLM's default.
 pub fn comparison_line(report: &SweepReport) -> String {
     let find = |bs| report.rows.iter().find(|r| r.block_size == bs);
     let (Some(rec), Some(def)) = (
-        report.recommended_block_size.and_then(find),
+        report.proxy_recommended_block_size.and_then(find),
         find(VLLM_DEFAULT_BLOCK_SIZE),
     ) else {
         return "no recommendation: no block size has a positive throughput proxy".into();
     };
     let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
     let mut line = format!(
-        "recommended block size {} vs vLLM's {}: {:.1} vs {:.1} concurrent requests ({:+.1}%), waste {:.2}% vs {:.2}%",
+        "proxy: block size {} vs vLLM's {}: {:.1} vs {:.1} concurrent requests ({:+.1}%), waste {:.2}% vs {:.2}%",
         rec.block_size,
         def.block_size,
         rec.concurrent_requests,

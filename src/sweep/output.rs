@@ -1,5 +1,6 @@
-//! Sweep output files: `sweep.csv`, `sweep.json` and the SVG plots (`waste_concurrency.svg`,
-//! `bandwidth.svg`), all from a [`SweepReport`].
+//! Sweep output files: `sweep.csv`, `sweep.json`, the SVG plots (`waste_concurrency.svg`,
+//! `bandwidth.svg`, `end_to_end.svg`) and the attention efficiency profile the engine simulator
+//! reads (`attention_profile.json`), all from a [`SweepReport`].
 
 use super::{SweepReport, SweepRow};
 use crate::report::{line_plot, Axis, Series};
@@ -37,6 +38,10 @@ pub fn csv(report: &SweepReport) -> String {
         "attention_frac_of_stream",
         "efficiency_noise",
         "proxy",
+        "e2e_output_tokens_per_s",
+        "e2e_p99_ttft_s",
+        "e2e_p99_tpot_s",
+        "e2e_preemptions",
     ]
     .map(String::from)
     .to_vec();
@@ -85,6 +90,10 @@ pub fn csv(report: &SweepReport) -> String {
             cell(r.attention_frac_of_stream),
             cell(r.efficiency_noise),
             r.proxy.to_string(),
+            cell(r.e2e_output_tokens_per_s),
+            cell(r.e2e_p99_ttft_s),
+            cell(r.e2e_p99_tpot_s),
+            cell(r.e2e_preemptions),
         ];
         for m in r.memory.iter().skip(1) {
             cells.extend([
@@ -114,8 +123,9 @@ fn series(name: &str, rows: &[SweepRow], y: impl Fn(&SweepRow) -> Option<f64>) -
     }
 }
 
-/// Writes `sweep.csv`, `sweep.json`, `waste_concurrency.svg` and `bandwidth.svg` into `dir`
-/// (created if missing); returns the paths written.
+/// Writes `sweep.csv`, `sweep.json`, `waste_concurrency.svg`, `bandwidth.svg`, and with bandwidth
+/// measured `attention_profile.json`, with end-to-end runs `end_to_end.svg`, into `dir` (created if
+/// missing); returns the paths written.
 pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxError> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut written = Vec::new();
@@ -127,6 +137,13 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
     };
     write("sweep.csv", csv(report))?;
     write("sweep.json", serde_json::to_string_pretty(report)? + "\n")?;
+    let profile = super::end_to_end::profile(&report.rows, &report.device);
+    if profile.measured {
+        write(
+            "attention_profile.json",
+            serde_json::to_string_pretty(&profile)? + "\n",
+        )?;
+    }
 
     let rows = &report.rows;
     let x = Axis::log2("block size (tokens)");
@@ -174,6 +191,44 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
         ));
     }
     bw.retain(|s| !s.points.is_empty());
+    if !report.end_to_end.is_empty() {
+        let path = dir.join("end_to_end.svg");
+        let e2e = &report.end_to_end;
+        let pts = |f: &dyn Fn(&super::end_to_end::EndToEnd) -> f64| -> Vec<(f64, f64)> {
+            e2e.iter().map(|e| (e.block_size as f64, f(e))).collect()
+        };
+        let def = e2e
+            .iter()
+            .find(|e| e.block_size == super::VLLM_DEFAULT_BLOCK_SIZE);
+        let rel = |f: fn(&super::end_to_end::Figures) -> f64| {
+            let base = def.map_or(f64::NAN, |d| f(&d.nominal));
+            pts(&move |e| 100.0 * f(&e.nominal) / base)
+        };
+        line_plot(
+            &path,
+            &format!(
+                "{}: end to end, % of block size 16 ({})",
+                report.model.name, report.workload
+            ),
+            &x,
+            "% of block size 16",
+            &[
+                Series {
+                    name: "output tokens/s".into(),
+                    points: rel(|f| f.output_tokens_per_s),
+                },
+                Series {
+                    name: "p99 TTFT".into(),
+                    points: rel(|f| f.p99_ttft_s),
+                },
+                Series {
+                    name: "p99 TPOT".into(),
+                    points: rel(|f| f.p99_tpot_s),
+                },
+            ],
+        )?;
+        written.push(path.display().to_string());
+    }
     line_plot(
         &path,
         &format!(

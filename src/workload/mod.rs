@@ -6,4 +6,6 @@ pub mod dense_keys;
 pub mod jobs;
 pub mod key_gen;
 pub mod keys;
+pub mod scenario;
+pub mod serving;
 pub mod synthetic;

@@ -15,6 +15,7 @@ mod sim;
 mod sim_alloc;
 mod sim_cache;
 mod sim_cow;
+mod sim_engine;
 mod sim_radix;
 mod sim_sched;
 mod sim_thrash;

@@ -1,7 +1,9 @@
 //! `pagedkv sim <name>`: the CPU simulators, one subcommand each, each in its own file
 //! (src/bin/pagedkv/sim_<name>.rs).
 
-use crate::{sim_alloc, sim_cache, sim_cow, sim_radix, sim_sched, sim_thrash, CmdResult};
+use crate::{
+    sim_alloc, sim_cache, sim_cow, sim_engine, sim_radix, sim_sched, sim_thrash, CmdResult,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,6 +25,8 @@ enum SimCommand {
     Cow(sim_cow::Args),
     /// Demand paging with LRU: fault rate and access time against memory size; the knee.
     Thrash(sim_thrash::Args),
+    /// One vLLM V1 engine replica step by step: throughput, TTFT, TPOT, preemptions per block size.
+    Engine(Box<sim_engine::Args>),
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -33,5 +37,6 @@ pub fn run(args: Args) -> CmdResult {
         SimCommand::Alloc(a) => sim_alloc::run(a),
         SimCommand::Cow(a) => sim_cow::run(a),
         SimCommand::Thrash(a) => sim_thrash::run(a),
+        SimCommand::Engine(a) => sim_engine::run(*a),
     }
 }

@@ -1,5 +1,6 @@
 //! `pagedkv sweep`: which block size should an engine use? Fragmentation from a trace against
-//! bandwidth measured on the device, every block size from 1 to 256, next to vLLM's default of 16.
+//! bandwidth measured on the device, every block size from 1 to 256, both put together end to end
+//! by a simulated vLLM engine on the trace, next to vLLM's default of 16.
 
 use crate::CmdResult;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -103,6 +104,9 @@ pub struct Args {
     /// Skip paged attention (the gathers are still measured).
     #[arg(long)]
     no_attention: bool,
+    /// Skip the end-to-end engine simulation (the proxy then recommends).
+    #[arg(long)]
+    no_end_to_end: bool,
     /// Sequences in attention's decode batch (default: CPU 8, --quick 4; GPU 64, --quick 32).
     #[arg(long)]
     attention_batch: Option<usize>,
@@ -358,9 +362,40 @@ pub fn run(args: Args) -> CmdResult {
         probe = Some(opts);
     }
     let rec = sweep::apply_recommendation(&mut rows);
+    let (mut e2e, mut pick, mut setup) = (Vec::new(), None, None);
+    if !args.no_end_to_end {
+        let profile = sweep::end_to_end::profile(&rows, &device.name());
+        let bar = ProgressBar::new(3 * rows.len() as u64);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} engine runs [{elapsed}]")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        e2e = sweep::end_to_end::run(
+            &rows,
+            &requests,
+            &m,
+            args.gpus,
+            &profile,
+            rec.noise_tolerance,
+            &|| bar.inc(1),
+        )?;
+        bar.finish_and_clear();
+        sweep::apply_end_to_end(&mut rows, &e2e);
+        pick = sweep::end_to_end::pick(&e2e);
+        setup = Some(format!(
+            "the workload's arrivals through a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± {:.0}%)",
+            args.gpus.max(1),
+            sweep::end_to_end::STEP_OVERHEAD_S * 1e3,
+            profile.device,
+            profile.source,
+            if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
+            100.0 * rec.noise_tolerance,
+        ));
+    }
     let report = SweepReport {
         device: device.name(),
-        recommended_block_size: rec.block_size,
+        recommended_block_size: pick.as_ref().map(|p| p.block_size).or(rec.block_size),
+        proxy_recommended_block_size: rec.block_size,
         vllm_default_block_size: sweep::VLLM_DEFAULT_BLOCK_SIZE,
         noise_tolerance: rec.noise_tolerance,
         within_noise_block_sizes: rec.within_noise,
@@ -372,6 +407,9 @@ pub fn run(args: Args) -> CmdResult {
         config,
         probe,
         proxy: "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best".into(),
+        end_to_end: e2e,
+        end_to_end_pick: pick,
+        end_to_end_setup: setup,
         notes,
         rows,
     };
@@ -437,7 +475,11 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
         header.push(format!("of stream {l}"));
         header.push(format!("copy-out of copy {l}"));
     }
-    header.extend(["attention GB/s", "of stream", "± noise", "proxy", ""].map(String::from));
+    header.extend(["attention GB/s", "of stream", "± noise", "proxy"].map(String::from));
+    if !report.end_to_end.is_empty() {
+        header.extend(["e2e out tok/s", "p99 TTFT ms", "p99 TPOT ms"].map(String::from));
+    }
+    header.push(String::new());
     let mut t = Table::new(header);
     for r in &report.rows {
         let mut cells = vec![
@@ -460,6 +502,11 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
                 .map_or("-".into(), |n| format!("{:.0}%", 100.0 * n)),
         );
         cells.push(format!("{:.3}", r.proxy));
+        if !report.end_to_end.is_empty() {
+            cells.push(opt(r.e2e_output_tokens_per_s, 0));
+            cells.push(opt(r.e2e_p99_ttft_s.map(|x| 1e3 * x), 1));
+            cells.push(opt(r.e2e_p99_tpot_s.map(|x| 1e3 * x), 2));
+        }
         cells.push(marks(report, r));
         t.row(cells);
     }
@@ -485,11 +532,17 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
         println!("note: {note}");
     }
     println!("proxy: {}", report.proxy);
+    if let Some(setup) = &report.end_to_end_setup {
+        println!("end to end: {setup}");
+    }
+    if let Some(line) = sweep::end_to_end_line(report) {
+        println!("{line}");
+    }
     println!("{}", sweep::comparison_line(report));
     if let Some(dir) = out {
         println!(
             "wrote {}",
-            dir.join("sweep.{csv,json}, waste_concurrency.svg, bandwidth.svg")
+            dir.join("sweep.{csv,json}, waste_concurrency.svg, bandwidth.svg, end_to_end.svg, attention_profile.json")
                 .display()
         );
     }

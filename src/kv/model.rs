@@ -1,18 +1,18 @@
 //! Model shapes (what sizes a token's KV) and the KV pool a GPU leaves after the weights.
 //!
 //! Default pool, as vLLM sizes it: `gpus × GPU memory × gpu_memory_utilization − weights`, with the
-//! H200's memory as nvidia-smi reports it (143,771 MiB) and vLLM's default utilization 0.9. Weights
-//! count 2 bytes per parameter (bf16/f16 checkpoints). vLLM also subtracts the activation peak of a
-//! profiling run and CUDA-graph memory; those depend on the engine's batch settings and are left
-//! out, so the default pool is an upper bound of what vLLM would allocate (by a few GiB).
+//! H200's memory as nvidia-smi reports it (143,771 MiB) and vLLM 0.33's default utilization 0.92.
+//! Weights count 2 bytes per parameter (bf16/f16 checkpoints). vLLM also subtracts the activation
+//! peak of a profiling run and CUDA-graph memory; those depend on the engine's batch settings and
+//! are left out, so the default pool is an upper bound of what vLLM would allocate (by a few GiB).
 
-use crate::kv::Dtype;
+use super::Dtype;
 use serde::Serialize;
 
 /// H200 (141 GB HBM3e) memory as `nvidia-smi` reports it, in MiB.
 pub const H200_MEMORY_MIB: u64 = 143_771;
-/// vLLM's default `gpu_memory_utilization`.
-pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+/// vLLM's default `gpu_memory_utilization` (`CacheConfig.gpu_memory_utilization`, 0.33).
+pub const VLLM_GPU_MEMORY_UTILIZATION: f64 = 0.92;
 /// Bytes per weight parameter (bf16/f16).
 pub const WEIGHT_BYTES_PER_PARAM: f64 = 2.0;
 

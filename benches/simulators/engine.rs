@@ -1,0 +1,60 @@
+//! Engine simulator speed: the whole Azure LLM conversation trace (19,366 requests, one hour)
+//! through vLLM's scheduler and block manager with the H200 online preset, Llama-3-8B, the
+//! built-in efficiency profile, synchronous loop; at block size 16 (vLLM's default) and 1 (every
+//! token fills a block: the most block-manager work). A run is single-threaded; measured in wall
+//! time and in the thread's CPU time (what one core spends, whatever else shares the machine). The
+//! trace is read outside the timed loop.
+
+use super::cache::ThreadCpuTime;
+use criterion::measurement::Measurement;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use pagedkv::kv::model::preset;
+use pagedkv::sim::engine::step_time::gpu;
+use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::workload::azure::read_azure_csv;
+use pagedkv::workload::serving::from_trace;
+use std::hint::black_box;
+
+pub fn azure_trace(c: &mut Criterion) {
+    on_azure_trace(c, "wall");
+}
+
+pub fn azure_trace_thread_cpu(c: &mut Criterion<ThreadCpuTime>) {
+    on_azure_trace(c, "cpu");
+}
+
+fn on_azure_trace<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+    let (requests, _) = from_trace(&read_azure_csv(path).expect("the trace in data/"));
+    let settings = RunSettings {
+        engine: EngineConfig::default(),
+        num_gpu_blocks_override: None,
+        gpu_memory_utilization: 0.92,
+        model: preset("llama-3-8b").expect("preset"),
+        gpu: gpu("h200").expect("preset"),
+        tp: 1,
+        profile: Profile::h200_assumed(),
+        efficiency_scale: 1.0,
+        cpu_overhead_s: 5e-4,
+        swap_gbps: None,
+        clock_steps: false,
+        slo: Slo::default(),
+    };
+    let mut group = c.benchmark_group(format!("engine_{clock}_azure_conv_trace"));
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(requests.len() as u64));
+    for block_size in [16, 1] {
+        group.bench_with_input(
+            BenchmarkId::new("block_size", block_size),
+            &block_size,
+            |b, &bs| {
+                b.iter(|| {
+                    settings
+                        .run(bs, black_box(&requests), false, None, |_, _| {})
+                        .expect("valid run")
+                })
+            },
+        );
+    }
+    group.finish();
+}

@@ -1,0 +1,445 @@
+//! The engine loop: arrivals join the waiting queue, the scheduler plans a step, the clock
+//! advances by the step's time, and the step's output is processed — right after it (the
+//! synchronous loop), or after the next step has been scheduled (async scheduling: vLLM's batch
+//! queue of two, where step k+1 is scheduled while step k runs, so its blocks freed by finishing
+//! requests return one step later).
+
+use super::config::{ConfigError, EngineConfig, Policy, Preemption};
+use super::metrics::{report, EngineReport, Integrals, Slo};
+use super::request::Req;
+use super::scheduler::{Plan, Scheduler};
+use super::step_log::{Ordered, StepRecord};
+use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
+use crate::workload::serving::ServingRequest;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum EngineError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("request {id}: {detail}")]
+    Request { id: String, detail: String },
+    #[error("no requests")]
+    NoRequests,
+    #[error("writing the step log: {0}")]
+    Output(String),
+    #[error(
+        "the engine stalled at step {step}: {waiting} requests wait and nothing can be scheduled"
+    )]
+    Stalled { step: u64, waiting: usize },
+}
+
+/// What a unit of time is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Clock {
+    /// Every step takes one unit; arrivals are step indices.
+    Steps,
+    /// Steps take what the model says; arrivals are seconds.
+    Seconds(Box<StepModel>),
+}
+
+/// What the engine records besides its report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Recording {
+    /// Keep the last step's [`StepRecord`] (for `--step-log` and the replay tests).
+    pub steps: bool,
+    /// Keep one [`TimelinePoint`] per step (for plots).
+    pub timeline: bool,
+}
+
+/// The engine's state over one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimelinePoint {
+    pub time: f64,
+    pub used_blocks: u32,
+    pub running: u32,
+    pub waiting: u32,
+}
+
+/// The state a batch was scheduled with, for the time integrals.
+#[derive(Debug, Clone, Copy, Default)]
+struct Snapshot {
+    used_blocks: usize,
+    running: usize,
+    waiting: usize,
+}
+
+/// A scheduled batch on its way through the GPU.
+#[derive(Debug, Clone)]
+struct Batch {
+    plan: Plan,
+    start: f64,
+    duration: f64,
+    state: Snapshot,
+}
+
+pub struct Engine {
+    sched: Scheduler,
+    clock: Clock,
+    /// Request indices by arrival (ties in input order).
+    order: Vec<u32>,
+    next: usize,
+    /// When the next step begins (seconds, or the step index under a step clock).
+    now: f64,
+    /// When the GPU finishes the batches handed to it.
+    gpu_free: f64,
+    /// Index of the next step.
+    next_index: u64,
+    /// Async scheduling: batches scheduled and not processed yet, oldest first (at most two).
+    queue: std::collections::VecDeque<Batch>,
+    spare: Vec<Plan>,
+    finished: Vec<u32>,
+    done: usize,
+    integrals: Integrals,
+    recording: Recording,
+    record: Option<StepRecord>,
+    timeline: Vec<TimelinePoint>,
+    slo: Slo,
+}
+
+/// Predicted output lengths: true × e^N(0, sigma²) from their own seed.
+fn predictions(requests: &[ServingRequest], sigma: f64, seed: u64) -> Vec<f64> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0e17);
+    match Normal::new(0.0, sigma) {
+        Ok(noise) if sigma > 0.0 => requests
+            .iter()
+            .map(|r| f64::from(r.output_len) * noise.sample(&mut rng).exp())
+            .collect(),
+        _ => requests.iter().map(|r| f64::from(r.output_len)).collect(),
+    }
+}
+
+/// Checks that every request can run to completion in this engine.
+fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineError> {
+    let bad = |detail: String| {
+        Err(EngineError::Request {
+            id: r.id.clone(),
+            detail,
+        })
+    };
+    let prompt = r.prompt.len() as u64;
+    if prompt == 0 || r.output_len == 0 {
+        return bad("prompt and output need at least one token each".into());
+    }
+    if !(r.arrival.is_finite() && r.arrival >= 0.0) {
+        return bad(format!(
+            "arrival must be finite and >= 0, got {}",
+            r.arrival
+        ));
+    }
+    if prompt >= cfg.max_model_len as u64 {
+        return bad(format!(
+            "a prompt of {prompt} tokens reaches max_model_len {}",
+            cfg.max_model_len
+        ));
+    }
+    // The KV it ever holds at once: prompt and every sampled token but the last.
+    let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64);
+    let blocks = peak.div_ceil(cfg.block_size as u64);
+    if blocks > cfg.usable_blocks() as u64 {
+        return bad(format!(
+            "{peak} tokens need {blocks} blocks of {}, the pool holds {} (num_gpu_blocks {} less the null block)",
+            cfg.block_size,
+            cfg.usable_blocks(),
+            cfg.num_gpu_blocks
+        ));
+    }
+    if !cfg.enable_chunked_prefill && peak > cfg.max_num_batched_tokens as u64 {
+        return bad(format!(
+            "without chunked prefill, {peak} tokens exceed max_num_batched_tokens {}",
+            cfg.max_num_batched_tokens
+        ));
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub fn new(
+        cfg: EngineConfig,
+        requests: &[ServingRequest],
+        clock: Clock,
+        recording: Recording,
+        slo: Slo,
+    ) -> Result<Engine, EngineError> {
+        cfg.validate()?;
+        if requests.is_empty() {
+            return Err(EngineError::NoRequests);
+        }
+        let mut seen = std::collections::HashSet::new();
+        for r in requests {
+            check_request(&cfg, r)?;
+            if !seen.insert(r.id.as_str()) {
+                return Err(EngineError::Request {
+                    id: r.id.clone(),
+                    detail: "duplicate id".into(),
+                });
+            }
+        }
+        let predicted = if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
+            predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
+        } else {
+            requests.iter().map(|r| f64::from(r.output_len)).collect()
+        };
+        let mut by_id: Vec<u32> = (0..requests.len() as u32).collect();
+        by_id.sort_by(|&a, &b| requests[a as usize].id.cmp(&requests[b as usize].id));
+        let mut id_rank = vec![0u32; requests.len()];
+        for (rank, &i) in by_id.iter().enumerate() {
+            id_rank[i as usize] = rank as u32;
+        }
+        let reqs: Vec<Req> = requests
+            .iter()
+            .zip(&predicted)
+            .zip(&id_rank)
+            .map(|((r, &p), &rank)| Req::new(r, p, rank))
+            .collect();
+        let mut order: Vec<u32> = (0..requests.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            requests[a as usize]
+                .arrival
+                .total_cmp(&requests[b as usize].arrival)
+        });
+        let host_tokens = match (&cfg.preemption, &clock) {
+            (Preemption::Swap { host_bytes, .. }, Clock::Seconds(m)) => {
+                host_bytes / kv_bytes_per_token_per_gpu(&m.model, m.tp).max(1)
+            }
+            _ => u64::MAX,
+        };
+        // A step clock starts at step 0 (idle steps before the first arrival are steps too).
+        let now = match clock {
+            Clock::Steps => 0.0,
+            Clock::Seconds(_) => requests[order[0] as usize].arrival,
+        };
+        Ok(Engine {
+            sched: Scheduler::new(cfg, reqs, host_tokens),
+            clock,
+            order,
+            next: 0,
+            now,
+            gpu_free: now,
+            next_index: 0,
+            queue: std::collections::VecDeque::new(),
+            spare: Vec::new(),
+            finished: Vec::new(),
+            done: 0,
+            integrals: Integrals::default(),
+            recording,
+            record: None,
+            timeline: Vec::new(),
+            slo,
+        })
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    /// The record of the step the last [`Engine::step`] completed (with [`Recording::steps`]).
+    pub fn last_record(&self) -> Option<&StepRecord> {
+        self.record.as_ref()
+    }
+
+    pub fn timeline(&self) -> &[TimelinePoint] {
+        &self.timeline
+    }
+
+    pub fn finished_requests(&self) -> usize {
+        self.done
+    }
+
+    /// Adds the requests that have arrived by the step beginning now: arrival <= step index under
+    /// a step clock, <= now in seconds.
+    fn admit_arrivals(&mut self) {
+        while let Some(&i) = self.order.get(self.next) {
+            if self.sched.reqs[i as usize].arrival > self.now {
+                break;
+            }
+            self.sched.add_request(i);
+            self.next += 1;
+        }
+    }
+
+    fn next_arrival(&self) -> Option<f64> {
+        self.order
+            .get(self.next)
+            .map(|&i| self.sched.reqs[i as usize].arrival)
+    }
+
+    fn duration(&self, plan: &Plan) -> f64 {
+        match &self.clock {
+            Clock::Steps => 1.0,
+            // A batch of nothing launches nothing.
+            Clock::Seconds(_) if plan.scheduled.is_empty() && plan.swap_out_tokens == 0 => 0.0,
+            Clock::Seconds(m) => m.step_seconds(plan),
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            used_blocks: self.sched.kv.used_blocks(),
+            running: self.sched.running.len(),
+            waiting: self.sched.waiting.len(),
+        }
+    }
+
+    /// One step of vLLM's engine core (`EngineCore.step`, or `step_with_batch_queue` under async
+    /// scheduling): add arrivals; if the scheduler holds requests, schedule a batch; process the
+    /// output of a batch (this one when synchronous; the oldest of the two in flight when async).
+    /// A step clock logs idle steps too; in seconds the clock jumps to the next arrival instead.
+    /// Returns false once every request has finished.
+    pub fn step(&mut self) -> Result<bool, EngineError> {
+        if self.done == self.sched.reqs.len() {
+            return Ok(false);
+        }
+        self.admit_arrivals();
+        let index = self.next_index;
+        let steps = matches!(self.clock, Clock::Steps);
+        let mut record = self.recording.steps.then(|| StepRecord {
+            step: index,
+            time: self.now,
+            ..Default::default()
+        });
+        self.finished.clear();
+        let mut to_process = None;
+        if self.sched.has_requests() {
+            let mut plan = self.spare.pop().unwrap_or_default();
+            self.sched.schedule(&mut plan);
+            if let Some(rec) = &mut record {
+                let id = |i: u32| self.sched.reqs[i as usize].id.clone();
+                rec.scheduled = Ordered(
+                    plan.scheduled
+                        .iter()
+                        .map(|s| (id(s.req), s.tokens))
+                        .collect(),
+                );
+                rec.preempted = plan.preempted.iter().map(|&i| id(i)).collect();
+                rec.prefix_hit_tokens =
+                    Ordered(plan.admitted.iter().map(|&(i, h)| (id(i), h)).collect());
+            }
+            let stalled = plan.scheduled.is_empty()
+                && plan.preempted.is_empty()
+                && self.queue.is_empty()
+                && self.sched.running.is_empty()
+                && !self.sched.waiting.is_empty();
+            if stalled && self.next_arrival().is_none() {
+                return Err(EngineError::Stalled {
+                    step: index,
+                    waiting: self.sched.waiting.len(),
+                });
+            }
+            let duration = self.duration(&plan);
+            let start = self.now.max(self.gpu_free);
+            self.gpu_free = start + duration;
+            let tokens = plan.total_tokens();
+            let batch = Batch {
+                state: self.snapshot(),
+                plan,
+                start,
+                duration,
+            };
+            if self.sched.cfg.async_scheduling {
+                self.queue.push_back(batch);
+                let fill = self.queue.len() < 2 && (tokens > 0 || self.sched.has_requests());
+                if !fill {
+                    to_process = self.queue.pop_front();
+                }
+            } else {
+                to_process = Some(batch);
+            }
+        } else if let Some(b) = self.queue.pop_front() {
+            to_process = Some(b);
+        } else if !steps {
+            // Idle in seconds: no step until the next arrival.
+            let t = self.next_arrival().expect("requests remain unfinished");
+            self.now = self.now.max(t);
+            return self.step();
+        }
+        if let Some(batch) = to_process {
+            // A step clock stamps outputs at the end of the step that processes them.
+            let at = if steps {
+                index as f64 + 1.0
+            } else {
+                batch.start + batch.duration
+            };
+            self.process(batch, at);
+            if !steps {
+                self.now = self.now.max(at);
+            }
+        }
+        if steps {
+            self.now = index as f64 + 1.0;
+        }
+        self.next_index += 1;
+        if let Some(mut rec) = record {
+            let reqs = &self.sched.reqs;
+            rec.finished = self
+                .finished
+                .iter()
+                .map(|&i| reqs[i as usize].id.clone())
+                .collect();
+            rec.free_blocks = self.sched.kv.pool.num_free();
+            self.record = Some(rec);
+        }
+        Ok(true)
+    }
+
+    /// Processes a batch's output at time `at` and accounts for its time on the GPU.
+    fn process(&mut self, batch: Batch, at: f64) {
+        self.sched
+            .update_from_output(&batch.plan, at, &mut self.finished);
+        self.done += self.finished.len();
+        let s = batch.state;
+        self.integrals.add(
+            batch.duration,
+            s.used_blocks,
+            s.running,
+            s.waiting,
+            batch.plan.total_tokens(),
+        );
+        if self.recording.timeline {
+            self.timeline.push(TimelinePoint {
+                time: batch.start,
+                used_blocks: s.used_blocks as u32,
+                running: s.running as u32,
+                waiting: s.waiting as u32,
+            });
+        }
+        self.spare.push(batch.plan);
+    }
+
+    /// Runs to the end; `progress(finished, total)` is called every few thousand steps.
+    pub fn run(
+        &mut self,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<EngineReport, EngineError> {
+        let total = self.sched.reqs.len();
+        while self.step()? {
+            if self.next_index.is_multiple_of(4096) {
+                progress(self.done, total);
+            }
+        }
+        progress(self.done, total);
+        Ok(self.report())
+    }
+
+    pub fn report(&self) -> EngineReport {
+        report(
+            &self.sched.reqs,
+            &self.sched.stats,
+            &self.integrals,
+            self.sched.cfg.usable_blocks(),
+            self.slo,
+            match self.clock {
+                Clock::Steps => "steps",
+                Clock::Seconds(_) => "s",
+            },
+        )
+    }
+
+    /// Every invariant of the scheduler and the block manager (see [`Scheduler::check`]).
+    pub fn check(&self) -> Result<(), String> {
+        self.sched.check()
+    }
+}

@@ -1,0 +1,206 @@
+//! What a run reports: throughput, latency distributions (TTFT, TPOT, end to end), goodput under
+//! SLOs, preemption and recompute, prefix-cache hits, and time averages of the engine's state.
+
+use super::request::Req;
+use super::scheduler::SchedStats;
+use crate::stats::percentile;
+use serde::Serialize;
+
+/// Mean and nearest-rank percentiles.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Distribution {
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Distribution {
+    /// `None` when `v` is empty.
+    pub fn of(mut v: Vec<f64>) -> Option<Distribution> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Distribution {
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            p50: percentile(&v, 0.5),
+            p90: percentile(&v, 0.9),
+            p99: percentile(&v, 0.99),
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// Time integrals of the engine's state, over the steps (idle time holds nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Integrals {
+    pub busy: f64,
+    pub used_blocks: f64,
+    pub running: f64,
+    pub waiting: f64,
+    pub peak_used_blocks: usize,
+    pub steps: u64,
+    pub scheduled_tokens: u64,
+}
+
+impl Integrals {
+    /// Adds a step of `dt` with this state.
+    pub fn add(
+        &mut self,
+        dt: f64,
+        used_blocks: usize,
+        running: usize,
+        waiting: usize,
+        tokens: u64,
+    ) {
+        self.busy += dt;
+        self.used_blocks += dt * used_blocks as f64;
+        self.running += dt * running as f64;
+        self.waiting += dt * waiting as f64;
+        self.peak_used_blocks = self.peak_used_blocks.max(used_blocks);
+        self.steps += 1;
+        self.scheduled_tokens += tokens;
+    }
+}
+
+/// Service-level objectives for goodput.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Slo {
+    pub ttft: Option<f64>,
+    pub tpot: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineReport {
+    /// "s" (seconds) or "steps": the unit of every time below.
+    pub time_unit: &'static str,
+    pub requests: usize,
+    pub completed: usize,
+    pub steps: u64,
+    /// First arrival to last completion.
+    pub makespan: f64,
+    pub requests_per_time: f64,
+    pub output_tokens_per_time: f64,
+    /// Prompt and output tokens per unit of time.
+    pub total_tokens_per_time: f64,
+    pub ttft: Option<Distribution>,
+    /// Per request: (end to end − TTFT) / (outputs − 1), requests with two outputs or more.
+    pub tpot: Option<Distribution>,
+    pub e2e: Option<Distribution>,
+    pub slo: Slo,
+    /// Completed requests meeting every SLO given, per unit of time; `None` without SLOs.
+    pub goodput: Option<f64>,
+    pub slo_attainment: Option<f64>,
+    pub preemptions: u64,
+    pub preempted_requests: usize,
+    /// Tokens computed more than once (lost to recompute preemption).
+    pub recomputed_tokens: u64,
+    pub swapped_out_tokens: u64,
+    pub swapped_in_tokens: u64,
+    /// vLLM's metric: tokens found in the prefix cache over tokens looked up, every admission.
+    pub prefix_cache_hit_ratio: Option<f64>,
+    pub prefix_cache_hit_tokens: u64,
+    /// Fraction of the prompt tokens found in the cache at each request's first admission.
+    pub prompt_hit_ratio: f64,
+    pub usable_blocks: usize,
+    /// Blocks in use (not free) over usable blocks: time average over busy time, and peak.
+    pub mean_kv_utilization: f64,
+    pub peak_kv_utilization: f64,
+    pub mean_running: f64,
+    pub mean_waiting: f64,
+    /// Requests in the engine (waiting or running), time average over the makespan.
+    pub mean_in_system: f64,
+    pub busy_fraction: f64,
+}
+
+pub fn report(
+    reqs: &[Req],
+    stats: &SchedStats,
+    integ: &Integrals,
+    usable_blocks: usize,
+    slo: Slo,
+    time_unit: &'static str,
+) -> EngineReport {
+    let done: Vec<&Req> = reqs.iter().filter(|r| r.is_finished()).collect();
+    let first_arrival = reqs.iter().map(|r| r.arrival).fold(f64::INFINITY, f64::min);
+    let last_finish = done
+        .iter()
+        .map(|r| r.finish_time)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let makespan = if done.is_empty() {
+        0.0
+    } else {
+        last_finish - first_arrival
+    };
+    let per = |x: f64| {
+        if makespan > 0.0 {
+            x / makespan
+        } else {
+            f64::NAN
+        }
+    };
+    let ttft = |r: &Req| r.first_token_time - r.arrival;
+    let tpot = |r: &Req| (r.finish_time - r.first_token_time) / f64::from(r.num_output - 1);
+    let outputs: u64 = done.iter().map(|r| u64::from(r.num_output)).sum();
+    let prompts: u64 = done.iter().map(|r| u64::from(r.prompt_len)).sum();
+    let meets = |r: &&&Req| {
+        slo.ttft.is_none_or(|s| ttft(r) <= s)
+            && slo.tpot.is_none_or(|s| r.num_output < 2 || tpot(r) <= s)
+    };
+    let good =
+        (slo.ttft.is_some() || slo.tpot.is_some()).then(|| done.iter().filter(meets).count());
+    let ideal: u64 = reqs
+        .iter()
+        .map(|r| {
+            u64::from(r.prompt_len + r.num_output.max(1) - 1)
+                .saturating_sub(u64::from(r.first_hit.unwrap_or(0)))
+        })
+        .sum();
+    let scheduled: u64 = reqs.iter().map(|r| r.scheduled_tokens).sum();
+    let first_hits: u64 = reqs
+        .iter()
+        .map(|r| u64::from(r.first_hit.unwrap_or(0)))
+        .sum();
+    let all_prompts: u64 = reqs.iter().map(|r| u64::from(r.prompt_len)).sum();
+    let busy = integ.busy;
+    let avg = |x: f64| if busy > 0.0 { x / busy } else { 0.0 };
+    EngineReport {
+        time_unit,
+        requests: reqs.len(),
+        completed: done.len(),
+        steps: integ.steps,
+        makespan,
+        requests_per_time: per(done.len() as f64),
+        output_tokens_per_time: per(outputs as f64),
+        total_tokens_per_time: per((outputs + prompts) as f64),
+        ttft: Distribution::of(done.iter().map(|r| ttft(r)).collect()),
+        tpot: Distribution::of(
+            done.iter()
+                .filter(|r| r.num_output >= 2)
+                .map(|r| tpot(r))
+                .collect(),
+        ),
+        e2e: Distribution::of(done.iter().map(|r| r.finish_time - r.arrival).collect()),
+        slo,
+        goodput: good.map(|g| per(g as f64)),
+        slo_attainment: good.map(|g| g as f64 / done.len().max(1) as f64),
+        preemptions: stats.preemptions,
+        preempted_requests: reqs.iter().filter(|r| r.preemptions > 0).count(),
+        recomputed_tokens: scheduled.saturating_sub(ideal),
+        swapped_out_tokens: stats.swapped_out_tokens,
+        swapped_in_tokens: stats.swapped_in_tokens,
+        prefix_cache_hit_ratio: (stats.prefix_queries > 0)
+            .then(|| stats.prefix_hits as f64 / stats.prefix_queries as f64),
+        prefix_cache_hit_tokens: stats.prefix_hits,
+        prompt_hit_ratio: first_hits as f64 / all_prompts.max(1) as f64,
+        usable_blocks,
+        mean_kv_utilization: avg(integ.used_blocks) / usable_blocks as f64,
+        peak_kv_utilization: integ.peak_used_blocks as f64 / usable_blocks as f64,
+        mean_running: avg(integ.running),
+        mean_waiting: avg(integ.waiting),
+        mean_in_system: per(integ.running + integ.waiting),
+        busy_fraction: per(busy),
+    }
+}

@@ -1,0 +1,148 @@
+//! Runs of the engine on a model and a GPU: a vLLM preset's settings, the pool the GPU leaves at
+//! each block size, the step-time model with that block size's attention efficiency; several block
+//! sizes in parallel.
+
+use super::config::EngineConfig;
+use super::engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
+use super::metrics::{EngineReport, Slo};
+use super::profile::Profile;
+use super::step_time::{num_gpu_blocks, Gpu, StepModel};
+use crate::kv::model::ModelShape;
+use crate::workload::serving::ServingRequest;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::io::Write;
+
+/// Everything but the block size and the workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    /// Every field but `block_size` and `num_gpu_blocks` (set per run).
+    pub engine: EngineConfig,
+    /// vLLM's `--num-gpu-blocks-override`: the pool, whatever the block size.
+    pub num_gpu_blocks_override: Option<usize>,
+    pub gpu_memory_utilization: f64,
+    pub model: ModelShape,
+    pub gpu: Gpu,
+    pub tp: usize,
+    pub profile: Profile,
+    /// Multiplies the profile's efficiency (the sweep's noise band); 1 for the profile as is.
+    pub efficiency_scale: f64,
+    pub cpu_overhead_s: f64,
+    pub swap_gbps: Option<f64>,
+    /// Count time in steps instead of the model's seconds.
+    pub clock_steps: bool,
+    pub slo: Slo,
+}
+
+/// One block size's run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Outcome {
+    pub block_size: usize,
+    pub num_gpu_blocks: usize,
+    /// Attention efficiency the step-time model used.
+    pub efficiency: f64,
+    #[serde(flatten)]
+    pub report: EngineReport,
+    #[serde(skip)]
+    pub timeline: Vec<TimelinePoint>,
+}
+
+impl RunSettings {
+    /// The engine settings and clock at `block_size`.
+    pub fn at(&self, block_size: usize) -> Result<(EngineConfig, Clock, f64), EngineError> {
+        let mut cfg = self.engine.clone();
+        cfg.block_size = block_size;
+        cfg.num_gpu_blocks = match self.num_gpu_blocks_override {
+            Some(n) => n,
+            None => num_gpu_blocks(
+                &self.model,
+                &self.gpu,
+                self.gpu_memory_utilization,
+                self.tp,
+                block_size,
+            )
+            .ok_or_else(|| {
+                super::config::ConfigError(format!(
+                    "{}'s weights leave no KV pool on {} × {} at gpu_memory_utilization {} (use --tp or --num-gpu-blocks-override)",
+                    self.model.name, self.tp, self.gpu.name, self.gpu_memory_utilization
+                ))
+            })?,
+        };
+        cfg.validate()?;
+        let efficiency = (self.profile.at(block_size) * self.efficiency_scale).clamp(1e-6, 1.0);
+        let clock = if self.clock_steps {
+            Clock::Steps
+        } else {
+            Clock::Seconds(Box::new(StepModel {
+                model: self.model.clone(),
+                gpu: self.gpu.clone(),
+                tp: self.tp,
+                efficiency,
+                cpu_overhead_s: self.cpu_overhead_s,
+                overlap_cpu: cfg.async_scheduling,
+                swap_gbps: self.swap_gbps,
+            }))
+        };
+        Ok((cfg, clock, efficiency))
+    }
+
+    /// Runs `requests` at `block_size`, keeping the timeline if asked and writing every step's
+    /// record to `step_log` if given; `progress(finished, total)` as [`Engine::run`].
+    pub fn run(
+        &self,
+        block_size: usize,
+        requests: &[ServingRequest],
+        timeline: bool,
+        step_log: Option<&mut dyn Write>,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Outcome, EngineError> {
+        let (cfg, clock, efficiency) = self.at(block_size)?;
+        let num_gpu_blocks = cfg.num_gpu_blocks;
+        let rec = Recording {
+            steps: step_log.is_some(),
+            timeline,
+        };
+        let mut e = Engine::new(cfg, requests, clock, rec, self.slo)?;
+        let report = match step_log {
+            None => e.run(progress)?,
+            Some(out) => {
+                let mut progress = progress;
+                let total = requests.len();
+                while e.step()? {
+                    if let Some(r) = e.last_record() {
+                        writeln!(out, "{}", r.to_line())
+                            .map_err(|err| EngineError::Output(err.to_string()))?;
+                    }
+                    progress(e.finished_requests(), total);
+                }
+                e.report()
+            }
+        };
+        Ok(Outcome {
+            block_size,
+            num_gpu_blocks,
+            efficiency,
+            report,
+            timeline: e.timeline().to_vec(),
+        })
+    }
+
+    /// Every block size in parallel, in the order given.
+    pub fn run_all(
+        &self,
+        block_sizes: &[usize],
+        requests: &[ServingRequest],
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Outcome>, EngineError> {
+        block_sizes
+            .par_iter()
+            .map(|&b| {
+                let mut last = 0;
+                self.run(b, requests, false, None, |done, _| {
+                    progress(done - last);
+                    last = done;
+                })
+            })
+            .collect()
+    }
+}

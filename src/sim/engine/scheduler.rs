@@ -1,0 +1,432 @@
+//! vLLM V1's scheduler (`vllm/v1/core/sched/scheduler.py`, 0.33): one token budget per step,
+//! running requests first and in order, then waiting ones; preemption by recompute; output
+//! processing that samples one token per request whose chunk reached the end of its sequence.
+
+use super::config::{EngineConfig, Policy, Preemption};
+use super::kv_manager::{Alloc, KvManager};
+use super::request::{Req, Status};
+use super::waiting::{Rank, WaitingQueue};
+
+/// One request's share of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scheduled {
+    pub req: u32,
+    pub tokens: u32,
+    /// Tokens computed before this step (the context its attention reads besides the new ones).
+    pub context: u32,
+    /// Whether the step samples a token for it (its chunk reaches the end of its sequence).
+    pub samples: bool,
+}
+
+/// What one call of the scheduler decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// In scheduling order: running requests first, then admitted ones.
+    pub scheduled: Vec<Scheduled>,
+    /// In the order they were preempted.
+    pub preempted: Vec<u32>,
+    /// Requests admitted from the waiting queue, with the prefix-cache tokens they reused.
+    pub admitted: Vec<(u32, u32)>,
+    /// Swap preemption: tokens of KV copied to the host and back in this step.
+    pub swap_out_tokens: u64,
+    pub swap_in_tokens: u64,
+}
+
+impl Plan {
+    pub fn clear(&mut self) {
+        self.scheduled.clear();
+        self.preempted.clear();
+        self.admitted.clear();
+        self.swap_out_tokens = 0;
+        self.swap_in_tokens = 0;
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.scheduled.iter().map(|s| u64::from(s.tokens)).sum()
+    }
+}
+
+/// Counts over the whole run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SchedStats {
+    pub preemptions: u64,
+    /// vLLM's prefix-cache metric: tokens looked up at every admission, and tokens found.
+    pub prefix_queries: u64,
+    pub prefix_hits: u64,
+    pub swapped_out_tokens: u64,
+    pub swapped_in_tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scheduler {
+    pub cfg: EngineConfig,
+    pub kv: KvManager,
+    pub reqs: Vec<Req>,
+    pub running: Vec<u32>,
+    pub waiting: WaitingQueue,
+    pub stats: SchedStats,
+    /// Swap preemption: host space left, in tokens of KV.
+    host_tokens_left: u64,
+    /// Requests finished since the last schedule (vLLM reports their ids in the next one).
+    finished_unreported: bool,
+    hit: Vec<u32>,
+}
+
+impl Scheduler {
+    /// `host_tokens` is the host space for swapped KV, in tokens (ignored unless swapping).
+    pub fn new(cfg: EngineConfig, reqs: Vec<Req>, host_tokens: u64) -> Self {
+        Scheduler {
+            kv: KvManager::new(&cfg),
+            waiting: WaitingQueue::new(cfg.scheduling_policy),
+            cfg,
+            reqs,
+            running: Vec::new(),
+            stats: SchedStats::default(),
+            host_tokens_left: host_tokens,
+            finished_unreported: false,
+            hit: Vec::new(),
+        }
+    }
+
+    fn rank(&self, i: u32) -> Rank {
+        Rank::of(
+            &self.reqs[i as usize],
+            self.cfg.scheduling_policy,
+            self.cfg.aging_delay,
+        )
+    }
+
+    /// The request joins the waiting queue.
+    pub fn add_request(&mut self, i: u32) {
+        self.reqs[i as usize].status = Status::Waiting;
+        let rank = self.rank(i);
+        self.waiting.add(i, rank);
+    }
+
+    /// vLLM's `has_requests`: requests wait or run, or finished ones are not reported yet.
+    pub fn has_requests(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty() || self.finished_unreported
+    }
+
+    /// The running request to preempt: the most recently admitted (FCFS), or the one ranked last
+    /// (the first of equals in running order, as Python's `max`).
+    fn victim(&self) -> usize {
+        if self.cfg.scheduling_policy == Policy::Fcfs {
+            return self.running.len() - 1;
+        }
+        let mut best = 0;
+        let mut best_rank = self.rank(self.running[0]);
+        for (pos, &i) in self.running.iter().enumerate().skip(1) {
+            let rank = self.rank(i);
+            if rank.victim_cmp(&best_rank).is_gt() {
+                (best, best_rank) = (pos, rank);
+            }
+        }
+        best
+    }
+
+    fn preempt(&mut self, i: u32, plan: &mut Plan) {
+        let r = &mut self.reqs[i as usize];
+        if let Preemption::Swap { .. } = self.cfg.preemption {
+            let kv = u64::from(r.num_computed);
+            if kv > 0 && kv <= self.host_tokens_left {
+                self.host_tokens_left -= kv;
+                r.swapped_tokens = r.num_computed;
+                plan.swap_out_tokens += kv;
+                self.stats.swapped_out_tokens += kv;
+            }
+        }
+        self.kv.free(r);
+        r.status = Status::Preempted;
+        r.num_computed = 0;
+        r.stale = r.in_flight;
+        r.placeholders = 0;
+        r.preemptions += 1;
+        self.stats.preemptions += 1;
+        plan.preempted.push(i);
+        let rank = self.rank(i);
+        self.waiting.prepend(i, rank);
+    }
+
+    /// Gives swapped KV's host space back.
+    fn release_host(&mut self, i: u32) {
+        let r = &mut self.reqs[i as usize];
+        self.host_tokens_left += u64::from(std::mem::take(&mut r.swapped_tokens));
+    }
+
+    /// One call of vLLM's `schedule()`, with `_update_after_schedule`.
+    pub fn schedule(&mut self, plan: &mut Plan) {
+        plan.clear();
+        let cfg = &self.cfg;
+        let mut budget = cfg.max_num_batched_tokens as u64;
+        // The cap on a prefill chunk only applies when another request could use the budget.
+        let threshold = if self.running.len() + self.waiting.len() > 1 {
+            cfg.long_prefill_token_threshold as u64
+        } else {
+            0
+        };
+        let ranked_victims = cfg.scheduling_policy != Policy::Fcfs;
+        let max_model_len = cfg.max_model_len as u64;
+
+        let mut idx = 0;
+        while idx < self.running.len() && budget > 0 {
+            let ri = self.running[idx];
+            let r = &self.reqs[ri as usize];
+            let (computed, placeholders) = (u64::from(r.num_computed), u64::from(r.placeholders));
+            // Async: the step in flight already reaches max_tokens; scheduling more is waste.
+            if placeholders > 0
+                && computed + 2 >= u64::from(r.prompt_len + r.max_tokens) + placeholders
+            {
+                idx += 1;
+                continue;
+            }
+            let mut n = u64::from(r.num_tokens()) + placeholders - computed;
+            if threshold > 0 && n > threshold {
+                n = threshold;
+            }
+            n = n
+                .min(budget)
+                .min(max_model_len.saturating_sub(computed + 1));
+            if n == 0 {
+                idx += 1;
+                continue;
+            }
+            let scheduled = loop {
+                let alloc = Alloc {
+                    new_tokens: n as u32,
+                    hit: &[],
+                    hit_tokens: 0,
+                    full_sequence_must_fit: false,
+                    has_scheduled_reqs: true,
+                };
+                if self
+                    .kv
+                    .allocate_slots(&mut self.reqs[ri as usize], u64::from(ri), alloc)
+                {
+                    break true;
+                }
+                let pos = self.victim();
+                let victim = self.running[pos];
+                if ranked_victims {
+                    self.running.remove(pos);
+                    if pos < idx {
+                        idx -= 1;
+                    }
+                    if let Some(p) = plan.scheduled.iter().position(|s| s.req == victim) {
+                        budget += u64::from(plan.scheduled.remove(p).tokens);
+                    }
+                } else {
+                    self.running.pop();
+                }
+                self.preempt(victim, plan);
+                if victim == ri {
+                    break false;
+                }
+            };
+            if !scheduled {
+                if ranked_victims && self.reqs[ri as usize].status == Status::Preempted {
+                    // It preempted itself; the requests after it rank higher and may still fit.
+                    continue;
+                }
+                break;
+            }
+            plan.scheduled.push(Scheduled {
+                req: ri,
+                tokens: n as u32,
+                context: computed as u32,
+                samples: false,
+            });
+            budget -= n;
+            idx += 1;
+        }
+
+        if plan.preempted.is_empty() {
+            self.admit(plan, &mut budget, threshold);
+        }
+
+        self.finished_unreported = false;
+        let async_scheduling = self.cfg.async_scheduling;
+        for s in &mut plan.scheduled {
+            let r = &mut self.reqs[s.req as usize];
+            r.num_computed += s.tokens;
+            r.in_flight += s.tokens;
+            r.scheduled_tokens += u64::from(s.tokens);
+            s.samples = r.num_computed >= r.num_tokens() + r.placeholders;
+            if async_scheduling && s.samples {
+                r.placeholders += 1;
+            }
+        }
+    }
+
+    /// The waiting loop: admit from the head of the queue while budget, seats and blocks last.
+    fn admit(&mut self, plan: &mut Plan, budget: &mut u64, threshold: u64) {
+        let caching = self.cfg.enable_prefix_caching;
+        while *budget > 0 {
+            let Some(wi) = self.waiting.peek() else { break };
+            if self.running.len() >= self.cfg.max_num_seqs {
+                break;
+            }
+            let mut hit = std::mem::take(&mut self.hit);
+            let r = &mut self.reqs[wi as usize];
+            debug_assert_eq!(r.num_computed, 0);
+            let hit_tokens = self.kv.get_computed_blocks(r, u64::from(wi), &mut hit);
+            let num_tokens = r.num_tokens();
+            // Swap preemption: what the host holds beyond the hit comes back without compute.
+            let restored = r
+                .swapped_tokens
+                .min(num_tokens - 1)
+                .saturating_sub(hit_tokens);
+            let computed = hit_tokens + restored;
+            let mut n = u64::from(num_tokens - computed);
+            if threshold > 0 && n > threshold {
+                n = threshold;
+            }
+            if !self.cfg.enable_chunked_prefill && n > *budget {
+                self.hit = hit;
+                break;
+            }
+            n = n.min(*budget);
+            let alloc = Alloc {
+                new_tokens: restored + n as u32,
+                hit: &hit,
+                hit_tokens,
+                full_sequence_must_fit: self.cfg.scheduler_reserve_full_isl,
+                has_scheduled_reqs: !self.running.is_empty(),
+            };
+            let ok = self.kv.allocate_slots(r, u64::from(wi), alloc);
+            self.hit = hit;
+            if !ok {
+                break;
+            }
+            if caching {
+                self.stats.prefix_queries += u64::from(num_tokens);
+                self.stats.prefix_hits += u64::from(hit_tokens);
+            }
+            r.first_hit.get_or_insert(hit_tokens);
+            r.status = Status::Running;
+            r.num_computed = computed;
+            if r.swapped_tokens > 0 {
+                plan.swap_in_tokens += u64::from(restored);
+                self.stats.swapped_in_tokens += u64::from(restored);
+                self.release_host(wi);
+            }
+            self.waiting.pop();
+            self.running.push(wi);
+            plan.scheduled.push(Scheduled {
+                req: wi,
+                tokens: n as u32,
+                context: computed,
+                samples: false,
+            });
+            plan.admitted.push((wi, hit_tokens));
+            *budget -= n;
+        }
+    }
+
+    /// vLLM's `update_from_output` for `plan`'s step, whose output is processed at `now`: one token
+    /// (id 0) per request whose chunk reached the end of its sequence; requests that reach
+    /// `max_tokens` (or `max_model_len`) finish and free their blocks. Pushes them to `finished`.
+    pub fn update_from_output(&mut self, plan: &Plan, now: f64, finished: &mut Vec<u32>) {
+        let first = finished.len();
+        let max_model_len = self.cfg.max_model_len as u64;
+        for s in &plan.scheduled {
+            let r = &mut self.reqs[s.req as usize];
+            r.in_flight -= s.tokens;
+            // Output of a step scheduled before the request's preemption: delivered, but it must
+            // not move the counters the preemption reset.
+            let stale = r.stale > 0;
+            if stale {
+                r.stale -= s.tokens;
+            }
+            if r.is_finished() || !s.samples {
+                continue;
+            }
+            let status_before = r.status;
+            let had_placeholders = r.placeholders > 0;
+            r.num_output += 1;
+            if r.first_token_time.is_nan() {
+                r.first_token_time = now;
+            }
+            let stopped =
+                u64::from(r.num_tokens()) >= max_model_len || r.num_output >= r.max_tokens;
+            if !stale && r.placeholders > 0 {
+                r.placeholders -= 1;
+            }
+            if !stale && status_before == Status::Running && had_placeholders {
+                let upto = r.num_computed - r.in_flight;
+                self.kv.cache_blocks(r, u64::from(s.req), upto);
+            }
+            if stopped {
+                r.status = Status::Finished;
+                r.finish_time = now;
+                self.kv.free(r);
+                if status_before != Status::Running {
+                    self.waiting.remove(s.req);
+                }
+                self.release_host(s.req);
+                finished.push(s.req);
+            }
+        }
+        if finished.len() > first {
+            self.finished_unreported = true;
+            let reqs = &self.reqs;
+            self.running.retain(|&i| !reqs[i as usize].is_finished());
+            for &i in &finished[first..] {
+                self.reqs[i as usize].drop_state();
+            }
+        }
+    }
+
+    /// Every invariant of the block manager and the queues; for tests, after any step.
+    pub fn check(&self) -> Result<(), String> {
+        self.kv.check(&self.reqs)?;
+        let mut place = vec![0u8; self.reqs.len()];
+        for &i in &self.running {
+            place[i as usize] += 1;
+            if self.reqs[i as usize].status != Status::Running {
+                return Err(format!(
+                    "{} is in the running list but not running",
+                    self.reqs[i as usize].id
+                ));
+            }
+        }
+        for i in self.waiting.ordered() {
+            place[i as usize] += 1;
+            let s = self.reqs[i as usize].status;
+            if !matches!(s, Status::Waiting | Status::Preempted) {
+                return Err(format!(
+                    "{} waits with status {s:?}",
+                    self.reqs[i as usize].id
+                ));
+            }
+        }
+        for (i, r) in self.reqs.iter().enumerate() {
+            let want = u8::from(matches!(
+                r.status,
+                Status::Waiting | Status::Preempted | Status::Running
+            ));
+            if place[i] != want {
+                return Err(format!(
+                    "{} ({:?}) is queued {} times",
+                    r.id, r.status, place[i]
+                ));
+            }
+            if r.num_computed > r.num_tokens() + r.placeholders {
+                return Err(format!(
+                    "{}: {} computed of {} tokens",
+                    r.id,
+                    r.num_computed,
+                    r.num_tokens()
+                ));
+            }
+        }
+        if self.running.len() > self.cfg.max_num_seqs {
+            return Err(format!(
+                "{} running, max_num_seqs {}",
+                self.running.len(),
+                self.cfg.max_num_seqs
+            ));
+        }
+        Ok(())
+    }
+}

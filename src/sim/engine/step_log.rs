@@ -1,0 +1,116 @@
+//! The step log: one JSON object per line per step, in the format agreed with the golden
+//! recordings of vLLM's scheduler (`tests/data/engine/`):
+//!
+//! ```json
+//! {"step": 0, "time": 0, "scheduled": {"r0": 16, "r1": 4}, "preempted": ["r2"], "finished": ["r1"],
+//!  "free_blocks": 11, "prefix_hit_tokens": {"r1": 8}}
+//! ```
+//!
+//! `scheduled` in scheduling order (running requests first, then admitted ones); `preempted` in the
+//! order of this step's schedule; `finished` in this step's output processing; `free_blocks` after
+//! it (cached but unreferenced blocks count as free, the null block does not); `prefix_hit_tokens`
+//! for every request admitted from the waiting queue in this step, 0 included.
+
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A JSON object whose key order matters (request id -> count).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ordered(pub Vec<(String, u32)>);
+
+impl Serialize for Ordered {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Ordered {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of request id -> token count")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Ordered, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = a.next_entry::<String, u32>()? {
+                    v.push(e);
+                }
+                Ok(Ordered(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Writes whole numbers without a fraction (steps are integers under a step clock).
+fn time<S: Serializer>(t: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if t.fract() == 0.0 && t.abs() < 9e15 {
+        s.serialize_i64(*t as i64)
+    } else {
+        s.serialize_f64(*t)
+    }
+}
+
+/// One step; parsing ignores fields beyond these (a recording may carry more).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub step: u64,
+    #[serde(serialize_with = "time")]
+    pub time: f64,
+    pub scheduled: Ordered,
+    pub preempted: Vec<String>,
+    pub finished: Vec<String>,
+    pub free_blocks: usize,
+    pub prefix_hit_tokens: Ordered,
+}
+
+impl StepRecord {
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).expect("a step record serialises")
+    }
+
+    pub fn parse_line(line: &str) -> Result<StepRecord, String> {
+        serde_json::from_str(line).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_in_order_with_integer_times() {
+        let r = StepRecord {
+            step: 3,
+            time: 3.0,
+            scheduled: Ordered(vec![
+                ("r9".into(), 1),
+                ("r10".into(), 16),
+                ("a\"b".into(), 2),
+            ]),
+            preempted: vec!["r2".into()],
+            finished: vec![],
+            free_blocks: 11,
+            prefix_hit_tokens: Ordered(vec![("r10".into(), 8)]),
+        };
+        let line = r.to_line();
+        assert!(
+            line.starts_with(r#"{"step":3,"time":3,"scheduled":{"r9":1,"r10":16,"a\"b":2}"#),
+            "{line}"
+        );
+        assert_eq!(StepRecord::parse_line(&line).unwrap(), r);
+        let golden = r#"{"step": 0, "time": 0.5, "scheduled": {"b": 2, "a": 1}, "preempted": [],
+            "finished": ["a"], "free_blocks": 3, "prefix_hit_tokens": {}}"#;
+        let g = StepRecord::parse_line(golden).unwrap();
+        assert_eq!(g.scheduled.0[0].0, "b");
+        assert_eq!(g.time, 0.5);
+        assert!(StepRecord::parse_line(r#"{"step": 0}"#).is_err());
+    }
+}

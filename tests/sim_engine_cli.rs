@@ -1,0 +1,255 @@
+//! `pagedkv sim engine` from the command line: bad input is one line and exit code 2; a scenario's
+//! step log through the CLI equals vLLM's recording; JSON, plots and several block sizes.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn engine(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
+        .args(["sim", "engine"])
+        .args(args)
+        .output()
+        .expect("run pagedkv")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pagedkv-engine-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn data(name: &str) -> String {
+    format!("{}/tests/data/engine/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_2() {
+    let dir = temp_dir("bad");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let ok_req = r#"{"id": "a", "prompt_len": 4, "output_len": 2}"#;
+    let unknown = write(
+        "unknown.json",
+        &format!(r#"{{"requests": [{ok_req}], "colour": 1}}"#),
+    );
+    let unknown_engine = write(
+        "unknown_engine.json",
+        &format!(r#"{{"engine": {{"blocks": 4}}, "requests": [{ok_req}]}}"#),
+    );
+    let negative = write(
+        "negative.json",
+        r#"{"requests": [{"id": "a", "prompt_len": -4, "output_len": 2}]}"#,
+    );
+    let negative_out = write(
+        "negative_out.json",
+        r#"{"requests": [{"id": "a", "prompt": [1, 2], "output_len": -1}]}"#,
+    );
+    let too_long = write(
+        "too_long.json",
+        r#"{"engine": {"block_size": 4, "num_gpu_blocks": 3},
+            "requests": [{"id": "a", "prompt_len": 20, "output_len": 2}]}"#,
+    );
+    let zero_budget = write(
+        "zero_budget.json",
+        &format!(r#"{{"engine": {{"max_num_batched_tokens": 0}}, "requests": [{ok_req}]}}"#),
+    );
+    let bad_policy = write(
+        "bad_policy.json",
+        &format!(r#"{{"engine": {{"scheduling_policy": "lifo"}}, "requests": [{ok_req}]}}"#),
+    );
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["--scenario", &unknown],
+        vec!["--scenario", &unknown_engine],
+        vec!["--scenario", &negative],
+        vec!["--scenario", &negative_out],
+        vec!["--scenario", &too_long, "--clock", "steps"],
+        vec!["--scenario", &zero_budget],
+        vec!["--scenario", &bad_policy],
+        vec!["--scenario", "/nonexistent/s.json"],
+        vec!["--max-num-batched-tokens", "0"],
+        vec!["--max-num-seqs", "0"],
+        vec!["--scheduling-policy", "lifo"],
+        vec!["--block-size", "0"],
+        vec!["--block-sizes", "8,0"],
+        vec!["--num-gpu-blocks-override", "1"],
+        vec!["--num-gpu-blocks-override", "40"],
+        vec!["--preset", "tpu"],
+        vec!["--model", "gpt-9"],
+        vec!["--model", "llama-3-70b"],
+        vec!["--gpu", "v100"],
+        vec!["--profile", "/nonexistent/p.json"],
+        vec!["--rate-scale", "0"],
+        vec!["--poisson", "0"],
+        vec!["--requests", "0"],
+        vec!["--tp", "0"],
+        vec!["--watermark", "1.5"],
+        vec!["--gpu-memory-utilization", "2"],
+        vec!["--slo-ttft", "-1"],
+        vec![
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            "64",
+        ],
+        vec!["--trace", "/nonexistent/t.csv"],
+        vec!["--block-sizes", "8,16", "--step-log", "/tmp/x.jsonl"],
+        vec!["--trace", trace, "--scenario", &unknown],
+        vec!["--frobnicate"],
+    ];
+    for case in cases {
+        let mut args = case.clone();
+        if !case.contains(&"--requests") && !case.contains(&"--scenario") {
+            args.extend(["--requests", "50"]);
+        }
+        let out = engine(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{case:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{case:?}: {stderr}");
+        assert!(stderr.starts_with("pagedkv: "), "{case:?}: {stderr}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_scenario_step_log_through_the_cli_equals_vllm() {
+    let dir = temp_dir("log");
+    for (scenario, golden, extra) in [
+        ("random_mix.scenario.json", "random_mix.vllm.jsonl", None),
+        (
+            "priority.scenario.json",
+            "priority.async.vllm.jsonl",
+            Some("--async-scheduling"),
+        ),
+    ] {
+        let log = dir.join("steps.jsonl");
+        let mut args = vec![
+            "--scenario".to_string(),
+            data(scenario),
+            "--clock".into(),
+            "steps".into(),
+            "--step-log".into(),
+            log.display().to_string(),
+        ];
+        args.extend(extra.map(String::from));
+        let out = engine(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let parse = |text: String| -> Vec<serde_json::Value> {
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        };
+        let ours = parse(std::fs::read_to_string(&log).unwrap());
+        let want = parse(std::fs::read_to_string(data(golden)).unwrap());
+        assert_eq!(ours.len(), want.len(), "{golden}");
+        // serde_json's maps are ordered by key here; the replay test compares order too.
+        assert_eq!(ours, want, "{golden}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn json_plots_and_several_block_sizes() {
+    let dir = temp_dir("out");
+    let out = engine(&[
+        "--requests",
+        "300",
+        "--block-sizes",
+        "8,16,528",
+        "--json",
+        "--slo-ttft",
+        "0.2",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let sizes: Vec<u64> = runs
+        .iter()
+        .map(|r| r["block_size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [8, 16, 528]);
+    for r in runs {
+        assert_eq!(r["completed"], 300);
+        for key in [
+            "requests_per_time",
+            "output_tokens_per_time",
+            "makespan",
+            "mean_kv_utilization",
+        ] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{key}: {r}");
+        }
+        for key in ["ttft", "tpot", "e2e"] {
+            let d = &r[key];
+            let (p50, p99) = (d["p50"].as_f64().unwrap(), d["p99"].as_f64().unwrap());
+            assert!(0.0 < p50 && p50 <= p99, "{key}: {d}");
+        }
+        let good = r["slo_attainment"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&good));
+    }
+    // Pools shrink in blocks as blocks grow: 8 → 16 halves it.
+    let blocks: Vec<u64> = runs
+        .iter()
+        .map(|r| r["num_gpu_blocks"].as_u64().unwrap())
+        .collect();
+    assert!(
+        blocks[0] / 2 == blocks[1] || blocks[0] / 2 == blocks[1] + 1,
+        "{blocks:?}"
+    );
+    assert!(v["profile_measured"] == false);
+    for f in ["engine.json", "throughput.svg", "latency.svg"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let out = engine(&["--requests", "200", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("an assumption") && text.contains("200 of 200 requests"),
+        "{text}"
+    );
+    for f in ["kv_utilization.svg", "batch.svg"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    // Tensor parallelism lets a 70B model fit; async scheduling and swap preemption run too.
+    let out = engine(&[
+        "--requests",
+        "100",
+        "--model",
+        "llama-3-70b",
+        "--tp",
+        "2",
+        "--async-scheduling",
+        "--swap-preemption",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["runs"][0]["completed"], 100);
+    assert_eq!(v["tp"], 2);
+    // Multi-turn conversations share prefixes: the cache finds some.
+    let out = engine(&["--multiturn", "20", "--requests", "300", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hit = v["runs"][0]["prefix_cache_hit_ratio"].as_f64().unwrap();
+    assert!(hit > 0.2, "multi-turn hit ratio {hit}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
