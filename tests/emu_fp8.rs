@@ -1,6 +1,6 @@
 //! The emulator's fp8 conversions (kernels/emu/fp8.h behind common.cuh's float_to_fp8,
 //! fp8_to_float, their scaled forms and the 16-byte pack16_fp8/unpack16_fp8) against CUDA's own,
-//! every row of tests/data/fp8/, through the kernels of kernels/emu/selftest/fp8.cu.
+//! every row of tests/data/fp8/, through the kernels of kernels/fp8_convert.cu.
 
 mod fp8_data;
 
@@ -20,7 +20,7 @@ fn emulated_decode(format: Fp8Format, codes: &[u8], scale: f32) -> Vec<(u32, f32
     assert_eq!(codes.len() % SEGMENT, 0);
     let n = codes.len();
     let (mut half, mut one, mut vec) = (vec![u32::MAX; n], vec![f32::NAN; n], vec![f32::NAN; n]);
-    Launch::new("emu_selftest_fp8_decode")
+    Launch::new("fp8_convert_decode")
         .grid(grid_for(n))
         .block(THREADS)
         .buf(codes)
@@ -42,7 +42,7 @@ fn emulated_encode(format: Fp8Format, inputs: &[f32], scale: f32) -> Vec<(u8, u8
     let n = x.len();
     // Poisoned, differently in the two outputs, so an unwritten element cannot match in both.
     let (mut one, mut packed) = (vec![0x55u8; n], vec![0xaau8; n]);
-    Launch::new("emu_selftest_fp8_encode")
+    Launch::new("fp8_convert_encode")
         .grid(grid_for(n))
         .block(THREADS)
         .buf(&x)

@@ -1,6 +1,9 @@
-// The fp8 conversions of common.cuh run on the emulator, for tests/emu_fp8.rs to compare with
-// CUDA's own (tests/data/fp8/). One thread per 16-byte segment of 16 elements, each converted
-// element by element and as one 16-byte vector. e5m2 != 0 picks __NV_E5M2, else __NV_E4M3.
+// The fp8 conversions of common.cuh (float_to_fp8, fp8_to_float and their scaled forms, the 16-byte
+// pack16_fp8/unpack16_fp8) over whole buffers, for the tests that compare them with CUDA's own
+// conversions in tests/data/fp8/: on the emulator (tests/emu_fp8.rs) and on a GPU, where sm_90
+// runs the cvt instructions (tests/fp8_gpu.rs). Not used by the cache itself. One thread per
+// 16-byte segment of 16 elements, each converted element by element and as one 16-byte vector.
+// e5m2 != 0 picks __NV_E5M2, else __NV_E4M3.
 #include "common.cuh"
 
 template <__nv_fp8_interpretation_t F>
@@ -15,7 +18,7 @@ __device__ void decode_segment(GPTR(const unsigned char) codes, GPTR(unsigned) h
     for (int i = 0; i < kFp8Vec16Elems; i++) unpacked[first + i] = out[i];
 }
 
-extern "C" __global__ void emu_selftest_fp8_decode(GPTR(const unsigned char) codes,  // [n]
+extern "C" __global__ void fp8_convert_decode(GPTR(const unsigned char) codes,  // [n]
                                                    GPTR(unsigned) half_bits,         // [n]
                                                    GPTR(float) values,               // [n]
                                                    GPTR(float) unpacked,             // [n]
@@ -41,7 +44,7 @@ __device__ void encode_segment(GPTR(const float) x, GPTR(unsigned char) codes, G
     st_vec(packed + first, pack16_fp8<F>(in, scale));
 }
 
-extern "C" __global__ void emu_selftest_fp8_encode(GPTR(const float) x,            // [n]
+extern "C" __global__ void fp8_convert_encode(GPTR(const float) x,            // [n]
                                                    GPTR(unsigned char) codes,      // [n]
                                                    GPTR(unsigned char) packed,     // [n]
                                                    int e5m2, float scale,
