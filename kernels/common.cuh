@@ -1,6 +1,7 @@
 // Shared by every kernels/*.cu, compiled both by nvcc and, with PAGEDKV_EMU, by the host C++
 // compiler against kernels/emu/ (see KERNELS.md). Holds: GPTR and DYNAMIC_SHARED, the paged layout
-// (PagedLayout), dtype traits (f16/bf16/f32 <-> float, 16-byte vectors of each), vector
+// (PagedLayout), dtype traits (f16/bf16/f32 <-> float, 16-byte vectors of each), fp8 conversions
+// and scales (e4m3/e5m2, 16-byte vectors of 16 codes), vector
 // loads/stores, asynchronous copies into shared memory, warp/block reductions.
 #pragma once
 
@@ -14,6 +15,7 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #define GPTR(T) T* __restrict__
 #define DYNAMIC_SHARED(T, name)                                  \
     extern __shared__ __align__(16) unsigned char pagedkv_smem_[]; \
@@ -121,6 +123,79 @@ __device__ __forceinline__ uint4 pack16(const float (&in)[kVec16Elems<T>]) {
     }
     return make_uint4(words[0], words[1], words[2], words[3]);
 }
+
+// ---- fp8 (e4m3, e5m2) ----------------------------------------------------------------------------
+// An fp8 element is one byte (unsigned char) holding a code of format F, __NV_E4M3 or __NV_E5M2
+// (cuda_fp8.h's names; kernels/emu/fp8.h gives them to the emulator). The conversions are CUDA's:
+// float -> fp8 rounds to nearest even and saturates to the finite range (__NV_SATFINITE: +-inf and
+// everything beyond +-448 / +-57344 give the largest code; NaN gives 0x7f); fp8 -> float is exact
+// (e5m2 +-inf stays infinite, NaN codes give NaN). On sm_90 they compile to cvt instructions
+// (cvt.rn.satfinite.e4m3x2.f32, cvt.rn.f16x2.e4m3x2 and the e5m2 forms), on sm_80 to
+// cuda_fp8.hpp's integer code. Scales follow vLLM's k_scale/v_scale: a cache stores
+// fp8(x / scale) and reads float(code) * scale, one scale per tensor (or per KV head).
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ unsigned char float_to_fp8(float x) {
+    return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, F);
+}
+
+__device__ __forceinline__ float fp8_half_to_float(__half_raw h) {
+#ifdef PAGEDKV_EMU
+    return ::emu::half_bits_to_float_canonical_nan(h.x);  // a NaN as CUDA's: 0x7fffffff
+#else
+    return __half2float(__half(h));
+#endif
+}
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ float fp8_to_float(unsigned char code) {
+    return fp8_half_to_float(__nv_cvt_fp8_to_halfraw(code, F));
+}
+
+// Division, as vLLM quantises: multiplying by a precomputed 1/scale rounds differently for scales
+// that are not powers of two.
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ unsigned char float_to_fp8_scaled(float x, float scale) {
+    return float_to_fp8<F>(x / scale);
+}
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ float fp8_to_float_scaled(unsigned char code, float scale) {
+    return fp8_to_float<F>(code) * scale;
+}
+
+// One 16-byte segment of an fp8 row holds 16 elements; byte i (little-endian in v.x..v.w) is
+// element i.
+constexpr int kFp8Vec16Elems = 16;
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ void unpack16_fp8(const uint4& v, float scale, float (&out)[kFp8Vec16Elems]) {
+    const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int pair = 0; pair < 2; pair++) {
+            const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+                static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * pair)), F);
+            out[4 * i + 2 * pair] = fp8_half_to_float(__half_raw{h.x}) * scale;
+            out[4 * i + 2 * pair + 1] = fp8_half_to_float(__half_raw{h.y}) * scale;
+        }
+    }
+}
+
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ uint4 pack16_fp8(const float (&in)[kFp8Vec16Elems], float scale) {
+    unsigned words[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const unsigned lo = __nv_cvt_float2_to_fp8x2(
+            make_float2(in[4 * i] / scale, in[4 * i + 1] / scale), __NV_SATFINITE, F);
+        const unsigned hi = __nv_cvt_float2_to_fp8x2(
+            make_float2(in[4 * i + 2] / scale, in[4 * i + 3] / scale), __NV_SATFINITE, F);
+        words[i] = lo | hi << 16;
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]);
+}
+// ---- end of fp8 -----------------------------------------------------------------------------------
 
 // ---- vector loads and stores ----------------------------------------------------------------
 // V is uint2/uint4/float2/float4; p must be aligned to sizeof(V) (16-byte types need 16 bytes on

@@ -14,6 +14,8 @@ const TESTED: &[(&str, &str)] = &[
         "mutant_short_wait_paged_attention_f16_d128_g4",
         "tests/emu_attention.rs",
     ),
+    ("fp8_convert_decode", "tests/emu_fp8.rs"),
+    ("fp8_convert_encode", "tests/emu_fp8.rs"),
     ("paged_gather_copy_f16", "tests/emu_gather.rs"),
     ("paged_gather_copy_bf16", "tests/emu_gather.rs"),
     ("paged_gather_copy_f32", "tests/emu_gather.rs"),

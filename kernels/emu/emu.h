@@ -12,6 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "fp8.h"
 #include "gptr.h"
 #include "half.h"
 #include "vector_types.h"

@@ -1,0 +1,155 @@
+//! common.cuh's fp8 conversions on a real GPU (kernels/fp8_convert.cu; the cvt instructions on
+//! sm_89+, cuda_fp8.hpp's integer code on sm_80) against CUDA's host conversions recorded in
+//! tests/data/fp8/, bit for bit, every row: the device path of the three (GPU, emulator, Rust).
+//! Ignored by a plain `cargo test`; scripts/gpu-check runs it with `--include-ignored` on a GPU.
+
+mod fp8_data;
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use fp8_data::{decode_rows, encode_rows, scaled};
+use pagedkv::device::cuda::CudaDevice;
+use pagedkv::kv::Fp8Format;
+
+const SEGMENT: usize = 16;
+const THREADS: u32 = 64;
+
+fn gpu() -> CudaDevice {
+    CudaDevice::open(0).unwrap_or_else(|e| panic!("a GPU test run without a GPU: {e}"))
+}
+
+fn config(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n / SEGMENT).div_ceil(THREADS as usize) as u32, 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Per code: (f16 bits, f32 bits one by one, f32 bits through unpack16_fp8).
+fn device_decode(dev: &CudaDevice, format: Fp8Format, scale: f32) -> Vec<(u32, u32, u32)> {
+    let codes: Vec<u8> = (0..=255).collect();
+    let n = codes.len();
+    let st = &dev.stream;
+    let d_codes = st.clone_htod(&codes).unwrap();
+    let mut half = st.clone_htod(&vec![u32::MAX; n]).unwrap();
+    let mut one = st.clone_htod(&vec![f32::NAN; n]).unwrap();
+    let mut vec = st.clone_htod(&vec![f32::NAN; n]).unwrap();
+    let (e5m2, n_i32) = (i32::from(format == Fp8Format::E5M2), n as i32);
+    let f = dev.function("fp8_convert", "fp8_convert_decode").unwrap();
+    let mut b = st.launch_builder(&f);
+    b.arg(&d_codes).arg(&mut half).arg(&mut one).arg(&mut vec);
+    b.arg(&e5m2).arg(&scale).arg(&n_i32);
+    // SAFETY: every buffer holds n elements of the kernel's types; n is a multiple of 16.
+    unsafe { b.launch(config(n)) }.unwrap();
+    let (half, one, vec) = (
+        st.clone_dtoh(&half).unwrap(),
+        st.clone_dtoh(&one).unwrap(),
+        st.clone_dtoh(&vec).unwrap(),
+    );
+    (0..n)
+        .map(|i| (half[i], one[i].to_bits(), vec[i].to_bits()))
+        .collect()
+}
+
+/// Per input: (code one by one, code through pack16_fp8).
+fn device_encode(dev: &CudaDevice, format: Fp8Format, inputs: &[f32], scale: f32) -> Vec<(u8, u8)> {
+    let mut x = inputs.to_vec();
+    x.resize(inputs.len().next_multiple_of(SEGMENT), 0.0);
+    let n = x.len();
+    let st = &dev.stream;
+    let d_x = st.clone_htod(&x).unwrap();
+    let mut one = st.clone_htod(&vec![0x55u8; n]).unwrap();
+    let mut packed = st.clone_htod(&vec![0xaau8; n]).unwrap();
+    let (e5m2, n_i32) = (i32::from(format == Fp8Format::E5M2), n as i32);
+    let f = dev.function("fp8_convert", "fp8_convert_encode").unwrap();
+    let mut b = st.launch_builder(&f);
+    b.arg(&d_x).arg(&mut one).arg(&mut packed);
+    b.arg(&e5m2).arg(&scale).arg(&n_i32);
+    // SAFETY: every buffer holds n elements of the kernel's types; n is a multiple of 16.
+    unsafe { b.launch(config(n)) }.unwrap();
+    let (one, packed) = (
+        st.clone_dtoh(&one).unwrap(),
+        st.clone_dtoh(&packed).unwrap(),
+    );
+    one.into_iter().zip(packed).take(inputs.len()).collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
+fn gpu_fp8_conversions_match_cuda_bit_for_bit() {
+    let dev = gpu();
+    println!(
+        "fp8 on {} (sm_{})",
+        dev.info.name,
+        dev.info.compute_capability.replace('.', "")
+    );
+    let mut wrong = Vec::new();
+    let decode = decode_rows();
+    for format in Fp8Format::ALL {
+        let rows = decode.iter().filter(|r| r.format == format);
+        for (r, got) in rows.zip(device_decode(&dev, format, 1.0)) {
+            if got != (u32::from(r.half), r.float, r.float) {
+                wrong.push(format!(
+                    "decode {format} {:02x}: host f16 {:04x} f32 {:08x}, device {got:08x?}",
+                    r.code, r.half, r.float
+                ));
+            }
+        }
+    }
+    let encode = encode_rows();
+    let inputs: Vec<f32> = encode.iter().map(|r| f32::from_bits(r.input)).collect();
+    for format in Fp8Format::ALL {
+        for (r, got) in encode.iter().zip(device_encode(&dev, format, &inputs, 1.0)) {
+            if got != (r.code(format), r.code(format)) {
+                wrong.push(format!(
+                    "encode {format} {:08x}: host {:02x}, device {got:02x?}",
+                    r.input,
+                    r.code(format)
+                ));
+            }
+        }
+    }
+    let data = scaled();
+    for scale_bits in data.scales() {
+        let scale = f32::from_bits(scale_bits);
+        let rows: Vec<_> = data
+            .encode
+            .iter()
+            .filter(|(s, _)| *s == scale_bits)
+            .collect();
+        let inputs: Vec<f32> = rows.iter().map(|(_, r)| f32::from_bits(r.input)).collect();
+        for format in Fp8Format::ALL {
+            for ((_, r), got) in rows.iter().zip(device_encode(&dev, format, &inputs, scale)) {
+                if got != (r.code(format), r.code(format)) {
+                    wrong.push(format!(
+                        "encode {format} / {scale} {:08x}: {got:02x?}",
+                        r.input
+                    ));
+                }
+            }
+            let want = data
+                .decode
+                .iter()
+                .filter(|r| r.scale == scale_bits && r.format == format);
+            for (r, got) in want.zip(device_decode(&dev, format, scale)) {
+                if (got.1, got.2) != (r.float, r.float) {
+                    wrong.push(format!(
+                        "decode {format} x {scale} {:02x}: {got:08x?}",
+                        r.code
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} rows differ between the GPU and CUDA's host conversions:\n{}",
+        wrong.len(),
+        wrong
+            .iter()
+            .take(16)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
