@@ -18,7 +18,7 @@ __device__ void decode_segment(GPTR(const unsigned char) codes, GPTR(unsigned) h
     for (int i = 0; i < kFp8Vec16Elems; i++) unpacked[first + i] = out[i];
 }
 
-extern "C" __global__ void fp8_convert_decode(GPTR(const unsigned char) codes,  // [n]
+extern "C" __global__ void __launch_bounds__(64) fp8_convert_decode(GPTR(const unsigned char) codes,  // [n]
                                                    GPTR(unsigned) half_bits,         // [n]
                                                    GPTR(float) values,               // [n]
                                                    GPTR(float) unpacked,             // [n]
@@ -44,7 +44,7 @@ __device__ void encode_segment(GPTR(const float) x, GPTR(unsigned char) codes, G
     st_vec(packed + first, pack16_fp8<F>(in, scale));
 }
 
-extern "C" __global__ void fp8_convert_encode(GPTR(const float) x,            // [n]
+extern "C" __global__ void __launch_bounds__(64) fp8_convert_encode(GPTR(const float) x,            // [n]
                                                    GPTR(unsigned char) codes,      // [n]
                                                    GPTR(unsigned char) packed,     // [n]
                                                    int e5m2, float scale,

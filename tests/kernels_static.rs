@@ -106,6 +106,9 @@ fn paged_attention_keeps_nine_tenths_of_the_contiguous_bytes_in_flight() {
     );
 }
 
+/// Modules whose kernels exist for tests (fp8_convert.cu: the fp8 conversions checked on a GPU).
+const TEST_ONLY_MODULES: &[&str] = &["fp8_convert"];
+
 #[test]
 fn every_sm90_kernel_has_a_report_with_the_launchers_block_size() {
     let Some(report) = built_report() else { return };
@@ -117,6 +120,9 @@ fn every_sm90_kernel_has_a_report_with_the_launchers_block_size() {
             "{}: does not fit an SM",
             k.kernel
         );
+        if TEST_ONLY_MODULES.contains(&r.module) {
+            continue; // one element per thread: nothing to stream, no loop
+        }
         assert!(
             !k.loops.is_empty(),
             "{}: no loop with global loads found",
