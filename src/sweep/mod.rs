@@ -5,7 +5,8 @@
 //! - [`model`]: model shapes and the KV pool left by the weights;
 //! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
-//!   [`attention_probe`], [`pages`]: the bandwidth side;
+//!   [`attention_probe`]: the bandwidth side (host buffers of a chosen page size in
+//!   [`crate::device::cpu::pages`]);
 //! - [`recommend`]: the proxy; [`output`]: CSV, JSON and plots.
 
 pub mod attention_probe;
@@ -15,7 +16,6 @@ pub mod fragmentation;
 pub mod gpu_probe;
 pub mod model;
 pub mod output;
-pub mod pages;
 pub mod prefix;
 pub mod recommend;
 pub mod replay;
