@@ -135,8 +135,15 @@ impl Kernels {
         assert!(rows >= 1 && rows <= MAX_STEP_ROWS);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
+            let s = &mut s[..(rows * g).div_ceil(8) * 8];
             // SAFETY: `detect` found the features; `s` holds whole padded vectors.
-            return unsafe { avx2::softmax(&mut s[..(rows * g).div_ceil(8) * 8], g, maxs, sums) };
+            unsafe {
+                return match g {
+                    1 => avx2::softmax::<1>(s, as_array(maxs), as_array(sums)),
+                    2 => avx2::softmax::<2>(s, as_array(maxs), as_array(sums)),
+                    _ => avx2::softmax::<4>(s, as_array(maxs), as_array(sums)),
+                };
+            }
         }
         let mut rescale = [0f32; 4];
         for h in 0..g {
@@ -206,6 +213,12 @@ impl Kernels {
         }
         x.iter().map(|e| e.to_f32()).sum()
     }
+}
+
+/// A slice of known length as an array.
+#[cfg(target_arch = "x86_64")]
+fn as_array<const N: usize>(x: &mut [f32]) -> &mut [f32; N] {
+    x.try_into().expect("length checked by the caller")
 }
 
 /// Dot product with eight independent partial sums, so the loop vectorises.

@@ -91,10 +91,13 @@ pub fn decode_attention<T: KvElem>(
     let mut partials = vec![0f32; tasks.len() * task_len];
     partials
         .par_chunks_mut(task_len)
-        .zip(tasks.par_iter())
-        .for_each(|(partial, task)| {
+        .enumerate()
+        .for_each(|(i, partial)| {
+            let task = &tasks[i];
             let q_s = &q[task.seq * heads * hd..(task.seq + 1) * heads * hd];
-            partition::attend_partition(kernels, shape, q_s, k, v, rows, task, partial);
+            // A thread of the pool takes tasks in order, so the next task is most often its own.
+            let next = tasks.get(i + 1);
+            partition::attend_partition(kernels, shape, q_s, k, v, rows, task, next, partial);
         });
     out.par_chunks_mut(group_elems)
         .enumerate()

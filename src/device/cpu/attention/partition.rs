@@ -2,10 +2,10 @@
 //!
 //! Steps of [`STEP`] tokens, and within a step KV head after KV head, so a paged block
 //! (`[num_kv_heads, block_size, head_dim]`) is read part after part in address order. Per step:
-//! - the block table is read once: the memory of the next step, every KV head, becomes a few
-//!   contiguous spans (a whole block is one), requested into L2 a few lines at a time while this
-//!   step computes (see [`super::super::simd::Ahead`]); then, per KV head, the step's row offsets
-//!   (one lookup per block);
+//! - the block table is read once: the memory of the next step (of the next task after the last),
+//!   every KV head, becomes a few contiguous spans (a whole block is one), requested into L2 a few
+//!   lines at a time while this step computes (see [`super::super::simd::Ahead`]); then, per KV
+//!   head, the step's row offsets (one lookup per block);
 //! - per run of up to four query heads of the GQA group: the scores of every row (each K row
 //!   loaded and converted once for the run), one online-softmax update, and the V rows
 //!   accumulated with the old accumulators' rescaling folded in.
@@ -20,6 +20,8 @@ pub const STEP: usize = 16;
 
 /// For each KV head, writes `[acc | max | sum]` into its part of `partial`, where
 /// `acc[g] = Σ_t e^(s_gt - max_g) v_t` and `sum_g = Σ_t e^(s_gt - max_g)` over the task's tokens.
+/// During its last step the first step of `next_task` is requested: a thread that takes the
+/// tasks in order (as rayon's split of a range does) starts the next one without a wait.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend_partition<T: KvElem>(
     kernels: Kernels,
@@ -29,6 +31,7 @@ pub(super) fn attend_partition<T: KvElem>(
     v: &[T],
     rows: &impl RowLocator,
     task: &Task,
+    next_task: Option<&Task>,
     partial: &mut [f32],
 ) {
     let (hd, group, kv_heads) = (shape.head_dim, shape.group(), shape.num_kv_heads);
@@ -47,8 +50,12 @@ pub(super) fn attend_partition<T: KvElem>(
     for t0 in (task.start..task.end).step_by(STEP) {
         let n = STEP.min(task.end - t0);
         spans.clear();
-        let next = (t0 + STEP).min(task.end);
-        rows.spans(task.seq, next, (next + STEP).min(task.end), &mut spans);
+        let next = t0 + STEP;
+        if next < task.end {
+            rows.spans(task.seq, next, (next + STEP).min(task.end), &mut spans);
+        } else if let Some(t) = next_task {
+            rows.spans(t.seq, t.start, (t.start + STEP).min(t.end), &mut spans);
+        }
         let mut ahead = Ahead::new(k, v, &spans, kv_heads * kernels.beats(group, n));
         for head in 0..kv_heads {
             let here = &mut step_rows[..n];

@@ -107,43 +107,47 @@ pub unsafe fn scores<T: KvElem, const G: usize, const R: usize>(
     }
 }
 
-/// Every lane becomes the maximum (or sum) over the lanes that hold the same head: lanes `l` and
+/// Every lane becomes the maximum (or sum) over the lanes that hold the same head: lanes `l`,
 /// `l + G`, `l + 2G`, ... for `G` heads in the `[row][head]` layout.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn across_rows(v: __m256, g: usize, op: impl Fn(__m256, __m256) -> __m256) -> __m256 {
+fn across_rows<const G: usize>(v: __m256, op: impl Fn(__m256, __m256) -> __m256) -> __m256 {
     let mut v = op(v, _mm256_permute2f128_ps::<1>(v, v));
-    if g <= 2 {
+    if G <= 2 {
         v = op(v, _mm256_permute_ps::<0b01_00_11_10>(v));
     }
-    if g == 1 {
+    if G == 1 {
         v = op(v, _mm256_permute_ps::<0b10_11_00_01>(v));
     }
     v
 }
 
+/// A vector whose lane `l` holds `x[l % G]`: one value per head, in the `[row][head]` layout.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn per_lane<const G: usize>(x: &[f32; G]) -> __m256 {
+    let lanes: [f32; 8] = std::array::from_fn(|l| x[l % G]);
+    // SAFETY: eight f32 from a local array.
+    unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+}
+
 /// [`super::Kernels::softmax`] over whole vectors of `[row][head]` scores (padding lanes -inf).
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available; `s.len() % 8 == 0`; `g` one of 1, 2, 4;
-/// `maxs.len() == sums.len() == g`.
+/// AVX2, FMA and F16C must be available; `s.len() % 8 == 0`; `G` one of 1, 2, 4.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn softmax(s: &mut [f32], g: usize, maxs: &mut [f32], sums: &mut [f32]) -> [f32; 4] {
-    debug_assert!(s.len().is_multiple_of(8) && maxs.len() == g && sums.len() == g);
-    // Per lane, the head's value: lane l holds head l % g.
-    let per_lane = |x: &[f32]| {
-        let mut lanes = [0f32; 8];
-        for (l, v) in lanes.iter_mut().enumerate() {
-            *v = x[l % g];
-        }
-        _mm256_loadu_ps(lanes.as_ptr())
-    };
+pub unsafe fn softmax<const G: usize>(
+    s: &mut [f32],
+    maxs: &mut [f32; G],
+    sums: &mut [f32; G],
+) -> [f32; 4] {
+    debug_assert!(s.len().is_multiple_of(8));
     let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
     for c in s.chunks_exact(8) {
         m = _mm256_max_ps(m, _mm256_loadu_ps(c.as_ptr()));
     }
     let old = per_lane(maxs);
-    let new = _mm256_max_ps(across_rows(m, g, |a, b| _mm256_max_ps(a, b)), old);
+    let new = _mm256_max_ps(across_rows::<G>(m, |a, b| _mm256_max_ps(a, b)), old);
     // 0 on the first step (max was -inf), when the sums and accumulators are still 0.
     let rescale = exp8(_mm256_sub_ps(old, new));
     let mut sum = _mm256_setzero_ps();
@@ -152,18 +156,16 @@ pub unsafe fn softmax(s: &mut [f32], g: usize, maxs: &mut [f32], sums: &mut [f32
         _mm256_storeu_ps(c.as_mut_ptr(), w);
         sum = _mm256_add_ps(sum, w);
     }
-    let sum = across_rows(sum, g, |a, b| _mm256_add_ps(a, b));
-    let (mut new_l, mut rescale_l, mut sum_l) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let sum = across_rows::<G>(sum, |a, b| _mm256_add_ps(a, b));
+    let (mut new_l, mut rescale_l, mut sum_l) = ([0f32; 8], [0f32; 4], [0f32; 8]);
     _mm256_storeu_ps(new_l.as_mut_ptr(), new);
-    _mm256_storeu_ps(rescale_l.as_mut_ptr(), rescale);
+    _mm_storeu_ps(rescale_l.as_mut_ptr(), _mm256_castps256_ps128(rescale));
     _mm256_storeu_ps(sum_l.as_mut_ptr(), sum);
-    let mut out = [0f32; 4];
-    for h in 0..g {
+    for h in 0..G {
         maxs[h] = new_l[h];
         sums[h] = sums[h] * rescale_l[h] + sum_l[h];
-        out[h] = rescale_l[h];
     }
-    out
+    rescale_l
 }
 
 /// `acc[h] = acc[h] * rescale[h] + Σ_c w[c * G + h] * v[rows[c]]` for `G` heads (`acc` is
