@@ -4,7 +4,7 @@
 //! Why by hand: the hardware prefetchers follow a stream only within a 4 KiB page, and a paged
 //! block of 16 tokens is one such page per KV head. Every block would start with a wait for DRAM;
 //! requests issued one step ahead overlap that wait with the present step's arithmetic. Why L2:
-//! the next step's K and V (64 KiB at 16 tokens x 8 KV heads x head dim 128, f16) would evict the
+//! the next step's K and V (128 KiB at 32 tokens x 8 KV heads x head dim 128, f16) would evict the
 //! present step from L1, and L2's miss queue holds more requests in flight than L1's. Why spread:
 //! a burst of requests fills the miss queues and stalls the arithmetic behind it (measured).
 
