@@ -80,6 +80,7 @@ impl Kernels {
 
     /// `s[c * g + h] = scale * q[h] · k[rows[c]..][..hd]` for the `g` heads of `q` (`[g, hd]`,
     /// `g` one of 1, 2, 4); lanes `rows.len() * g` up to the next multiple of 8 get -inf.
+    #[allow(clippy::too_many_arguments)]
     pub fn scores<T: KvElem>(
         self,
         q: &[f32],
@@ -132,7 +133,7 @@ impl Kernels {
         sums: &mut [f32],
     ) -> [f32; 4] {
         assert!(matches!(g, 1 | 2 | 4) && maxs.len() == g && sums.len() == g);
-        assert!(rows >= 1 && rows <= MAX_STEP_ROWS);
+        assert!((1..=MAX_STEP_ROWS).contains(&rows));
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
             let s = &mut s[..(rows * g).div_ceil(8) * 8];
