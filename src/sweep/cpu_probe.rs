@@ -19,7 +19,7 @@ use super::bandwidth::{
 };
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cpu::pages::{HostBuf, Pages};
-use crate::device::cpu::stream::MemoryProbe;
+use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
 use crate::kv::{BlockTable, Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use half::{bf16, f16};
 use rand::{seq::SliceRandom, SeedableRng};
@@ -158,6 +158,16 @@ impl BandwidthProbe for CpuProbe {
                 "{} probe: {:.0}% of the K pool's resident memory in huge pages",
                 self.pages.label(),
                 100.0 * share
+            ));
+        }
+        let floor = limit_bytes(1);
+        if self.opts.pool_bytes < floor {
+            notes.push(format!(
+                "{} probe: a pool of {} MiB is under {LLC_MULTIPLE}x the last-level cache ({} MiB): \
+                 gathers may be served partly from cache and exceed the DRAM stream",
+                self.pages.label(),
+                self.opts.pool_bytes >> 20,
+                floor >> 20
             ));
         }
         if let Some(limit) = &self.limit {
