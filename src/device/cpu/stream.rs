@@ -26,8 +26,9 @@ use std::time::Instant;
 
 /// The limits read at least this many times the last-level cache.
 pub const LLC_MULTIPLE: usize = 4;
-/// Passes at the least; the best counts.
-pub const MIN_PASSES: usize = 5;
+/// Passes at the least; the best counts. A pass over 128 MiB takes a few milliseconds, and on a
+/// shared machine one in several finds every core free.
+pub const MIN_PASSES: usize = 10;
 /// Assumed when sysfs does not say (a large server L3).
 const FALLBACK_LLC: usize = 64 << 20;
 /// Bytes per parallel task: one huge page, so a task never leaves its page.
