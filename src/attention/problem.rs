@@ -1,10 +1,14 @@
 //! A random decode-attention problem: queries, a paged pool with shuffled physical blocks, its
 //! block table, and the same K/V laid out contiguously for the baseline.
 //!
+//! K and V (both layouts) lie in memory advised for transparent huge pages where the kernel offers
+//! them, as the CPU memory limit's does ([`huge_vec`]).
+//!
 //! Every slot no token owns — the tail of each sequence's last block, the contiguous rows past a
 //! sequence's length — holds NaN, so a kernel that reads past a sequence cannot pass a check.
 
 use super::AttentionShape;
+use crate::device::cpu::pages::huge_vec;
 use crate::kv::{BlockTable, KvElem, KvSpec, SpecError, TableError};
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use rayon::prelude::*;
@@ -43,7 +47,7 @@ pub struct Problem<T> {
 /// Uniform values in [-1, 1), in parallel, reproducible for a seed whatever the thread count.
 fn random_values<T: KvElem>(n: usize, seed: u64) -> Vec<T> {
     const CHUNK: usize = 1 << 16;
-    let mut v = vec![T::default(); n];
+    let mut v = huge_vec(n, T::default());
     v.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
         let mut rng = rand::rngs::StdRng::seed_from_u64(
             seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
@@ -89,8 +93,8 @@ impl<T: KvElem> Problem<T> {
         let nan = T::from_f32(f32::NAN);
         // The contiguous rows are the source of truth; the pool receives the same rows.
         let pool_elems = spec.pool_elems(num_blocks)?;
-        let mut k = vec![nan; pool_elems];
-        let mut v = vec![nan; pool_elems];
+        let mut k = huge_vec(pool_elems, nan);
+        let mut v = huge_vec(pool_elems, nan);
         for (seq, &len) in lens.iter().enumerate() {
             for head in 0..shape.num_kv_heads {
                 let base = (seq * shape.num_kv_heads + head) * max_len;

@@ -17,6 +17,8 @@ pub enum RunError {
     Problem(#[from] ProblemError),
     #[error(transparent)]
     Device(#[from] DeviceError),
+    #[error("memory-limit buffer: {0}")]
+    Memory(#[from] std::io::Error),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -108,7 +110,7 @@ where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
 {
     let timed = match device {
-        Device::Cpu => run_cpu(p, opts),
+        Device::Cpu => run_cpu(p, opts)?,
         Device::Cuda(dev) => run_cuda(dev, p, opts)?,
     };
     let (paged_err, contiguous_err) = if opts.check {
@@ -165,7 +167,7 @@ fn time_cpu(iters: usize, mut f: impl FnMut()) -> f64 {
     median(&times)
 }
 
-fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Timed<T> {
+fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, RunError> {
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
@@ -200,19 +202,19 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Timed<T> {
             &mut contiguous_out,
         )
     });
-    Timed {
+    Ok(Timed {
         paged_s,
         contiguous_s,
         paged_out,
         contiguous_out,
-        limits: cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
+        limits: cpu::stream::memory_limits(p.kv_bytes(), opts.iters)?,
         // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
             partition_size: cpu::attention::PARTITION,
         },
         copies: 1,
-    }
+    })
 }
 
 fn run_cuda<T>(

@@ -8,9 +8,9 @@
 //! as a non-finite output, which is an error rather than a figure.
 
 use super::bandwidth::{median_seconds, ProbeError};
-use super::pages::{HostBuf, Pages};
 use crate::attention::{AttentionShape, Problem};
 use crate::device::cpu::attention::{decode_attention, PagedRows};
+use crate::device::cpu::pages::{HostBuf, Pages};
 use crate::kv::{KvElem, KvSpec};
 use serde::Serialize;
 

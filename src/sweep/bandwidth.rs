@@ -2,10 +2,12 @@
 //! the limits measured in the same run.
 //!
 //! Conventions (the same for every probe):
-//! - `copy_gbps`: a plain copy of one pool (K) into a buffer of its size, counting bytes read and
+//! - `copy_gbps`: a plain copy of as many bytes as one pool (K) holds, counting bytes read and
 //!   bytes written (as STREAM's copy does);
-//! - `stream_gbps`: a read-only pass over the K and V pools, contiguous, as raw words: the memory's
-//!   own read limit (and on the CPU `convert_stream_gbps`: the same bytes converted element by
+//! - `stream_gbps`: a contiguous read-only pass over as many bytes as the K and V pools hold, as
+//!   raw words: the memory's own read limit (on the CPU both are the crate's one limit,
+//!   [`crate::device::cpu::stream`]: every core, wide loads, huge pages, best pass, at least 4x
+//!   the last-level cache; and `convert_stream_gbps`: the pools themselves converted element by
 //!   element to f32 with scalar code, for reference: the vectorised CPU kernels beat it);
 //! - the limits are measured next to every block size's gathers (the sweep pairs them);
 //! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
@@ -21,7 +23,7 @@
 use super::attention_probe::AttentionBatch;
 use super::cpu_probe::CpuProbe;
 use super::gpu_probe::GpuProbe;
-use super::pages::{thp_available, thp_mode, Pages};
+use crate::device::cpu::pages::{thp_available, thp_mode, Pages};
 use crate::device::cuda::gather::GatherError;
 use crate::device::{Device, DeviceError};
 use crate::kv::{KvSpec, SpecError, TableError};

@@ -8,13 +8,18 @@
 //!
 //! Attention: the CPU decode attention (`device::cpu::attention`) on the options' batch, its K and
 //! V pools in memory of the probe's page size (see [`super::attention_probe`]).
+//!
+//! Limits: the crate's one CPU memory limit ([`crate::device::cpu::stream`], huge pages where
+//! available whatever the probe's page size) over the bytes the read-only gather reads, so a 4 KiB
+//! probe shows what its page size costs against what the memory can give.
 
 use super::attention_probe::cpu_attention_gbps;
 use super::bandwidth::{
     median_seconds, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions,
 };
-use super::pages::{HostBuf, Pages};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
+use crate::device::cpu::pages::{HostBuf, Pages};
+use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
 use crate::kv::{BlockTable, Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use half::{bf16, f16};
 use rand::{seq::SliceRandom, SeedableRng};
@@ -22,8 +27,8 @@ use rayon::prelude::*;
 
 /// Elements per parallel task of the limit loops.
 const CHUNK: usize = 1 << 16;
-/// Copies and raw reads take a tenth of the time of an f16 sum over the same bytes, so a
-/// scheduler hiccup weighs more on them: they get this many times the repetitions.
+/// Copies take a tenth of the time of an f16 sum over the same bytes, so a scheduler hiccup
+/// weighs more on them: they get this many times the repetitions.
 const FAST_REPS: usize = 3;
 
 struct Buffers {
@@ -37,6 +42,7 @@ pub struct CpuProbe {
     pages: Pages,
     opts: ProbeOptions,
     bufs: Option<Buffers>,
+    limit: Option<MemoryProbe>,
 }
 
 impl CpuProbe {
@@ -46,6 +52,7 @@ impl CpuProbe {
             pages,
             opts,
             bufs: None,
+            limit: None,
         })
     }
 
@@ -87,15 +94,9 @@ impl CpuProbe {
     fn measure_limits<T: KvElem>(&mut self) -> Result<Limits, ProbeError> {
         let reps = self.opts.reps;
         let b = self.buffers(T::DTYPE)?;
-        let (k, v, out) = (b.k.as_slice::<T>(), b.v.as_slice::<T>(), &mut b.out);
+        let (k, v) = (b.k.as_slice::<T>(), b.v.as_slice::<T>());
         let bytes = b.k.len() as f64;
-        let copy_s = median_seconds(FAST_REPS * reps, || {
-            out.as_mut_slice::<T>()
-                .par_chunks_mut(CHUNK)
-                .zip(k.par_chunks(CHUNK))
-                .for_each(|(d, s)| d.copy_from_slice(s));
-        });
-        let stream_s = median_seconds(reps, || {
+        let convert_s = median_seconds(reps, || {
             let sum: f32 = [k, v]
                 .into_par_iter()
                 .flat_map(|p| p.par_chunks(CHUNK))
@@ -103,19 +104,19 @@ impl CpuProbe {
                 .sum();
             std::hint::black_box(sum);
         });
-        let (kw, vw) = (b.k.as_slice::<u64>(), b.v.as_slice::<u64>());
-        let raw_s = median_seconds(FAST_REPS * reps, || {
-            let sum: u64 = [kw, vw]
-                .into_par_iter()
-                .flat_map(|p| p.par_chunks(CHUNK))
-                .map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
-                .reduce(|| 0, u64::wrapping_add);
-            std::hint::black_box(sum);
-        });
+        let pool_bytes = 2 * self.half_bytes();
+        if self.limit.is_none() {
+            let probe = MemoryProbe::new(pool_bytes).map_err(|source| ProbeError::Memory {
+                bytes: pool_bytes,
+                source,
+            })?;
+            self.limit = Some(probe);
+        }
+        let limit = self.limit.as_mut().expect("just made").measure(reps);
         Ok(Limits {
-            copy_gbps: 2.0 * bytes / copy_s / 1e9,
-            stream_gbps: 2.0 * bytes / raw_s / 1e9,
-            convert_stream_gbps: Some(2.0 * bytes / stream_s / 1e9),
+            copy_gbps: limit.copy_gbps,
+            stream_gbps: limit.stream_gbps,
+            convert_stream_gbps: Some(2.0 * bytes / convert_s / 1e9),
         })
     }
 
@@ -151,17 +152,34 @@ impl BandwidthProbe for CpuProbe {
     }
 
     fn notes(&self) -> Vec<String> {
-        let Some(b) = &self.bufs else {
-            return Vec::new();
-        };
-        match b.k.huge_page_share() {
-            Some(share) => vec![format!(
+        let mut notes = Vec::new();
+        if let Some(share) = self.bufs.as_ref().and_then(|b| b.k.huge_page_share()) {
+            notes.push(format!(
                 "{} probe: {:.0}% of the K pool's resident memory in huge pages",
                 self.pages.label(),
                 100.0 * share
-            )],
-            None => Vec::new(),
+            ));
         }
+        let floor = limit_bytes(1);
+        if self.opts.pool_bytes < floor {
+            notes.push(format!(
+                "{} probe: a pool of {} MiB is under {LLC_MULTIPLE}x the last-level cache ({} MiB): \
+                 gathers may be served partly from cache and exceed the DRAM stream",
+                self.pages.label(),
+                self.opts.pool_bytes >> 20,
+                floor >> 20
+            ));
+        }
+        if let Some(limit) = &self.limit {
+            let share = limit.huge_page_share().unwrap_or(0.0);
+            notes.push(format!(
+                "{} probe: limits over {} MiB on every core, best pass, {:.0}% in huge pages",
+                self.pages.label(),
+                limit.bytes() >> 20,
+                100.0 * share
+            ));
+        }
+        notes
     }
 
     fn limits(&mut self, spec: &KvSpec) -> Result<Limits, ProbeError> {
@@ -277,7 +295,7 @@ mod tests {
             attention: Some(AttentionBatch::fixed(32, 2, 40)),
         };
         for pages in [Pages::Huge, Pages::Small] {
-            if pages == Pages::Huge && !super::super::pages::thp_available() {
+            if pages == Pages::Huge && !crate::device::cpu::pages::thp_available() {
                 continue;
             }
             let mut p = CpuProbe::new(pages, opts.clone()).unwrap();

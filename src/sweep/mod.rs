@@ -7,7 +7,8 @@
 //!   weights;
 //! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
-//!   [`attention_probe`], [`pages`]: the bandwidth side;
+//!   [`attention_probe`]: the bandwidth side (host buffers of a chosen page size in
+//!   [`crate::device::cpu::pages`]);
 //! - [`end_to_end`]: the engine simulation and the recommendation made from it;
 //! - [`recommend`]: the older throughput proxy (still reported); [`output`]: CSV, JSON and plots.
 
@@ -20,7 +21,6 @@ pub mod end_to_end;
 pub mod fragmentation;
 pub mod gpu_probe;
 pub mod output;
-pub mod pages;
 pub mod prefix;
 pub mod recommend;
 pub mod replay;

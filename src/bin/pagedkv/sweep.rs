@@ -88,7 +88,8 @@ pub struct Args {
     /// A smaller probe pool and decode batch (under a minute on 2 cores).
     #[arg(long)]
     quick: bool,
-    /// Probe pool in MiB, K and V together (default 256, --quick 64).
+    /// Probe pool in MiB, K and V together (default 256, --quick 64; on the CPU at least 4x the
+    /// last-level cache, so that the gathers read DRAM as the stream limit does).
     #[arg(long)]
     probe_mib: Option<usize>,
     /// Timed repetitions per measurement, after a warm-up (default 2).
@@ -308,10 +309,11 @@ pub fn run(args: Args) -> CmdResult {
 
     let device = Device::detect(args.device)?;
     let gpu = device.is_cuda();
-    // A GPU's pool must dwarf its L2 cache (50 MB and more).
+    // A GPU's pool must dwarf its L2 cache (50 MB and more), a CPU's its last-level cache.
+    let cpu_floor = pagedkv::device::cpu::stream::limit_bytes(1) >> 20;
     let probe_mib = args.probe_mib.unwrap_or(match (gpu, args.quick) {
-        (false, true) => 64,
-        (false, false) => 256,
+        (false, true) => cpu_floor.max(64),
+        (false, false) => cpu_floor.max(256),
         (true, true) => 512,
         (true, false) => 2048,
     });

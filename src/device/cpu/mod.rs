@@ -4,5 +4,6 @@
 pub mod attention;
 pub mod cache_ops;
 pub mod gather;
+pub mod pages;
 mod simd;
 pub mod stream;

@@ -2,46 +2,35 @@
 //! kernels of [`avx2`] where the CPU has them and `hd` is a multiple of 8, portable loops otherwise.
 //! The choice is made once per call ([`Kernels::detect`]); both give the same results up to f32
 //! rounding, and a given choice is deterministic.
+//!
+//! Attention kernels work on one step (up to [`MAX_STEP_ROWS`] rows of one KV head) for a run of
+//! `g` query heads of its GQA group, `g` one of 1, 2, 4 ([`group_runs`]): each K and V row is
+//! loaded once for the run. Scores are laid out `[row][g]`, so the eight lanes of a vector hold
+//! `8 / g` rows of every head, and the lanes past the last row hold -inf (weight 0).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod prefetch;
+
+pub use prefetch::{Ahead, Span};
 
 use crate::kv::KvElem;
 
-/// Rows to request from memory while a kernel works on others: `rows` of `buf`.
-#[derive(Clone, Copy)]
-pub struct Ahead<'a, T> {
-    pub buf: &'a [T],
-    pub rows: &'a [usize],
-}
+/// The most rows one step may hold.
+pub const MAX_STEP_ROWS: usize = 64;
+/// Scores of one step and run: `[row][g]`, padded to whole vectors.
+pub const SCORES_LEN: usize = MAX_STEP_ROWS * 4;
 
-impl<'a, T> Ahead<'a, T> {
-    pub fn none() -> Self {
-        Ahead {
-            buf: &[],
-            rows: &[],
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    fn avx2(self) -> avx2::Prefetch<'a, T> {
-        avx2::Prefetch {
-            buf: self.buf,
-            rows: self.rows,
-        }
-    }
-}
-
-/// The row kernels chosen for one call, for rows of `hd` elements.
+/// The kernels chosen for one call, for rows of `hd` elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernels {
     avx2: bool,
     hd: usize,
 }
 
-/// Query heads are taken at most four at a time: 2 x 4 accumulators, a K row and a query vector
-/// fit the 16 AVX2 registers. A group of 8 reads each row twice, the second time from L1.
-fn group_runs(group: usize) -> impl Iterator<Item = (usize, usize)> {
+/// A group of query heads in runs of 4, 2 and 1 (`(first head, heads)`): four heads' score
+/// accumulators fill the registers with two rows; more heads read each row again, from L1.
+pub fn group_runs(group: usize) -> impl Iterator<Item = (usize, usize)> {
     let mut g0 = 0;
     std::iter::from_fn(move || {
         let n = match group - g0 {
@@ -75,107 +64,145 @@ impl Kernels {
         self.avx2
     }
 
-    /// `scores[g * stride + c] = scale * q[g] · k[rows[c]..][..hd]` for the `group` heads of `q`
-    /// (`[group, hd]`), requesting the rows of `ahead` meanwhile.
+    /// How often [`Self::scores`] and [`Self::accumulate`] together call [`Ahead::beat`] for a
+    /// step of `rows` rows and a whole group of `group` heads.
+    pub fn beats(self, group: usize, rows: usize) -> usize {
+        group_runs(group)
+            .map(|(_, g)| {
+                if self.avx2 {
+                    rows.div_ceil(8 / g) + self.hd.div_ceil(16)
+                } else {
+                    2 * rows
+                }
+            })
+            .sum()
+    }
+
+    /// `s[c * g + h] = scale * q[h] · k[rows[c]..][..hd]` for the `g` heads of `q` (`[g, hd]`,
+    /// `g` one of 1, 2, 4); lanes `rows.len() * g` up to the next multiple of 8 get -inf.
     #[allow(clippy::too_many_arguments)]
     pub fn scores<T: KvElem>(
         self,
         q: &[f32],
-        group: usize,
+        g: usize,
         k: &[T],
         rows: &[usize],
         scale: f32,
-        scores: &mut [f32],
-        stride: usize,
-        ahead: Ahead<T>,
+        s: &mut [f32],
+        ahead: &mut Ahead<T>,
     ) {
         let hd = self.hd;
-        assert!(q.len() >= group * hd && rows.len() <= stride);
-        assert!(group == 0 || scores.len() >= (group - 1) * stride + rows.len());
+        assert!(matches!(g, 1 | 2 | 4) && q.len() >= g * hd);
+        assert!(!rows.is_empty() && rows.len() <= MAX_STEP_ROWS && s.len() >= SCORES_LEN);
+        assert!(rows.iter().all(|&r| r + hd <= k.len()), "row out of range");
+        let (n, padded) = (rows.len() * g, (rows.len() * g).div_ceil(8) * 8);
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            for (g0, n) in group_runs(group) {
-                let (q, s) = (&q[g0 * hd..], &mut scores[g0 * stride..]);
-                // Only the first run of heads requests rows; later runs read from cache.
-                let pf = if g0 == 0 { ahead } else { Ahead::none() }.avx2();
-                // SAFETY: `detect` found the features and `hd % 8 == 0`; lengths asserted above.
-                unsafe {
-                    match n {
-                        1 => avx2::scores::<T, 1>(q, k, rows, hd, scale, s, stride, pf),
-                        2 => avx2::scores::<T, 2>(q, k, rows, hd, scale, s, stride, pf),
-                        _ => avx2::scores::<T, 4>(q, k, rows, hd, scale, s, stride, pf),
-                    }
+            // SAFETY: `detect` found the features and `hd % 8 == 0`; rows and lengths checked.
+            unsafe {
+                match g {
+                    1 => avx2::scores::<T, 1, 8>(q, k, rows, hd, scale, s, ahead),
+                    2 => avx2::scores::<T, 2, 4>(q, k, rows, hd, scale, s, ahead),
+                    _ => avx2::scores::<T, 4, 2>(q, k, rows, hd, scale, s, ahead),
                 }
             }
+            s[n..padded].fill(f32::NEG_INFINITY);
             return;
         }
         let mut buf = vec![0f32; hd];
         for (c, &r) in rows.iter().enumerate() {
+            ahead.beat();
             T::slice_to_f32(&k[r..r + hd], &mut buf);
-            for g in 0..group {
-                scores[g * stride + c] = dot(&q[g * hd..(g + 1) * hd], &buf) * scale;
+            for h in 0..g {
+                s[c * g + h] = dot(&q[h * hd..(h + 1) * hd], &buf) * scale;
             }
         }
+        s[n..padded].fill(f32::NEG_INFINITY);
     }
 
-    /// `acc[g] += Σ_c weights[g * stride + c] * v[rows[c]..][..hd]` for `group` heads
-    /// (`acc` is `[group, hd]`), requesting the rows of `ahead` meanwhile.
+    /// One online-softmax step for `g` heads over the scores of `rows` rows (`s` as
+    /// [`Self::scores`] leaves it): `maxs[h]` becomes the running maximum, the scores become the
+    /// weights `e^(s - max)`, `sums[h]` the rescaled running sum plus the new weights. Returns,
+    /// per head, the factor `e^(old max - new max)` the running accumulators must be scaled by.
+    pub fn softmax(
+        self,
+        s: &mut [f32],
+        g: usize,
+        rows: usize,
+        maxs: &mut [f32],
+        sums: &mut [f32],
+    ) -> [f32; 4] {
+        assert!(matches!(g, 1 | 2 | 4) && maxs.len() == g && sums.len() == g);
+        assert!((1..=MAX_STEP_ROWS).contains(&rows));
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            let s = &mut s[..(rows * g).div_ceil(8) * 8];
+            // SAFETY: `detect` found the features; `s` holds whole padded vectors.
+            unsafe {
+                return match g {
+                    1 => avx2::softmax::<1>(s, as_array(maxs), as_array(sums)),
+                    2 => avx2::softmax::<2>(s, as_array(maxs), as_array(sums)),
+                    _ => avx2::softmax::<4>(s, as_array(maxs), as_array(sums)),
+                };
+            }
+        }
+        let mut rescale = [0f32; 4];
+        for h in 0..g {
+            let new_max = (0..rows).map(|c| s[c * g + h]).fold(maxs[h], f32::max);
+            // 0 on the first step (max was -inf), when the sum and accumulators are still 0.
+            rescale[h] = (maxs[h] - new_max).exp();
+            let mut sum = 0.0;
+            for c in 0..rows {
+                let w = (s[c * g + h] - new_max).exp();
+                s[c * g + h] = w;
+                sum += w;
+            }
+            sums[h] = sums[h] * rescale[h] + sum;
+            maxs[h] = new_max;
+        }
+        rescale
+    }
+
+    /// `acc[h] = acc[h] * rescale[h] + Σ_c s[c * g + h] * v[rows[c]..][..hd]` for `g` heads
+    /// (`acc` is `[g, hd]`, `s` the weights [`Self::softmax`] leaves).
     #[allow(clippy::too_many_arguments)]
     pub fn accumulate<T: KvElem>(
         self,
-        weights: &[f32],
-        stride: usize,
-        group: usize,
+        s: &[f32],
+        g: usize,
         v: &[T],
         rows: &[usize],
+        rescale: &[f32; 4],
         acc: &mut [f32],
-        ahead: Ahead<T>,
+        ahead: &mut Ahead<T>,
     ) {
         let hd = self.hd;
-        assert!(acc.len() >= group * hd && rows.len() <= stride);
-        assert!(group == 0 || weights.len() >= (group - 1) * stride + rows.len());
+        assert!(matches!(g, 1 | 2 | 4) && acc.len() == g * hd);
+        assert!(rows.len() <= MAX_STEP_ROWS && s.len() >= rows.len() * g);
+        assert!(rows.iter().all(|&r| r + hd <= v.len()), "row out of range");
         #[cfg(target_arch = "x86_64")]
         if self.avx2 {
-            for (g0, n) in group_runs(group) {
-                let (w, a) = (&weights[g0 * stride..], &mut acc[g0 * hd..]);
-                let pf = if g0 == 0 { ahead } else { Ahead::none() }.avx2();
-                // SAFETY: as in `scores`.
-                unsafe {
-                    match n {
-                        1 => avx2::accumulate::<T, 1>(w, stride, v, rows, hd, a, pf),
-                        2 => avx2::accumulate::<T, 2>(w, stride, v, rows, hd, a, pf),
-                        _ => avx2::accumulate::<T, 4>(w, stride, v, rows, hd, a, pf),
-                    }
+            // SAFETY: as in `scores`.
+            unsafe {
+                match g {
+                    1 => avx2::accumulate::<T, 1>(s, v, rows, hd, rescale, acc, ahead),
+                    2 => avx2::accumulate::<T, 2>(s, v, rows, hd, rescale, acc, ahead),
+                    _ => avx2::accumulate::<T, 4>(s, v, rows, hd, rescale, acc, ahead),
                 }
             }
             return;
         }
+        for (h, a) in acc.chunks_exact_mut(hd).enumerate() {
+            a.iter_mut().for_each(|x| *x *= rescale[h]);
+        }
         let mut buf = vec![0f32; hd];
         for (c, &r) in rows.iter().enumerate() {
+            ahead.beat();
             T::slice_to_f32(&v[r..r + hd], &mut buf);
-            for g in 0..group {
-                axpy(
-                    weights[g * stride + c],
-                    &buf,
-                    &mut acc[g * hd..(g + 1) * hd],
-                );
+            for (h, a) in acc.chunks_exact_mut(hd).enumerate() {
+                axpy(s[c * g + h], &buf, a);
             }
         }
-    }
-
-    /// `x[i] = e^(x[i] - shift)`; returns the sum of the new values.
-    pub fn exp_shifted(self, x: &mut [f32], shift: f32) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `detect` found the features.
-            return unsafe { avx2::exp_shifted(x, shift) };
-        }
-        let mut sum = 0.0;
-        for v in x.iter_mut() {
-            *v = (*v - shift).exp();
-            sum += *v;
-        }
-        sum
     }
 
     /// The f32 sum of `x` (any length).
@@ -187,6 +214,12 @@ impl Kernels {
         }
         x.iter().map(|e| e.to_f32()).sum()
     }
+}
+
+/// A slice of known length as an array.
+#[cfg(target_arch = "x86_64")]
+fn as_array<const N: usize>(x: &mut [f32]) -> &mut [f32; N] {
+    x.try_into().expect("length checked by the caller")
 }
 
 /// Dot product with eight independent partial sums, so the loop vectorises.
@@ -218,138 +251,4 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use half::{bf16, f16};
-    use rand::{Rng, SeedableRng};
-
-    #[test]
-    fn dot_and_axpy_match_plain_loops() {
-        let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
-        let b: Vec<f32> = (0..37).map(|i| (i as f32).sin()).collect();
-        let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        assert!((dot(&a, &b) as f64 - want).abs() < 1e-4);
-        let mut y = b.clone();
-        axpy(2.0, &a, &mut y);
-        for i in 0..37 {
-            assert_eq!(y[i], a[i] * 2.0 + b[i]);
-        }
-    }
-
-    #[test]
-    fn group_runs_cover_the_group_in_fours_twos_and_ones() {
-        for group in 0..20 {
-            let runs: Vec<_> = group_runs(group).collect();
-            let mut next = 0;
-            for &(g0, n) in &runs {
-                assert_eq!(g0, next);
-                assert!([1, 2, 4].contains(&n));
-                next += n;
-            }
-            assert_eq!(next, group);
-        }
-    }
-
-    /// Both kernel sets against f64 loops over the same rows, for every group size and dtype.
-    fn check_rows<T: KvElem>(kernels: Kernels, rng: &mut impl Rng) {
-        let hd = kernels.hd;
-        let n_rows = 13;
-        let k: Vec<T> = (0..n_rows * hd + 5)
-            .map(|_| T::from_f32(rng.random_range(-1.0..1.0)))
-            .collect();
-        let rows: Vec<usize> = (0..n_rows)
-            .map(|_| rng.random_range(0..=n_rows * hd + 5 - hd))
-            .collect();
-        let kf = |r: usize, d: usize| k[r + d].to_f32() as f64;
-        for group in [1, 2, 3, 4, 5, 8] {
-            let stride = 16;
-            let q: Vec<f32> = (0..group * hd)
-                .map(|_| rng.random_range(-1.0..1.0))
-                .collect();
-            let mut s = vec![f32::NAN; group * stride];
-            kernels.scores(&q, group, &k, &rows, 0.3, &mut s, stride, Ahead::none());
-            for g in 0..group {
-                for (c, &r) in rows.iter().enumerate() {
-                    let want: f64 = (0..hd)
-                        .map(|d| q[g * hd + d] as f64 * kf(r, d))
-                        .sum::<f64>()
-                        * 0.3;
-                    let got = s[g * stride + c] as f64;
-                    assert!(
-                        (got - want).abs() < 1e-5 * (1.0 + want.abs()),
-                        "{kernels:?} g{group}: {got} vs {want}"
-                    );
-                }
-            }
-            let w: Vec<f32> = (0..group * stride)
-                .map(|_| rng.random_range(0.0..1.0))
-                .collect();
-            let init: Vec<f32> = (0..group * hd)
-                .map(|_| rng.random_range(-1.0..1.0))
-                .collect();
-            let mut acc = init.clone();
-            kernels.accumulate(
-                &w,
-                stride,
-                group,
-                &k,
-                &rows,
-                &mut acc,
-                Ahead {
-                    buf: &k,
-                    rows: &rows,
-                },
-            );
-            for g in 0..group {
-                for d in 0..hd {
-                    let want = init[g * hd + d] as f64
-                        + rows
-                            .iter()
-                            .enumerate()
-                            .map(|(c, &r)| w[g * stride + c] as f64 * kf(r, d))
-                            .sum::<f64>();
-                    let got = acc[g * hd + d] as f64;
-                    assert!(
-                        (got - want).abs() < 1e-5 * (1.0 + want.abs()),
-                        "{kernels:?} g{group}: {got} vs {want}"
-                    );
-                }
-            }
-        }
-        let want: f64 = k.iter().map(|x| x.to_f32() as f64).sum();
-        let got = kernels.sum(&k) as f64;
-        assert!(
-            (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-            "{got} vs {want}"
-        );
-    }
-
-    #[test]
-    fn every_kernel_set_matches_f64_loops() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-        for hd in [8, 16, 24, 64, 128, 12] {
-            for kernels in [Kernels::detect(hd), Kernels::portable(hd)] {
-                check_rows::<f16>(kernels, &mut rng);
-                check_rows::<bf16>(kernels, &mut rng);
-                check_rows::<f32>(kernels, &mut rng);
-            }
-        }
-        if Kernels::detect(128).is_avx2() {
-            assert!(!Kernels::detect(12).is_avx2());
-        } else {
-            eprintln!("AVX2 kernels not tested: this CPU lacks AVX2/FMA/F16C");
-        }
-    }
-
-    #[test]
-    fn exp_shifted_agrees_between_kernel_sets() {
-        let x: Vec<f32> = (0..29).map(|i| -(i as f32) * 0.7).collect();
-        let (mut a, mut b) = (x.clone(), x);
-        let sa = Kernels::detect(8).exp_shifted(&mut a, 0.25);
-        let sb = Kernels::portable(8).exp_shifted(&mut b, 0.25);
-        assert!((sa - sb).abs() < 1e-6 * sb);
-        for (p, q) in a.iter().zip(&b) {
-            assert!((p - q).abs() <= 1e-6 * q.abs() + 1e-30);
-        }
-    }
-}
+mod tests;

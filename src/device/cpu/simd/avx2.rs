@@ -1,4 +1,5 @@
-//! The attention and gather inner loops with AVX2, FMA and F16C intrinsics.
+//! The attention and gather inner loops with AVX2, FMA and F16C intrinsics (see [`super`] for
+//! the layouts).
 //!
 //! Every function here carries the target features itself, rather than relying on a caller's
 //! closure being inlined into a feature-enabled frame (it was not: `mul_add` became a call to
@@ -9,6 +10,7 @@
 // Register arrays (`[__m256; G]`) are indexed by head and column in lockstep with pointers.
 #![allow(clippy::needless_range_loop)]
 
+use super::Ahead;
 use crate::kv::{Dtype, KvElem};
 use std::arch::x86_64::*;
 
@@ -43,161 +45,194 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Asks for every cache line of `buf[r..r + hd]` to be brought in, for each `r` in `rows`;
-/// rows that do not lie in `buf` are skipped.
+/// `out[i]` = the sum of the lanes of `v[i]`: eight horizontal sums for the price of about two.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn prefetch_row<T>(buf: &[T], r: usize, hd: usize) {
-    if let Some(row) = buf.get(r..r + hd) {
-        let bytes = std::mem::size_of_val(row);
-        let p = row.as_ptr().cast::<i8>();
-        for off in (0..bytes).step_by(64) {
-            // SAFETY: `off` lies inside `row`; a prefetch never faults anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
-        }
-    }
+fn sum8(v: [__m256; 8]) -> __m256 {
+    let t0 = _mm256_hadd_ps(v[0], v[1]);
+    let t1 = _mm256_hadd_ps(v[2], v[3]);
+    let t2 = _mm256_hadd_ps(v[4], v[5]);
+    let t3 = _mm256_hadd_ps(v[6], v[7]);
+    // [v0 v1 v2 v3 | v0 v1 v2 v3] (low and high halves' partial sums), then v4..v7 alike.
+    let u0 = _mm256_hadd_ps(t0, t1);
+    let u1 = _mm256_hadd_ps(t2, t3);
+    let low = _mm256_permute2f128_ps::<0x20>(u0, u1);
+    let high = _mm256_permute2f128_ps::<0x31>(u0, u1);
+    _mm256_add_ps(low, high)
 }
 
-/// Rows to fetch ahead of use while a kernel works: row `c` of `rows` is requested as row `c`
-/// of the kernel's own work is read, so the requests are spread over the kernel's run.
-#[derive(Clone, Copy)]
-pub struct Prefetch<'a, T> {
-    pub buf: &'a [T],
-    pub rows: &'a [usize],
-}
-
-impl<T> Prefetch<'_, T> {
-    pub fn none() -> Self {
-        Prefetch {
-            buf: &[],
-            rows: &[],
-        }
-    }
-}
-
-/// `scores[g * stride + c] = scale * q[g] · rows[c]` for `G` query heads (`q` is `[G, hd]`).
-/// Two accumulator sets per head hide the FMA latency; `hd` is a multiple of 8.
+/// Scores of `rows` for `G` heads, `R = 8 / G` rows at a time: one accumulator per (row, head),
+/// reduced together by [`sum8`] into `s[c * G..][..8]`, the `[row][head]` layout. Each K row is
+/// converted once for all `G` heads; each query vector is loaded once for `R` rows. Past the last
+/// row the last row is read again (its lanes are overwritten by the caller).
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available; `hd % 8 == 0`; `q.len() >= G * hd`;
-/// `scores.len() >= (G - 1) * stride + rows.len()`.
+/// AVX2, FMA and F16C must be available; `hd % 8 == 0`; `G * R == 8`; `q.len() >= G * hd`;
+/// every row lies in `k`; `s.len() >= rows.len().div_ceil(R) * 8`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn scores<T: KvElem, const G: usize>(
+pub unsafe fn scores<T: KvElem, const G: usize, const R: usize>(
     q: &[f32],
     k: &[T],
     rows: &[usize],
     hd: usize,
     scale: f32,
-    scores: &mut [f32],
-    stride: usize,
-    ahead: Prefetch<T>,
+    s: &mut [f32],
+    ahead: &mut Ahead<T>,
 ) {
-    debug_assert!(hd.is_multiple_of(8) && q.len() >= G * hd);
-    debug_assert!(scores.len() >= (G - 1) * stride + rows.len());
-    let q = q.as_ptr();
-    for (c, &r) in rows.iter().enumerate() {
-        if let Some(&p) = ahead.rows.get(c) {
-            prefetch_row(ahead.buf, p, hd);
+    debug_assert!(G * R == 8 && hd.is_multiple_of(8) && q.len() >= G * hd);
+    debug_assert!(s.len() >= rows.len().div_ceil(R) * 8);
+    let (q, kp, n) = (q.as_ptr(), k.as_ptr(), rows.len());
+    let scale = _mm256_set1_ps(scale);
+    for c in (0..n).step_by(R) {
+        ahead.beat();
+        let mut row = [kp; R];
+        for (i, p) in row.iter_mut().enumerate() {
+            *p = kp.add(*rows.get_unchecked((c + i).min(n - 1)));
         }
-        let row = k[r..r + hd].as_ptr();
-        let mut a0 = [_mm256_setzero_ps(); G];
-        let mut a1 = [_mm256_setzero_ps(); G];
-        let mut d = 0;
-        while d + 16 <= hd {
-            let x0 = load8(row.add(d));
-            let x1 = load8(row.add(d + 8));
-            for g in 0..G {
-                let qg = q.add(g * hd + d);
-                a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg), x0, a0[g]);
-                a1[g] = _mm256_fmadd_ps(_mm256_loadu_ps(qg.add(8)), x1, a1[g]);
+        let mut a = [_mm256_setzero_ps(); 8];
+        for d in (0..hd).step_by(8) {
+            let mut x = [_mm256_setzero_ps(); R];
+            for i in 0..R {
+                x[i] = load8(row[i].add(d));
             }
-            d += 16;
-        }
-        if d < hd {
-            let x0 = load8(row.add(d));
-            for g in 0..G {
-                a0[g] = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(g * hd + d)), x0, a0[g]);
+            for h in 0..G {
+                let qh = _mm256_loadu_ps(q.add(h * hd + d));
+                for i in 0..R {
+                    a[i * G + h] = _mm256_fmadd_ps(qh, x[i], a[i * G + h]);
+                }
             }
         }
-        for g in 0..G {
-            *scores.get_unchecked_mut(g * stride + c) = hsum(_mm256_add_ps(a0[g], a1[g])) * scale;
-        }
+        _mm256_storeu_ps(s.as_mut_ptr().add(c * G), _mm256_mul_ps(sum8(a), scale));
     }
 }
 
-/// `acc[g] += Σ_c weights[g * stride + c] * rows[c]` for `G` query heads (`acc` is `[G, hd]`).
-///
-/// Column-blocked: `W` vectors of each head's accumulator stay in registers while every row of
-/// the chunk passes (the chunk is in L1 after the first pass), so the inner loop has no stores.
+/// Every lane becomes the maximum (or sum) over the lanes that hold the same head: lanes `l`,
+/// `l + G`, `l + 2G`, ... for `G` heads in the `[row][head]` layout.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn across_rows<const G: usize>(v: __m256, op: impl Fn(__m256, __m256) -> __m256) -> __m256 {
+    let mut v = op(v, _mm256_permute2f128_ps::<1>(v, v));
+    if G <= 2 {
+        v = op(v, _mm256_permute_ps::<0b01_00_11_10>(v));
+    }
+    if G == 1 {
+        v = op(v, _mm256_permute_ps::<0b10_11_00_01>(v));
+    }
+    v
+}
+
+/// A vector whose lane `l` holds `x[l % G]`: one value per head, in the `[row][head]` layout.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn per_lane<const G: usize>(x: &[f32; G]) -> __m256 {
+    let lanes: [f32; 8] = std::array::from_fn(|l| x[l % G]);
+    // SAFETY: eight f32 from a local array.
+    unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+}
+
+/// [`super::Kernels::softmax`] over whole vectors of `[row][head]` scores (padding lanes -inf).
 ///
 /// # Safety
-/// As [`scores`], with `acc.len() >= G * hd` and `weights` in place of `scores`.
+/// AVX2, FMA and F16C must be available; `s.len() % 8 == 0`; `G` one of 1, 2, 4.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn softmax<const G: usize>(
+    s: &mut [f32],
+    maxs: &mut [f32; G],
+    sums: &mut [f32; G],
+) -> [f32; 4] {
+    debug_assert!(s.len().is_multiple_of(8));
+    let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    for c in s.chunks_exact(8) {
+        m = _mm256_max_ps(m, _mm256_loadu_ps(c.as_ptr()));
+    }
+    let old = per_lane(maxs);
+    let new = _mm256_max_ps(across_rows::<G>(m, |a, b| _mm256_max_ps(a, b)), old);
+    // 0 on the first step (max was -inf), when the sums and accumulators are still 0.
+    let rescale = exp8(_mm256_sub_ps(old, new));
+    let mut sum = _mm256_setzero_ps();
+    for c in s.chunks_exact_mut(8) {
+        let w = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), new));
+        _mm256_storeu_ps(c.as_mut_ptr(), w);
+        sum = _mm256_add_ps(sum, w);
+    }
+    let sum = across_rows::<G>(sum, |a, b| _mm256_add_ps(a, b));
+    let (mut new_l, mut rescale_l, mut sum_l) = ([0f32; 8], [0f32; 4], [0f32; 8]);
+    _mm256_storeu_ps(new_l.as_mut_ptr(), new);
+    _mm_storeu_ps(rescale_l.as_mut_ptr(), _mm256_castps256_ps128(rescale));
+    _mm256_storeu_ps(sum_l.as_mut_ptr(), sum);
+    for h in 0..G {
+        maxs[h] = new_l[h];
+        sums[h] = sums[h] * rescale_l[h] + sum_l[h];
+    }
+    rescale_l
+}
+
+/// `acc[h] = acc[h] * rescale[h] + Σ_c w[c * G + h] * v[rows[c]]` for `G` heads (`acc` is
+/// `[G, hd]`), sixteen columns at a time: each head's columns stay in registers while every row
+/// passes (the step's rows are in L1 after the first column block).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `hd % 8 == 0`; `acc.len() == G * hd`; every row lies in
+/// `v`; `w.len() >= rows.len() * G`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn accumulate<T: KvElem, const G: usize>(
-    weights: &[f32],
-    stride: usize,
+    w: &[f32],
     v: &[T],
     rows: &[usize],
     hd: usize,
+    rescale: &[f32; 4],
     acc: &mut [f32],
-    ahead: Prefetch<T>,
+    ahead: &mut Ahead<T>,
 ) {
-    debug_assert!(hd.is_multiple_of(8) && acc.len() >= G * hd);
-    debug_assert!(weights.len() >= (G - 1) * stride + rows.len());
-    assert!(rows.iter().all(|&r| r + hd <= v.len()), "row out of range");
-    // The requests ride on the first pass, the one that waits for memory.
-    let mut ahead = ahead;
+    debug_assert!(hd.is_multiple_of(8) && acc.len() == G * hd && w.len() >= rows.len() * G);
     let mut d = 0;
     while d + 16 <= hd {
-        columns::<T, G, 2>(weights, stride, v, rows, hd, acc, d, ahead);
-        ahead = Prefetch::none();
+        ahead.beat();
+        columns::<T, G, 2>(w, v, rows, hd, rescale, acc, d);
         d += 16;
     }
     if d < hd {
-        columns::<T, G, 1>(weights, stride, v, rows, hd, acc, d, ahead);
+        ahead.beat();
+        columns::<T, G, 1>(w, v, rows, hd, rescale, acc, d);
     }
 }
 
 /// Columns `d..d + 8 W` of [`accumulate`].
-#[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn columns<T: KvElem, const G: usize, const W: usize>(
-    weights: &[f32],
-    stride: usize,
+    w: &[f32],
     v: &[T],
     rows: &[usize],
     hd: usize,
+    rescale: &[f32; 4],
     acc: &mut [f32],
     d: usize,
-    ahead: Prefetch<T>,
 ) {
-    let (vp, ap, wp) = (v.as_ptr(), acc.as_mut_ptr(), weights.as_ptr());
+    let (vp, ap, wp) = (v.as_ptr(), acc.as_mut_ptr(), w.as_ptr());
     let mut a = [[_mm256_setzero_ps(); W]; G];
-    for g in 0..G {
+    for h in 0..G {
+        let r = _mm256_set1_ps(rescale[h]);
         for j in 0..W {
-            a[g][j] = _mm256_loadu_ps(ap.add(g * hd + d + 8 * j));
+            a[h][j] = _mm256_mul_ps(r, _mm256_loadu_ps(ap.add(h * hd + d + 8 * j)));
         }
     }
     for (c, &r) in rows.iter().enumerate() {
-        if let Some(&p) = ahead.rows.get(c) {
-            prefetch_row(ahead.buf, p, hd);
-        }
         let mut x = [_mm256_setzero_ps(); W];
         for (j, xj) in x.iter_mut().enumerate() {
             *xj = load8(vp.add(r + d + 8 * j));
         }
-        for g in 0..G {
-            let w = _mm256_broadcast_ss(&*wp.add(g * stride + c));
+        for h in 0..G {
+            let wh = _mm256_broadcast_ss(&*wp.add(c * G + h));
             for j in 0..W {
-                a[g][j] = _mm256_fmadd_ps(w, x[j], a[g][j]);
+                a[h][j] = _mm256_fmadd_ps(wh, x[j], a[h][j]);
             }
         }
     }
-    for g in 0..G {
+    for h in 0..G {
         for j in 0..W {
-            _mm256_storeu_ps(ap.add(g * hd + d + 8 * j), a[g][j]);
+            _mm256_storeu_ps(ap.add(h * hd + d + 8 * j), a[h][j]);
         }
     }
 }
@@ -240,33 +275,6 @@ fn exp8(x: __m256) -> __m256 {
     _mm256_andnot_ps(underflow, y)
 }
 
-/// `x[i] = e^(x[i] - shift)`; returns the sum of the new values.
-///
-/// # Safety
-/// AVX2, FMA and F16C must be available.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn exp_shifted(x: &mut [f32], shift: f32) -> f32 {
-    let m = _mm256_set1_ps(shift);
-    let mut sum = _mm256_setzero_ps();
-    let mut chunks = x.chunks_exact_mut(8);
-    for c in &mut chunks {
-        let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), m));
-        _mm256_storeu_ps(c.as_mut_ptr(), e);
-        sum = _mm256_add_ps(sum, e);
-    }
-    let tail = chunks.into_remainder();
-    if !tail.is_empty() {
-        // Padding with -inf makes the padded lanes 0, so the tail takes the same path.
-        let mut buf = [f32::NEG_INFINITY; 8];
-        buf[..tail.len()].copy_from_slice(tail);
-        let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), m));
-        _mm256_storeu_ps(buf.as_mut_ptr(), e);
-        tail.copy_from_slice(&buf[..tail.len()]);
-        sum = _mm256_add_ps(sum, e);
-    }
-    hsum(sum)
-}
-
 /// The f32 sum of `x`, four vector accumulators wide.
 ///
 /// # Safety
@@ -301,22 +309,40 @@ mod tests {
             return;
         }
         let mut x: Vec<f32> = (0..2003).map(|i| -100.0 + i as f32 * 0.05).collect();
-        x.push(f32::NEG_INFINITY);
-        // The reference starts from the f32 difference the kernel sees.
-        let want: Vec<f64> = x.iter().map(|&v| ((v - 1.5) as f64).exp()).collect();
-        let sum = unsafe { exp_shifted(&mut x, 1.5) };
-        for (got, want) in x.iter().zip(&want) {
-            if *want < 1.2e-38 {
-                assert!(*got < 1.2e-38, "{got} vs {want}");
-            } else {
-                assert!(
-                    ((*got as f64 - want) / want).abs() < 5e-7,
-                    "{got} vs {want}"
-                );
+        x.extend([f32::NEG_INFINITY; 5]);
+        for c in x.chunks_exact(8) {
+            let mut got = [0f32; 8];
+            unsafe { _mm256_storeu_ps(got.as_mut_ptr(), exp8(_mm256_loadu_ps(c.as_ptr()))) };
+            for (got, &arg) in got.iter().zip(c) {
+                let want = (arg as f64).exp();
+                if want < 1.2e-38 {
+                    assert!(*got < 1.2e-38, "{got} vs {want}");
+                } else {
+                    assert!(
+                        ((*got as f64 - want) / want).abs() < 5e-7,
+                        "{got} vs {want}"
+                    );
+                }
             }
         }
-        let want_sum: f64 = want.iter().sum();
-        assert!(((sum as f64 - want_sum) / want_sum).abs() < 1e-5);
+    }
+
+    #[test]
+    fn eight_sums_at_once_are_the_eight_sums() {
+        if !available() {
+            eprintln!("skipped: no AVX2/FMA/F16C");
+            return;
+        }
+        // Small integers: exact in any order.
+        let v: [[f32; 8]; 8] = std::array::from_fn(|i| std::array::from_fn(|l| (i * 8 + l) as f32));
+        let mut got = [0f32; 8];
+        unsafe {
+            let vecs = v.map(|x| _mm256_loadu_ps(x.as_ptr()));
+            _mm256_storeu_ps(got.as_mut_ptr(), sum8(vecs));
+        }
+        for i in 0..8 {
+            assert_eq!(got[i], v[i].iter().sum::<f32>());
+        }
     }
 
     #[test]

@@ -1,0 +1,77 @@
+//! One partition of one sequence, every KV head: the step loop of CPU decode attention.
+//!
+//! Steps of [`STEP`] tokens, and within a step KV head after KV head, so a paged block
+//! (`[num_kv_heads, block_size, head_dim]`) is read part after part in address order. Per step:
+//! - the block table is read once: the memory of the next step (of the next task after the last),
+//!   every KV head, becomes a few contiguous spans (a whole block is one), requested into L2 a few
+//!   lines at a time while this step computes (see [`super::super::simd::Ahead`]); then, per KV
+//!   head, the step's row offsets (one lookup per block);
+//! - per run of up to four query heads of the GQA group: the scores of every row (each K row
+//!   loaded and converted once for the run), one online-softmax update, and the V rows
+//!   accumulated with the old accumulators' rescaling folded in.
+
+use super::super::simd::{group_runs, Ahead, Kernels, SCORES_LEN};
+use super::{AttentionShape, RowLocator, Task};
+use crate::kv::KvElem;
+
+/// Tokens per step: two of vLLM's default blocks of 16 tokens, 8 KiB of K per KV head at head dim
+/// 128, f16. The per-step work (the softmax update, the accumulators' loads, rescaling and stores)
+/// costs about 10 cycles a token at 16 and half that at 32; longer steps only crowd L1.
+pub const STEP: usize = 32;
+
+/// For each KV head, writes `[acc | max | sum]` into its part of `partial`, where
+/// `acc[g] = Σ_t e^(s_gt - max_g) v_t` and `sum_g = Σ_t e^(s_gt - max_g)` over the task's tokens.
+/// During its last step the first step of `next_task` is requested: a thread that takes the
+/// tasks in order (as rayon's split of a range does) starts the next one without a wait.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend_partition<T: KvElem>(
+    kernels: Kernels,
+    shape: &AttentionShape,
+    q_s: &[T],
+    k: &[T],
+    v: &[T],
+    rows: &impl RowLocator,
+    task: &Task,
+    next_task: Option<&Task>,
+    partial: &mut [f32],
+) {
+    let (hd, group, kv_heads) = (shape.head_dim, shape.group(), shape.num_kv_heads);
+    let mut q = vec![0f32; q_s.len()];
+    T::slice_to_f32(q_s, &mut q);
+    let partial_len = group * hd + 2 * group;
+    for p in partial.chunks_exact_mut(partial_len) {
+        let (acc, stats) = p.split_at_mut(group * hd);
+        acc.fill(0.0);
+        stats[..group].fill(f32::NEG_INFINITY);
+        stats[group..].fill(0.0);
+    }
+    let mut step_rows = [0usize; STEP];
+    let mut s = [0f32; SCORES_LEN];
+    let mut spans = Vec::new();
+    for t0 in (task.start..task.end).step_by(STEP) {
+        let n = STEP.min(task.end - t0);
+        spans.clear();
+        let next = t0 + STEP;
+        if next < task.end {
+            rows.spans(task.seq, next, (next + STEP).min(task.end), &mut spans);
+        } else if let Some(t) = next_task {
+            rows.spans(t.seq, t.start, (t.start + STEP).min(t.end), &mut spans);
+        }
+        let mut ahead = Ahead::new(k, v, &spans, kv_heads * kernels.beats(group, n));
+        for head in 0..kv_heads {
+            let here = &mut step_rows[..n];
+            rows.rows(task.seq, head, t0, here);
+            let (acc, stats) =
+                partial[head * partial_len..(head + 1) * partial_len].split_at_mut(group * hd);
+            let (maxs, sums) = stats.split_at_mut(group);
+            for (g0, g) in group_runs(group) {
+                let q_run = &q[(head * group + g0) * hd..(head * group + g0 + g) * hd];
+                kernels.scores(q_run, g, k, here, shape.scale, &mut s, &mut ahead);
+                let rescale =
+                    kernels.softmax(&mut s, g, n, &mut maxs[g0..g0 + g], &mut sums[g0..g0 + g]);
+                let acc_run = &mut acc[g0 * hd..(g0 + g) * hd];
+                kernels.accumulate(&s, g, v, here, &rescale, acc_run, &mut ahead);
+            }
+        }
+    }
+}

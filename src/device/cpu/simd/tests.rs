@@ -1,0 +1,170 @@
+//! Both kernel sets against f64 loops over the same rows.
+
+use super::*;
+use half::{bf16, f16};
+use rand::{Rng, SeedableRng};
+
+#[test]
+fn dot_and_axpy_match_plain_loops() {
+    let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let b: Vec<f32> = (0..37).map(|i| (i as f32).sin()).collect();
+    let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    assert!((dot(&a, &b) as f64 - want).abs() < 1e-4);
+    let mut y = b.clone();
+    axpy(2.0, &a, &mut y);
+    for i in 0..37 {
+        assert_eq!(y[i], a[i] * 2.0 + b[i]);
+    }
+}
+
+#[test]
+fn group_runs_cover_the_group_in_fours_twos_and_ones() {
+    for group in 0..20 {
+        let runs: Vec<_> = group_runs(group).collect();
+        let mut next = 0;
+        for &(g0, n) in &runs {
+            assert_eq!(g0, next);
+            assert!([1, 2, 4].contains(&n));
+            next += n;
+        }
+        assert_eq!(next, group);
+    }
+}
+
+fn close(got: f32, want: f64) -> bool {
+    (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs())
+}
+
+/// One step of scores, softmax and accumulation for a run of `g` heads against f64, starting
+/// from a running state (max, sum, accumulators) as an earlier step leaves it.
+fn check_step<T: KvElem>(kernels: Kernels, g: usize, n_rows: usize, rng: &mut impl Rng) {
+    let hd = kernels.hd;
+    let pool = n_rows * hd + 5;
+    let k: Vec<T> = (0..pool)
+        .map(|_| T::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let v: Vec<T> = (0..pool)
+        .map(|_| T::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let rows: Vec<usize> = (0..n_rows)
+        .map(|_| rng.random_range(0..=pool - hd))
+        .collect();
+    let q: Vec<f32> = (0..g * hd).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let el = |x: &[T], r: usize, d: usize| x[r + d].to_f32() as f64;
+    let scale = 0.3;
+    let want_s: Vec<f64> = (0..n_rows * g)
+        .map(|i| {
+            let (c, h) = (i / g, i % g);
+            (0..hd)
+                .map(|d| q[h * hd + d] as f64 * el(&k, rows[c], d))
+                .sum::<f64>()
+                * scale as f64
+        })
+        .collect();
+    let what = format!("{kernels:?} g{g} rows {n_rows} {:?}", T::DTYPE);
+    let mut s = vec![f32::NAN; SCORES_LEN];
+    kernels.scores(&q, g, &k, &rows, scale, &mut s, &mut Ahead::none());
+    for (i, &want) in want_s.iter().enumerate() {
+        assert!(close(s[i], want), "{what}: score {i}: {} vs {want}", s[i]);
+    }
+    let padded = (n_rows * g).div_ceil(8) * 8;
+    assert!(s[n_rows * g..padded]
+        .iter()
+        .all(|&x| x == f32::NEG_INFINITY));
+
+    // A running state: one head still at -inf (a first step), the others from "earlier" rows.
+    let mut maxs: Vec<f32> = (0..g)
+        .map(|h| if h == 0 { f32::NEG_INFINITY } else { 0.4 })
+        .collect();
+    let mut sums: Vec<f32> = (0..g).map(|h| if h == 0 { 0.0 } else { 2.5 }).collect();
+    let acc0: Vec<f32> = (0..g * hd)
+        .map(|i| {
+            if i < hd {
+                0.0
+            } else {
+                rng.random_range(-1.0..1.0)
+            }
+        })
+        .collect();
+    let (old_max, old_sum) = (maxs.clone(), sums.clone());
+    let rescale = kernels.softmax(&mut s, g, n_rows, &mut maxs, &mut sums);
+    let mut acc = acc0.clone();
+    kernels.accumulate(&s, g, &v, &rows, &rescale, &mut acc, &mut Ahead::none());
+    for h in 0..g {
+        let new_max = (0..n_rows)
+            .map(|c| want_s[c * g + h])
+            .fold(old_max[h] as f64, f64::max);
+        let factor = (old_max[h] as f64 - new_max).exp();
+        let w: Vec<f64> = (0..n_rows)
+            .map(|c| (want_s[c * g + h] - new_max).exp())
+            .collect();
+        assert!(close(maxs[h], new_max), "{what}: max {h}");
+        assert!(close(rescale[h], factor), "{what}: rescale {h}");
+        let want_sum = old_sum[h] as f64 * factor + w.iter().sum::<f64>();
+        assert!(
+            close(sums[h], want_sum),
+            "{what}: sum {h}: {} vs {want_sum}",
+            sums[h]
+        );
+        for d in 0..hd {
+            let want = acc0[h * hd + d] as f64 * factor
+                + (0..n_rows).map(|c| w[c] * el(&v, rows[c], d)).sum::<f64>();
+            let got = acc[h * hd + d];
+            assert!(close(got, want), "{what}: acc {h} {d}: {got} vs {want}");
+        }
+    }
+}
+
+#[test]
+fn every_kernel_set_matches_f64_loops() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    for hd in [8, 16, 24, 64, 128, 12] {
+        for kernels in [Kernels::detect(hd), Kernels::portable(hd)] {
+            for g in [1, 2, 4] {
+                for n_rows in [1, 3, 16, 17, MAX_STEP_ROWS] {
+                    check_step::<f16>(kernels, g, n_rows, &mut rng);
+                    check_step::<bf16>(kernels, g, n_rows, &mut rng);
+                    check_step::<f32>(kernels, g, n_rows, &mut rng);
+                }
+            }
+            let k: Vec<f16> = (0..77).map(|i| f16::from_f32(i as f32 * 0.25)).collect();
+            let want: f64 = k.iter().map(|x| x.to_f32() as f64).sum();
+            assert!((kernels.sum(&k) as f64 - want).abs() < 1e-4 * want);
+        }
+    }
+    if Kernels::detect(128).is_avx2() {
+        assert!(!Kernels::detect(12).is_avx2());
+    } else {
+        eprintln!("AVX2 kernels not tested: this CPU lacks AVX2/FMA/F16C");
+    }
+}
+
+#[test]
+fn kernels_beat_as_often_as_they_announce() {
+    let hd = 24;
+    let k = vec![f16::from_f32(0.5); 64 * hd];
+    let rows: Vec<usize> = (0..17).map(|i| i * hd).collect();
+    // Enough lines that no beat finds the requests exhausted before the last.
+    let spans = [Span {
+        start: 0,
+        len: k.len(),
+    }];
+    for kernels in [Kernels::detect(hd), Kernels::portable(hd)] {
+        for group in [1, 2, 3, 4, 8] {
+            let mut ahead = Ahead::new(&k, &k, &spans, kernels.beats(group, rows.len()));
+            let mut s = vec![0f32; SCORES_LEN];
+            for (_, g) in group_runs(group) {
+                let q = vec![0.1f32; g * hd];
+                let mut acc = vec![0f32; g * hd];
+                kernels.scores(&q, g, &k, &rows, 1.0, &mut s, &mut ahead);
+                kernels.accumulate(&s, g, &k, &rows, &[1.0; 4], &mut acc, &mut ahead);
+            }
+            assert_eq!(
+                ahead.beats(),
+                kernels.beats(group, rows.len()),
+                "{kernels:?}"
+            );
+            assert!(ahead.is_done());
+        }
+    }
+}
