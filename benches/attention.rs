@@ -63,8 +63,8 @@ fn gpu(c: &mut Criterion) {
     g.sample_size(20);
     for bs in BLOCK_SIZES {
         let p = Problem::<f16>::new(shape(), bs, &[4096; 64], 1).unwrap();
-        let plan = dev.attention_plan(&p).expect("occupancy query");
-        let mut dp = match dev.upload_attention(&p, plan) {
+        let plan = dev.attention_plan(&p.data()).expect("occupancy query");
+        let mut dp = match dev.upload_attention(&p.data(), plan) {
             Ok(dp) => dp,
             Err(e) => {
                 eprintln!("attention_gpu block size {bs} skipped: {e}");

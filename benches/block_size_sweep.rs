@@ -11,8 +11,8 @@ use half::f16;
 use pagedkv::device::cpu::attention::{decode_attention, PagedRows};
 use pagedkv::device::cpu::gather::{gather_copy, gather_sum};
 use pagedkv::device::cuda::{CudaDevice, Layout};
-use pagedkv::emu::gather::GatherGeometry;
 use pagedkv::kv::{Dtype, KvSpec};
+use pagedkv::launch::gather::GatherGeometry;
 use pagedkv::sweep::block_sizes;
 use pagedkv::sweep::cpu_probe::shuffled_table;
 use pagedkv::sweep::AttentionBatch;
@@ -138,8 +138,10 @@ fn bench_gpu(c: &mut Criterion, dev: &CudaDevice) {
             })
         });
         let p = batch.problem::<f16>(&spec, 7).unwrap();
-        let plan = dev.attention_plan(&p).expect("occupancy query");
-        let mut dp = dev.upload_attention(&p, plan).expect("upload attention");
+        let plan = dev.attention_plan(&p.data()).expect("occupancy query");
+        let mut dp = dev
+            .upload_attention(&p.data(), plan)
+            .expect("upload attention");
         g.throughput(Throughput::Bytes(p.kv_bytes() as u64));
         let mut layouts = vec![Layout::Paged];
         if bs == 1 {

@@ -496,16 +496,14 @@ __device__ __forceinline__ void merge_partitions(
     attn::merge_partitions<T, D>(out, part_out, part_max, part_sum, num_partitions);          \
   }
 
-// Stamps out one extern "C" entry per (dtype, head dim, group): the launcher picks one by name,
-// e.g. paged_attention_f16_d128_g4. f32 is a test dtype: head dim 128 only, to keep the build short.
-#define PAGEDKV_FOR_EACH_ATTENTION_INSTANCE(X)                                             \
-  X(f16, __half, 64, 1) X(f16, __half, 64, 2) X(f16, __half, 64, 4) X(f16, __half, 64, 8)      \
-  X(f16, __half, 128, 1) X(f16, __half, 128, 2) X(f16, __half, 128, 4) X(f16, __half, 128, 8)  \
-  X(f16, __half, 256, 1) X(f16, __half, 256, 2) X(f16, __half, 256, 4) X(f16, __half, 256, 8)  \
-  X(bf16, __nv_bfloat16, 64, 1) X(bf16, __nv_bfloat16, 64, 2)                                 \
-  X(bf16, __nv_bfloat16, 64, 4) X(bf16, __nv_bfloat16, 64, 8)                                 \
-  X(bf16, __nv_bfloat16, 128, 1) X(bf16, __nv_bfloat16, 128, 2)                               \
-  X(bf16, __nv_bfloat16, 128, 4) X(bf16, __nv_bfloat16, 128, 8)                               \
-  X(bf16, __nv_bfloat16, 256, 1) X(bf16, __nv_bfloat16, 256, 2)                               \
-  X(bf16, __nv_bfloat16, 256, 4) X(bf16, __nv_bfloat16, 256, 8)                               \
-  X(f32, float, 128, 1) X(f32, float, 128, 2) X(f32, float, 128, 4) X(f32, float, 128, 8)
+// The instances, stated once: every (dtype, head dim) the kernels are built for, and for each the
+// GQA groups. Entry points are named paged_attention_f16_d128_g4, contiguous_attention_..., and
+// merge_partitions_f16_d128 (one per dtype and head dim); the Rust side finds them by name in the
+// table build.rs generates from these files (src/launch/instances.rs), never from a list of its
+// own. f32 is a test dtype: head dim 128 only, to keep the build short.
+#define PAGEDKV_FOR_EACH_ATTENTION_DTYPE_AND_DIM(Y)                                        \
+  Y(f16, __half, 64) Y(f16, __half, 128) Y(f16, __half, 256)                                \
+  Y(bf16, __nv_bfloat16, 64) Y(bf16, __nv_bfloat16, 128) Y(bf16, __nv_bfloat16, 256)        \
+  Y(f32, float, 128)
+#define PAGEDKV_FOR_EACH_ATTENTION_GROUP(X, name, T, D) \
+  X(name, T, D, 1) X(name, T, D, 2) X(name, T, D, 4) X(name, T, D, 8)

@@ -17,6 +17,7 @@ pub mod emu;
 pub mod kernels;
 pub mod kv;
 pub mod lab;
+pub mod launch;
 pub mod report;
 pub mod sim;
 pub mod stats;

@@ -11,6 +11,7 @@ use pagedkv::device::cpu::attention::{decode_attention as cpu_attention, PagedRo
 use pagedkv::emu::attention::{decode_attention, decode_attention_with, Layout};
 use pagedkv::emu::{EmuElem, EmuError, Schedule};
 use pagedkv::kv::KvElem;
+use pagedkv::launch::instances::attention_instances;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -60,20 +61,21 @@ fn check_instance<T: KvElem + EmuElem>(
         T::DTYPE
     );
 
-    let paged = decode_attention(&p, Layout::Paged, whole, schedule).unwrap();
+    let paged = decode_attention(&p.data(), Layout::Paged, whole, schedule).unwrap();
     let err = relative_error(&paged, &reference);
     assert!(err <= bound, "{what}: paged error {err:.2e}");
-    let contiguous = decode_attention(&p, Layout::Contiguous, whole, schedule).unwrap();
+    let contiguous = decode_attention(&p.data(), Layout::Contiguous, whole, schedule).unwrap();
     assert_eq!(
         bits(&paged),
         bits(&contiguous),
         "{what}: paged and contiguous differ"
     );
 
-    let paged_split = decode_attention(&p, Layout::Paged, split, schedule).unwrap();
+    let paged_split = decode_attention(&p.data(), Layout::Paged, split, schedule).unwrap();
     let err = relative_error(&paged_split, &reference);
     assert!(err <= bound, "{what}: split paged error {err:.2e}");
-    let contiguous_split = decode_attention(&p, Layout::Contiguous, split, schedule).unwrap();
+    let contiguous_split =
+        decode_attention(&p.data(), Layout::Contiguous, split, schedule).unwrap();
     assert_eq!(
         bits(&paged_split),
         bits(&contiguous_split),
@@ -102,29 +104,34 @@ fn check_instance<T: KvElem + EmuElem>(
     );
 }
 
-fn every_instance<T: KvElem + EmuElem>(head_dims: &[usize], bound: f64, seed: u64) {
+/// Every instance kernels/attention.cuh builds for `T` (the list build.rs reads from it).
+fn every_instance<T: KvElem + EmuElem>(bound: f64, seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut block_sizes = (0..=8).map(|l| 1usize << l).cycle();
-    for &hd in head_dims {
-        for group in [1, 2, 4, 8] {
-            check_instance::<T>(hd, group, block_sizes.next().unwrap(), &mut rng, bound);
-        }
+    let instances: Vec<_> = attention_instances()
+        .into_iter()
+        .filter(|i| i.dtype == T::DTYPE)
+        .collect();
+    assert!(!instances.is_empty(), "no {:?} instance built", T::DTYPE);
+    for i in instances {
+        let bs = block_sizes.next().unwrap();
+        check_instance::<T>(i.head_dim, i.group, bs, &mut rng, bound);
     }
 }
 
 #[test]
 fn f16_instances_match_the_oracle() {
-    every_instance::<f16>(&[64, 128, 256], 2e-3, 1);
+    every_instance::<f16>(2e-3, 1);
 }
 
 #[test]
 fn bf16_instances_match_the_oracle() {
-    every_instance::<bf16>(&[64, 128, 256], 1e-2, 2);
+    every_instance::<bf16>(1e-2, 2);
 }
 
 #[test]
 fn f32_instances_match_the_oracle() {
-    every_instance::<f32>(&[128], 1e-5, 3);
+    every_instance::<f32>(1e-5, 3);
 }
 
 #[test]
@@ -154,11 +161,11 @@ fn a_kernel_with_a_bad_pipeline_wait_fails() {
         num_partitions: 1,
         partition_size: p.max_len,
     };
-    let good = decode_attention(&p, Layout::Paged, whole, Schedule::Forward).unwrap();
+    let good = decode_attention(&p.data(), Layout::Paged, whole, Schedule::Forward).unwrap();
     assert!(relative_error(&good, &reference) <= 2e-3);
     for mutant in ["no_wait", "short_wait"] {
         let kernel = format!("mutant_{mutant}_paged_attention_f16_d128_g4");
-        match decode_attention_with(&p, Layout::Paged, &kernel, whole, Schedule::Forward) {
+        match decode_attention_with(&p.data(), Layout::Paged, &kernel, whole, Schedule::Forward) {
             Err(e) => assert!(
                 matches!(e, EmuError::OutOfBounds(_)),
                 "{kernel}: unexpected failure {e}"

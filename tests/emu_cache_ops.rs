@@ -6,6 +6,7 @@ use half::{bf16, f16};
 use pagedkv::device::cpu::{cache_ops, stream};
 use pagedkv::emu::{EmuElem, Launch};
 use pagedkv::kv::{BlockAllocator, Dtype, KvElem, KvSpec};
+use pagedkv::launch::cache_ops::SlotWrites;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -53,9 +54,11 @@ fn write_slots<T: KvElem + EmuElem>(rng: &mut StdRng) {
             .buf(&k_new)
             .buf(&v_new)
             .buf(&slots)
-            .i32(spec.num_kv_heads as i32)
-            .i32(head_dim as i32)
-            .i32(bs.trailing_zeros() as i32)
+            .i32s(
+                &SlotWrites::new(&spec, T::DTYPE, slots.len())
+                    .unwrap()
+                    .scalars,
+            )
             .run()
             .unwrap();
         assert_eq!(bits(&k), bits(&k_want), "{:?} block size {bs}: K", T::DTYPE);
@@ -85,9 +88,7 @@ fn an_out_of_range_slot_is_reported_not_written() {
         .buf(&new)
         .buf(&new)
         .buf(&[8i64])
-        .i32(1)
-        .i32(16)
-        .i32(2) // log2 of the block size 4
+        .i32s(&SlotWrites::new(&spec, Dtype::F32, 1).unwrap().scalars)
         .run()
         .unwrap_err();
     assert!(err.to_string().contains("write_kv_slots_f32"), "{err}");
@@ -161,4 +162,46 @@ fn stream_probes_copy_and_fold_every_byte() {
         stream::read_only_sum(as_u64),
         as_u64.iter().fold(0u64, |a, &w| a.wrapping_add(w))
     );
+}
+
+/// The emulated launchers bound to the plans (`emu::cache_ops`): the same results as the
+/// reference, and a slot or destination written twice refused before anything runs.
+#[test]
+fn planned_launchers_match_the_reference_and_refuse_double_writes() {
+    let mut rng = StdRng::seed_from_u64(14);
+    let spec = KvSpec::new(2, 32, 8, Dtype::F16).unwrap();
+    let num_blocks = 6;
+    let n = spec.pool_elems(num_blocks).unwrap();
+    let start: Vec<f16> = (0..n)
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let mut slots: Vec<i64> = (0..(num_blocks * 8) as i64).collect();
+    slots.shuffle(&mut rng);
+    slots.truncate(13);
+    slots.push(-1);
+    let new: Vec<f16> = (0..slots.len() * spec.elems_per_token())
+        .map(|_| f16::from_f32(rng.random_range(-1.0..1.0)))
+        .collect();
+    let mut want = start.clone();
+    cache_ops::write_slots(&spec, &mut want, &new, &slots).unwrap();
+    let (mut k, mut v) = (start.clone(), start.clone());
+    pagedkv::emu::cache_ops::write_kv_slots(&spec, &mut k, &mut v, &new, &new, &slots).unwrap();
+    assert_eq!(bits(&k), bits(&want));
+    assert_eq!(bits(&v), bits(&want));
+    let mut twice = slots.clone();
+    twice[1] = twice[0];
+    let err = pagedkv::emu::cache_ops::write_kv_slots(&spec, &mut k, &mut v, &new, &new, &twice)
+        .unwrap_err();
+    assert!(err.to_string().contains("both write slot"), "{err}");
+
+    let src: Vec<u8> = (0..8 * 64).map(|_| rng.random()).collect();
+    let mut dst = vec![0u8; 8 * 64];
+    let pairs = [[3, 0], [3, 7], [0, 2]];
+    let mut want = dst.clone();
+    cache_ops::copy_blocks(64, &src, &mut want, &pairs).unwrap();
+    pagedkv::emu::cache_ops::copy_blocks(64, &src, &mut dst, &pairs).unwrap();
+    assert_eq!(dst, want);
+    let err =
+        pagedkv::emu::cache_ops::copy_blocks(64, &src, &mut dst, &[[1, 2], [0, 2]]).unwrap_err();
+    assert!(err.to_string().contains("both write block 2"), "{err}");
 }

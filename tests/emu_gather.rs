@@ -4,9 +4,10 @@
 
 use half::{bf16, f16};
 use pagedkv::device::cpu::gather as reference;
-use pagedkv::emu::gather::{gather_copy, gather_sum, GatherGeometry};
+use pagedkv::emu::gather::{gather_copy, gather_sum};
 use pagedkv::emu::{EmuElem, EmuError, Schedule};
 use pagedkv::kv::{BlockTable, Dtype, KvElem, KvSpec};
+use pagedkv::launch::gather::GatherGeometry;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -106,7 +107,7 @@ fn check_case<T: KvElem + EmuElem>(rng: &mut StdRng, c: &Case) {
 
     // Copy-out, on random values: bit-exact, every output element written (poisoned with NaN).
     let pool: Vec<T> = random_pool(rng, n);
-    let (_, total) = reference::token_offsets(&c.table);
+    let (_, total) = c.table.token_offsets();
     let out_len = c.spec.num_kv_heads * total * c.spec.head_dim;
     let mut want = vec![T::from_f32(f32::NAN); out_len];
     reference::gather_copy(&c.spec, &pool, &c.table, &mut want);

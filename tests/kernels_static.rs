@@ -6,9 +6,9 @@
 //! Skips, saying why, when the kernels or the SASS analysis were not built. (No kernel spilling
 //! registers is checked once, in tests/kernels_fatbin.rs.)
 
-use pagedkv::emu::gather::MERGE_THREADS;
 use pagedkv::kernels::report::{self, StaticKernel};
 use pagedkv::kernels::{self, sass};
+use pagedkv::launch::gather::MERGE_THREADS;
 
 /// The report, or why the build has none.
 fn built_report() -> Option<Vec<StaticKernel>> {
@@ -136,7 +136,7 @@ fn every_sm90_kernel_has_a_report_with_the_launchers_block_size() {
         Some(MERGE_THREADS)
     );
     let spec = pagedkv::kv::KvSpec::new(8, 128, 16, pagedkv::kv::Dtype::F16).unwrap();
-    let geometry = pagedkv::emu::gather::GatherGeometry::for_spec(&spec);
+    let geometry = pagedkv::launch::gather::GatherGeometry::for_spec(&spec);
     for kernel in ["paged_gather_copy_f16", "paged_gather_sum_partial_f16"] {
         assert_eq!(
             entry(&report, kernel).threads_per_cta,
@@ -219,4 +219,19 @@ fn info_json_carries_the_static_figures() {
         .iter()
         .filter(|e| e["arch"] == "sm_80")
         .all(|e| e["ctas_per_sm"].is_null()));
+}
+
+/// Issue 14: the reference shape (batch 64 x 8 KV heads x 4096 tokens) runs without a merge on an
+/// H200 (132 SMs) at the occupancy the static report gives the paged kernel; a small batch splits.
+#[test]
+fn the_reference_shape_is_not_split_at_the_static_occupancy() {
+    let Some(per_sm) = pagedkv::launch::split::static_ctas_per_sm("paged_attention_f16_d128_g4")
+    else {
+        eprintln!("skipped: no static report in this build");
+        return;
+    };
+    assert!(per_sm >= 2, "{per_sm} CTAs per SM");
+    let plan = pagedkv::launch::split_plan(64, 8, 4096, 132, per_sm);
+    assert_eq!(plan.num_partitions, 1, "{plan:?}");
+    assert!(pagedkv::launch::split_plan(1, 8, 4096, 132, per_sm).num_partitions > 1);
 }

@@ -4,10 +4,8 @@
 mod oracle;
 mod problem;
 mod run;
-mod split;
 
-pub use crate::device::cpu::attention::AttentionShape;
+pub use crate::launch::{split_plan, AttentionData, AttentionShape, SplitPlan, CHUNK, FULL_WAVE};
 pub use oracle::{attention_f64, relative_error};
 pub use problem::{Problem, ProblemError};
 pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
-pub use split::{split_plan, SplitPlan, CHUNK, FULL_WAVE};

@@ -10,6 +10,7 @@
 use super::AttentionShape;
 use crate::device::cpu::pages::huge_vec;
 use crate::kv::{BlockTable, KvElem, KvSpec, SpecError, TableError};
+use crate::launch::AttentionData;
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use rayon::prelude::*;
 use thiserror::Error;
@@ -125,6 +126,23 @@ impl<T: KvElem> Problem<T> {
             k_contiguous,
             v_contiguous,
         })
+    }
+
+    /// The problem as the launchers take it.
+    pub fn data(&self) -> AttentionData<'_, T> {
+        AttentionData {
+            shape: self.shape,
+            spec: &self.spec,
+            lens: &self.lens,
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            num_blocks: self.num_blocks,
+            table: &self.table,
+            k_contiguous: &self.k_contiguous,
+            v_contiguous: &self.v_contiguous,
+            max_len: self.max_len,
+        }
     }
 
     /// Bytes of K and V that one decode step must read: every token of every sequence, once.

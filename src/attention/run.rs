@@ -226,12 +226,12 @@ where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
 {
     use crate::device::cuda::Layout;
-    let plan = dev.attention_plan(p)?;
+    let plan = dev.attention_plan(&p.data())?;
     // A small problem fits the L2 cache and would be timed from it: the timed runs take turns over
     // enough copies that the bytes between two reads of one copy exceed the cache several times.
     let copies = dev.min_working_set().div_ceil(p.kv_bytes().max(1)).max(1);
     let mut dps = (0..copies)
-        .map(|_| dev.upload_attention(p, plan))
+        .map(|_| dev.upload_attention(&p.data(), plan))
         .collect::<Result<Vec<_>, _>>()?;
     let mut outputs = Vec::new();
     let mut seconds = Vec::new();

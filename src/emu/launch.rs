@@ -184,6 +184,17 @@ impl<'a> Launch<'a> {
     pub fn i32(self, x: i32) -> Self {
         self.scalar(Scalar::I32, &x.to_ne_bytes())
     }
+    /// Several `int` arguments, in order.
+    pub fn i32s(self, xs: &[i32]) -> Self {
+        xs.iter().fold(self, |l, &x| l.i32(x))
+    }
+    /// A plan's scalar arguments (`launch::Scalar`), in order.
+    pub fn scalars(self, xs: &[crate::launch::Scalar]) -> Self {
+        xs.iter().fold(self, |l, x| match *x {
+            crate::launch::Scalar::I32(v) => l.i32(v),
+            crate::launch::Scalar::F32(v) => l.f32(v),
+        })
+    }
     pub fn u32(self, x: u32) -> Self {
         self.scalar(Scalar::U32, &x.to_ne_bytes())
     }

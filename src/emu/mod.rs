@@ -21,6 +21,7 @@
 //! ```
 
 pub mod attention;
+pub mod cache_ops;
 mod ffi;
 pub mod gather;
 mod kernel;

@@ -35,6 +35,17 @@ pub struct KernelResources {
 
 include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 
+/// One `extern "C" __global__` kernel of `kernels/NAME.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompiledKernel {
+    pub module: &'static str,
+    pub name: &'static str,
+}
+
+// COMPILED_KERNELS: every kernel of kernels/*.cu, found in the sources by build.rs whether or not
+// nvcc is present (the emulator compiles the same files).
+include!(concat!(env!("OUT_DIR"), "/compiled_kernels.rs"));
+
 /// The embedded module called `name`, when kernels were built.
 pub fn module(name: &str) -> Option<&'static EmbeddedModule> {
     MODULES.iter().find(|m| m.name == name)

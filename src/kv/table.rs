@@ -42,6 +42,18 @@ pub struct BlockTable {
 }
 
 impl BlockTable {
+    /// Where each sequence starts when every sequence's tokens are laid end to end (the copy-out
+    /// gather's output), and the total.
+    pub fn token_offsets(&self) -> (Vec<usize>, usize) {
+        let mut offsets = Vec::with_capacity(self.num_seqs());
+        let mut total = 0;
+        for &len in &self.lens {
+            offsets.push(total);
+            total += len.max(0) as usize;
+        }
+        (offsets, total)
+    }
+
     /// Builds a table from explicit rows; each row must hold enough blocks for its length.
     pub fn from_rows(
         rows: &[Vec<u32>],

@@ -21,10 +21,11 @@ use crate::attention::{relative_error, Problem};
 use crate::device::cpu::attention::{decode_attention, PagedRows};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cuda::gather::{GatherError, GatherPool};
-use crate::device::cuda::{instance_exists, CudaDevice, DeviceProblem, Layout};
+use crate::device::cuda::{CudaDevice, DeviceProblem, Layout};
 use crate::device::DeviceError;
-use crate::emu::gather::GatherGeometry;
 use crate::kv::{Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
+use crate::launch::attention::check_instance;
+use crate::launch::gather::GatherGeometry;
 use crate::stats::median;
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 use half::{bf16, f16};
@@ -206,7 +207,7 @@ impl GpuProbe {
         batch: &AttentionBatch,
     ) -> Result<Option<f64>, ProbeError> {
         let group = batch.num_heads / spec.num_kv_heads.max(1);
-        if !instance_exists(T::DTYPE.name(), spec.head_dim, group) {
+        if check_instance(T::DTYPE, spec.head_dim, group).is_err() {
             let note = format!(
                 "no GPU attention kernel for {} head dim {} with {group} query heads per KV head: attention not measured",
                 T::DTYPE,
@@ -220,8 +221,8 @@ impl GpuProbe {
         let iters = self.iters();
         let dev = self.dev.clone();
         let p = batch.problem::<T>(spec, self.opts.seed)?;
-        let plan = dev.attention_plan(&p)?;
-        let mut dp = dev.upload_attention(&p, plan)?;
+        let plan = dev.attention_plan(&p.data())?;
+        let mut dp = dev.upload_attention(&p.data(), plan)?;
         let mut cpu_out = vec![T::from_f32(f32::NAN); p.q.len()];
         let rows = PagedRows {
             spec: &p.spec,

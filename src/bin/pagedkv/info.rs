@@ -1,9 +1,10 @@
 //! `pagedkv info`: what this machine and this build can do.
 
-use crate::CmdResult;
+use crate::{CheckFailed, CmdResult};
 use pagedkv::device::{self, GpuInfo};
 use pagedkv::kernels::report::{self as static_report, StaticKernel};
 use pagedkv::kernels::{self, sass, KernelResources};
+use pagedkv::launch::split;
 use pagedkv::report::Table;
 use serde::Serialize;
 
@@ -12,6 +13,10 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// On a GPU: check every sm_90 kernel's CTAs per SM in the static report against the
+    /// driver's occupancy query (exit 1 when they differ on an sm_90 GPU).
+    #[arg(long)]
+    check_occupancy: bool,
 }
 
 #[derive(Serialize)]
@@ -85,8 +90,11 @@ fn memory_bytes() -> u64 {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let gpus = device::gpus();
     let report = static_report::report(static_report::DYNAMIC_SHARED_BYTES);
+    if args.check_occupancy {
+        return check_occupancy(&report);
+    }
+    let gpus = device::gpus();
     let availability = static_report::availability();
     let info = Info {
         device: device::Device::detect(device::DeviceChoice::Auto)?.name(),
@@ -155,6 +163,81 @@ pub fn run(args: Args) -> CmdResult {
     }
     if info.kernels_built {
         print_static_report(&info.static_report, &report);
+        print_reference_split();
+    }
+    Ok(())
+}
+
+/// How the reference shape is split on an H200 with the static report's occupancy: issue 14 asks
+/// that it runs without a merge.
+fn print_reference_split() {
+    const SMS: usize = 132;
+    let kernel = "paged_attention_f16_d128_g4";
+    if let Some(per_sm) = split::static_ctas_per_sm(kernel) {
+        let plan = split::split_plan(64, 8, 4096, SMS, per_sm);
+        println!(
+            "split-K at batch 64 x 8 KV heads x 4096 tokens ({kernel}) on {SMS} SMs: {per_sm} \
+             CTAs per SM (static report) -> {} partition(s) of {} tokens",
+            plan.num_partitions, plan.partition_size
+        );
+    }
+}
+
+/// One kernel's CTAs per SM: the static report's and the driver's.
+#[derive(Serialize)]
+struct Occupancy {
+    kernel: &'static str,
+    threads_per_cta: u32,
+    dynamic_shared_bytes: u32,
+    static_ctas_per_sm: u32,
+    driver_ctas_per_sm: u32,
+}
+
+fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
+    let device::Device::Cuda(dev) = device::Device::detect(device::DeviceChoice::Cuda)? else {
+        unreachable!("a CUDA choice gives a CUDA device or an error")
+    };
+    let mut rows = Vec::new();
+    for k in report {
+        let (Some(threads), Some(ctas)) = (k.threads_per_cta, k.ctas_per_sm) else {
+            continue;
+        };
+        rows.push(Occupancy {
+            kernel: k.kernel,
+            threads_per_cta: threads,
+            dynamic_shared_bytes: k.dynamic_shared_bytes,
+            static_ctas_per_sm: ctas,
+            driver_ctas_per_sm: dev.occupancy(
+                k.module,
+                k.kernel,
+                threads,
+                k.dynamic_shared_bytes,
+            )?,
+        });
+    }
+    let differ: Vec<&Occupancy> = rows
+        .iter()
+        .filter(|r| r.static_ctas_per_sm != r.driver_ctas_per_sm)
+        .collect();
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "gpu": dev.info.name,
+            "compute_capability": dev.info.compute_capability,
+            "kernels": rows,
+            "differ": differ.len(),
+        }))?
+    );
+    if rows.is_empty() {
+        return Err("no static report in this build: nothing to check".into());
+    }
+    // The static model is sm_90's: on another GPU a difference is expected, not a failure.
+    if dev.info.compute_capability == "9.0" && !differ.is_empty() {
+        let names: Vec<&str> = differ.iter().map(|r| r.kernel).collect();
+        return Err(Box::new(CheckFailed(format!(
+            "the static report's CTAs per SM differ from the driver's for {} kernels: {names:?}",
+            names.len()
+        ))));
     }
     Ok(())
 }

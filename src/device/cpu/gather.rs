@@ -10,21 +10,10 @@ use super::simd::Kernels;
 use crate::kv::{BlockTable, KvElem, KvSpec};
 use rayon::prelude::*;
 
-/// Token offsets of each sequence in the copy-out buffer, and the total.
-pub fn token_offsets(table: &BlockTable) -> (Vec<usize>, usize) {
-    let mut offsets = Vec::with_capacity(table.num_seqs());
-    let mut total = 0;
-    for &len in &table.lens {
-        offsets.push(total);
-        total += len as usize;
-    }
-    (offsets, total)
-}
-
 /// Copy-out gather of one pool (K or V) into `out` (`[num_kv_heads, total_tokens, head_dim]`).
 /// The table must have been validated against the pool.
 pub fn gather_copy<T: KvElem>(spec: &KvSpec, pool: &[T], table: &BlockTable, out: &mut [T]) {
-    let (offsets, total) = token_offsets(table);
+    let (offsets, total) = table.token_offsets();
     let hd = spec.head_dim;
     assert_eq!(out.len(), spec.num_kv_heads * total * hd, "output size");
     // One task per KV head: each writes its own contiguous plane of the output.
@@ -99,7 +88,7 @@ mod tests {
 
     /// The obviously-correct gather: one element at a time through `block_table[t / B]`, `t % B`.
     fn naive_copy(spec: &KvSpec, pool: &PoolData, table: &BlockTable) -> Vec<f32> {
-        let (offsets, total) = token_offsets(table);
+        let (offsets, total) = table.token_offsets();
         let mut out = vec![f32::NAN; spec.num_kv_heads * total * spec.head_dim];
         for seq in 0..table.num_seqs() {
             for t in 0..table.lens[seq] as usize {
@@ -128,7 +117,7 @@ mod tests {
             let (PoolData::F16(k), PoolData::F16(v)) = (&pool.k, &pool.v) else {
                 unreachable!()
             };
-            let (_, total) = token_offsets(&table);
+            let (_, total) = table.token_offsets();
             let mut out = vec![f16::NAN; 2 * total * 16];
             gather_copy(&spec, k, &table, &mut out);
             let want = naive_copy(&spec, &pool.k, &table);
@@ -140,7 +129,7 @@ mod tests {
             let want_v = naive_copy(&spec, &pool.v, &table);
             for seq in 0..table.num_seqs() {
                 for h in 0..2 {
-                    let (offsets, total) = token_offsets(&table);
+                    let (offsets, total) = table.token_offsets();
                     let range = (h * total + offsets[seq]) * 16
                         ..(h * total + offsets[seq] + table.lens[seq] as usize) * 16;
                     let expect: f64 = want[range.clone()]

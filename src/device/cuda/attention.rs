@@ -1,50 +1,30 @@
-//! Launches the decode-attention kernels (kernels/paged_attention.cu, contiguous_attention.cu).
-//!
-//! The instance is chosen by name from (dtype, head dim, group): every block size shares one
-//! instance, since block size only changes a shift and a mask in the addressing. Arguments go in
-//! the order of the kernels' signatures, stated in kernels/attention.cuh.
+//! Launches the decode-attention kernels (kernels/paged_attention.cu, contiguous_attention.cu) as
+//! `launch::attention` plans them: this file uploads the buffers and binds them, in the order of
+//! the kernels' signatures (kernels/attention.cuh), to the plan's kernel, grid and scalars.
 
 use super::{CudaDevice, DeviceError};
-use crate::attention::{split_plan, Problem, SplitPlan};
-use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
+use crate::kernels::ATTENTION_SMEM_BYTES;
 use crate::kv::KvElem;
+use crate::launch::attention::{check_instance, kernel_name};
+use crate::launch::{split_plan, AttentionData, AttentionLaunch, KernelLaunch, Layout, Scalar};
+use crate::launch::{LaunchError, SplitPlan};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaFunction, CudaSlice, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
-/// Head dims and groups the kernels are instantiated for (kernels/attention.cuh).
-pub fn instance_exists(dtype: &str, head_dim: usize, group: usize) -> bool {
-    let dims: &[usize] = if dtype == "f32" {
-        &[128]
-    } else {
-        &[64, 128, 256]
-    };
-    dims.contains(&head_dim) && [1, 2, 4, 8].contains(&group)
-}
-
-fn check_instance(dtype: &str, head_dim: usize, group: usize) -> Result<(), DeviceError> {
-    if instance_exists(dtype, head_dim, group) {
-        return Ok(());
+impl From<LaunchError> for DeviceError {
+    fn from(e: LaunchError) -> Self {
+        DeviceError::Invalid(e.to_string())
     }
-    Err(DeviceError::Invalid(format!(
-        "no attention kernel for {dtype} head dim {head_dim} with {group} query heads per KV head \
-         (built: f16/bf16 head dims 64, 128, 256, f32 head dim 128; groups 1, 2, 4, 8)"
-    )))
 }
 
-/// A problem's buffers on the device, outputs poisoned with NaN before every launch.
+/// A problem's buffers on the device, and its two launches; the output is poisoned with NaN before
+/// every checked launch.
 pub struct DeviceProblem<T: DeviceRepr> {
     pub plan: SplitPlan,
-    num_seqs: usize,
-    num_heads: usize,
-    num_kv_heads: usize,
-    head_dim: usize,
-    group: usize,
-    scale: f32,
-    table_stride: i32,
-    log2_block_size: i32,
-    max_len: i32,
+    paged: AttentionLaunch,
+    contiguous: AttentionLaunch,
     q: CudaSlice<T>,
     k: CudaSlice<T>,
     v: CudaSlice<T>,
@@ -56,13 +36,6 @@ pub struct DeviceProblem<T: DeviceRepr> {
     part_out: CudaSlice<f32>,
     part_max: CudaSlice<f32>,
     part_sum: CudaSlice<f32>,
-}
-
-/// Which cache the kernel reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    Paged,
-    Contiguous,
 }
 
 impl CudaDevice {
@@ -83,28 +56,26 @@ impl CudaDevice {
         Ok(f)
     }
 
-    /// The split-K plan for a problem on this GPU, from the driver's occupancy query for the
-    /// kernel instance the problem runs (src/attention/split.rs has the rule).
-    pub fn attention_plan<T: KvElem>(&self, p: &Problem<T>) -> Result<SplitPlan, DeviceError> {
-        let s = &p.shape;
-        let group = s.num_heads / s.num_kv_heads;
-        check_instance(T::DTYPE.name(), s.head_dim, group)?;
-        let name = format!(
-            "paged_attention_{}_d{}_g{group}",
-            T::DTYPE.name(),
-            s.head_dim
-        );
+    /// The split-K plan for `data` on this GPU, from the driver's occupancy query for the kernel
+    /// instance it runs (`launch::split` has the rule).
+    pub fn attention_plan<T: KvElem>(
+        &self,
+        data: &AttentionData<'_, T>,
+    ) -> Result<SplitPlan, DeviceError> {
+        let s = &data.shape;
+        check_instance(T::DTYPE, s.head_dim, s.group())?;
+        let name = kernel_name(Layout::Paged, T::DTYPE, s.head_dim, s.group());
         let f = self.attention_function("paged_attention", &name)?;
         // The driver call works on the current context: attention_function made it current.
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
-            ATTENTION_THREADS,
+            crate::kernels::ATTENTION_THREADS,
             ATTENTION_SMEM_BYTES as usize,
             None,
         )?;
         Ok(split_plan(
-            p.lens.len(),
+            data.lens.len(),
             s.num_kv_heads,
-            p.max_len,
+            data.max_len,
             self.info.multiprocessors.max(1) as usize,
             per_sm as usize,
         ))
@@ -113,62 +84,34 @@ impl CudaDevice {
     /// Uploads a problem; the block table is validated against the pool first.
     pub fn upload_attention<T: KvElem + DeviceRepr + ValidAsZeroBits>(
         &self,
-        p: &Problem<T>,
+        data: &AttentionData<'_, T>,
         plan: SplitPlan,
     ) -> Result<DeviceProblem<T>, DeviceError> {
-        p.table
-            .validate(p.num_blocks)
+        data.table
+            .validate(data.num_blocks)
             .map_err(|e| DeviceError::Invalid(e.to_string()))?;
-        let s = &p.shape;
-        let group = s.num_heads / s.num_kv_heads;
-        let dtype = T::DTYPE.name();
-        check_instance(dtype, s.head_dim, group)?;
-        for layout in ["paged", "contiguous"] {
-            let name = format!("{layout}_attention_{dtype}_d{}_g{group}", s.head_dim);
-            let module = if layout == "paged" {
-                "paged_attention"
-            } else {
-                "contiguous_attention"
-            };
-            self.attention_function(module, &name)?;
-        }
-        // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
-        if p.lens.len() > 65_535 || plan.num_partitions > 65_535 {
-            return Err(DeviceError::Invalid(format!(
-                "{} sequences in {} partitions: the GPU launch takes at most 65535 of each",
-                p.lens.len(),
-                plan.num_partitions
-            )));
+        let paged = AttentionLaunch::new(T::DTYPE, data, Layout::Paged, plan)?;
+        let contiguous = AttentionLaunch::new(T::DTYPE, data, Layout::Contiguous, plan)?;
+        for l in [&paged, &contiguous] {
+            self.attention_function(l.attention.module, &l.attention.kernel)?;
         }
         let st = &self.stream;
-        let parts = plan.num_partitions;
-        let part_elems = if parts > 1 {
-            p.lens.len() * s.num_heads * parts
-        } else {
-            1
-        };
+        let partial = paged.partial_elems;
         Ok(DeviceProblem {
             plan,
-            num_seqs: p.lens.len(),
-            num_heads: s.num_heads,
-            num_kv_heads: s.num_kv_heads,
-            head_dim: s.head_dim,
-            group,
-            scale: s.scale,
-            table_stride: p.table.stride as i32,
-            log2_block_size: p.spec.block_size.trailing_zeros() as i32,
-            max_len: p.max_len as i32,
-            q: st.clone_htod(&p.q)?,
-            k: st.clone_htod(&p.k)?,
-            v: st.clone_htod(&p.v)?,
-            k_contiguous: st.clone_htod(&p.k_contiguous)?,
-            v_contiguous: st.clone_htod(&p.v_contiguous)?,
-            table: st.clone_htod(&p.table.entries)?,
-            lens: st.clone_htod(&p.lens)?,
-            out: st.alloc_zeros(p.q.len())?,
-            part_out: st.alloc_zeros(part_elems * s.head_dim)?,
-            part_max: st.alloc_zeros(part_elems)?,
-            part_sum: st.alloc_zeros(part_elems)?,
+            q: st.clone_htod(data.q)?,
+            k: st.clone_htod(data.k)?,
+            v: st.clone_htod(data.v)?,
+            k_contiguous: st.clone_htod(data.k_contiguous)?,
+            v_contiguous: st.clone_htod(data.v_contiguous)?,
+            table: st.clone_htod(&data.table.entries)?,
+            lens: st.clone_htod(data.lens)?,
+            out: st.alloc_zeros(paged.out_elems.max(1))?,
+            part_out: st.alloc_zeros(partial * data.shape.head_dim)?,
+            part_max: st.alloc_zeros(partial)?,
+            part_sum: st.alloc_zeros(partial)?,
+            paged,
+            contiguous,
         })
     }
 
@@ -194,81 +137,37 @@ impl CudaDevice {
         dp: &mut DeviceProblem<T>,
         layout: Layout,
     ) -> Result<(), DeviceError> {
-        let dtype = T::DTYPE.name();
-        let parts = dp.plan.num_partitions as i32;
-        let psize = dp.plan.partition_size as i32;
-        let cfg = LaunchConfig {
-            grid_dim: (dp.num_kv_heads as u32, dp.num_seqs as u32, parts as u32),
-            block_dim: (ATTENTION_THREADS, 1, 1),
-            shared_mem_bytes: ATTENTION_SMEM_BYTES,
+        let l = match layout {
+            Layout::Paged => &dp.paged,
+            Layout::Contiguous => &dp.contiguous,
         };
-        let (hd, g) = (dp.head_dim, dp.group);
+        let f = self.function(l.attention.module, &l.attention.kernel)?;
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(&mut dp.out)
+            .arg(&mut dp.part_out)
+            .arg(&mut dp.part_max)
+            .arg(&mut dp.part_sum)
+            .arg(&dp.q);
         match layout {
-            Layout::Paged => {
-                let f = self.function(
-                    "paged_attention",
-                    &format!("paged_attention_{dtype}_d{hd}_g{g}"),
-                )?;
-                let mut b = self.stream.launch_builder(&f);
-                b.arg(&mut dp.out)
-                    .arg(&mut dp.part_out)
-                    .arg(&mut dp.part_max)
-                    .arg(&mut dp.part_sum)
-                    .arg(&dp.q)
-                    .arg(&dp.k)
-                    .arg(&dp.v)
-                    .arg(&dp.table)
-                    .arg(&dp.lens)
-                    .arg(&dp.table_stride)
-                    .arg(&dp.log2_block_size)
-                    .arg(&parts)
-                    .arg(&psize)
-                    .arg(&dp.scale);
-                // SAFETY: the argument list matches paged_attention_*'s signature
-                // (kernels/attention.cuh); the table was validated against the pool at upload.
-                unsafe { b.launch(cfg)? };
-            }
-            Layout::Contiguous => {
-                let name = format!("contiguous_attention_{dtype}_d{hd}_g{g}");
-                let f = self.function("contiguous_attention", &name)?;
-                let mut b = self.stream.launch_builder(&f);
-                b.arg(&mut dp.out)
-                    .arg(&mut dp.part_out)
-                    .arg(&mut dp.part_max)
-                    .arg(&mut dp.part_sum)
-                    .arg(&dp.q)
-                    .arg(&dp.k_contiguous)
-                    .arg(&dp.v_contiguous)
-                    .arg(&dp.lens)
-                    .arg(&dp.max_len)
-                    .arg(&parts)
-                    .arg(&psize)
-                    .arg(&dp.scale);
-                // SAFETY: the argument list matches contiguous_attention_*'s signature
-                // (kernels/contiguous_attention.cu).
-                unsafe { b.launch(cfg)? };
-            }
-        }
-        if parts > 1 {
-            let f = self.function(
-                "paged_attention",
-                &format!("merge_partitions_{dtype}_d{hd}"),
-            )?;
-            let cfg = LaunchConfig {
-                grid_dim: (dp.num_heads as u32, dp.num_seqs as u32, 1),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            Layout::Paged => b.arg(&dp.k).arg(&dp.v).arg(&dp.table).arg(&dp.lens),
+            Layout::Contiguous => b.arg(&dp.k_contiguous).arg(&dp.v_contiguous).arg(&dp.lens),
+        };
+        push_scalars(&mut b, &l.attention.scalars);
+        // SAFETY: the buffers follow the kernel's signature (kernels/attention.cuh) and the plan
+        // gives its scalars; the table was validated against the pool at upload and the outputs
+        // hold the plan's sizes.
+        unsafe { b.launch(config(&l.attention))? };
+        if let Some(m) = &l.merge {
+            let f = self.function(m.module, &m.kernel)?;
             let mut b = self.stream.launch_builder(&f);
             b.arg(&mut dp.out)
                 .arg(&dp.part_out)
                 .arg(&dp.part_max)
-                .arg(&dp.part_sum)
-                .arg(&parts);
-            // SAFETY: the argument list matches merge_partitions_*'s signature
-            // (kernels/attention.cuh); the partial buffers hold num_seqs * num_heads * parts
-            // entries.
-            unsafe { b.launch(cfg)? };
+                .arg(&dp.part_sum);
+            push_scalars(&mut b, &m.scalars);
+            // SAFETY: merge_partitions_*'s signature (kernels/attention.cuh); the partial buffers
+            // hold the plan's num_seqs * num_heads * num_partitions entries.
+            unsafe { b.launch(config(m))? };
         }
         Ok(())
     }
@@ -278,5 +177,22 @@ impl CudaDevice {
         buf: &CudaSlice<T>,
     ) -> Result<Vec<T>, DeviceError> {
         Ok(self.stream.clone_dtoh(buf)?)
+    }
+}
+
+fn config(k: &KernelLaunch) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: k.grid,
+        block_dim: (k.threads, 1, 1),
+        shared_mem_bytes: k.smem_bytes,
+    }
+}
+
+fn push_scalars<'a>(b: &mut LaunchArgs<'a>, scalars: &'a [Scalar]) {
+    for s in scalars {
+        match s {
+            Scalar::I32(v) => b.arg(v),
+            Scalar::F32(v) => b.arg(v),
+        };
     }
 }

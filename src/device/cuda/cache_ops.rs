@@ -8,16 +8,12 @@
 use super::{CudaDevice, DeviceError};
 use crate::device::cpu::cache_ops::{check_pairs, check_slots};
 use crate::kv::{KvElem, KvSpec};
+use crate::launch::cache_ops::{BlockCopies, SlotWrites};
 use cudarc::driver::{
     sys, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
     PushKernelArg,
 };
 use std::sync::Arc;
-
-/// Block pairs per launch: the grid's y dimension (one row of CTAs per pair) is at most 65,535.
-const PAIRS_PER_LAUNCH: usize = 65_535;
-/// Threads per CTA of `copy_blocks`; each moves 16 bytes per step.
-const COPY_THREADS: u32 = 128;
 
 /// Where a block buffer lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,26 +166,20 @@ impl CudaDevice {
         let flat: Vec<i32> = pairs.iter().flatten().copied().collect();
         let pairs_dev = self.stream.clone_htod(&flat)?;
         let f = self.function("cache_ops", "copy_blocks")?;
-        let block_vecs = (src.block_bytes / 16) as i64;
-        let ctas_per_block = (block_vecs as u64)
-            .div_ceil(COPY_THREADS as u64)
-            .clamp(1, 64) as u32;
+        let plan = BlockCopies::new(src.block_bytes, pairs.len())?;
         let (pairs_ptr, _sync) = pairs_dev.device_ptr(&self.stream);
-        for (chunk, start) in pairs
-            .chunks(PAIRS_PER_LAUNCH)
-            .zip((0..).step_by(PAIRS_PER_LAUNCH))
-        {
-            let chunk_ptr = pairs_ptr + (start * 2 * std::mem::size_of::<i32>()) as u64;
+        for range in &plan.launches {
+            let chunk_ptr = pairs_ptr + (range.start * 2 * std::mem::size_of::<i32>()) as u64;
             let cfg = LaunchConfig {
-                grid_dim: (ctas_per_block, chunk.len() as u32, 1),
-                block_dim: (COPY_THREADS, 1, 1),
+                grid_dim: (plan.ctas_per_block, range.len() as u32, 1),
+                block_dim: (plan.threads, 1, 1),
                 shared_mem_bytes: 0,
             };
             let mut b = self.stream.launch_builder(&f);
             b.arg(&dst.device_ptr)
                 .arg(&src.device_ptr)
                 .arg(&chunk_ptr)
-                .arg(&block_vecs);
+                .arg(&plan.block_vecs);
             // SAFETY: the signature is copy_blocks(dst, src, pairs, block_vecs); every pair was
             // checked against both buffers, which stay alive (borrowed) while the stream runs it:
             // `pairs_dev` is dropped only after the stream has used it (cudarc frees on the
@@ -291,16 +281,12 @@ impl CudaDevice {
         if slots.is_empty() {
             return Ok(());
         }
+        let plan = SlotWrites::new(spec, T::DTYPE, slots.len())?;
         let slots_dev = self.stream.clone_htod(slots)?;
-        let f = self.function("cache_ops", &format!("write_kv_slots_{}", T::DTYPE.name()))?;
-        let (heads, hd, log2_bs) = (
-            spec.num_kv_heads as i32,
-            spec.head_dim as i32,
-            spec.block_size.trailing_zeros() as i32,
-        );
+        let f = self.function("cache_ops", &plan.kernel)?;
         let cfg = LaunchConfig {
-            grid_dim: (slots.len() as u32, 1, 1),
-            block_dim: (128, 1, 1),
+            grid_dim: (plan.grid, 1, 1),
+            block_dim: (plan.threads, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut b = self.stream.launch_builder(&f);
@@ -308,10 +294,10 @@ impl CudaDevice {
             .arg(v_cache)
             .arg(k_new)
             .arg(v_new)
-            .arg(&slots_dev)
-            .arg(&heads)
-            .arg(&hd)
-            .arg(&log2_bs);
+            .arg(&slots_dev);
+        for s in &plan.scalars {
+            b.arg(s);
+        }
         // SAFETY: the signature is write_kv_slots_<dtype>(k_cache, v_cache, k_new, v_new, slots,
         // num_kv_heads, head_dim, log2_block_size); slots (in range, none twice) and sizes were
         // checked above.

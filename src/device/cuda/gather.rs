@@ -1,13 +1,14 @@
 //! Launches the paged gather kernels (kernels/paged_gather.cu) on the GPU: the copy-out gather
 //! and the read-only gather (partial sums, then the merge), with the same [`GatherPlan`] and
-//! argument order as the emulated launchers in [`crate::emu::gather`].
+//! argument order as the emulated launchers in `emu::gather` (`launch::gather` states them).
 //!
 //! The pools are uploaded once ([`GatherPool`]); a table is uploaded per block size
 //! ([`DeviceGather`]) after it is validated against the pool, so no launch reads outside it.
 
 use super::{CudaDevice, DeviceError};
-use crate::emu::gather::{GatherGeometry, GatherPlan, GeometryError, MERGE_THREADS};
 use crate::kv::{BlockTable, KvElem, KvSpec, TableError};
+use crate::launch::gather::{GatherGeometry, GatherPlan, MERGE_THREADS};
+use crate::launch::LaunchError;
 use cudarc::driver::{
     CudaSlice, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
@@ -21,7 +22,7 @@ pub enum GatherError {
     #[error("gather block table: {0}")]
     Table(#[from] TableError),
     #[error("gather launch: {0}")]
-    Geometry(#[from] GeometryError),
+    Geometry(#[from] LaunchError),
     #[error(transparent)]
     Device(#[from] DeviceError),
 }
@@ -127,7 +128,7 @@ impl CudaDevice {
         table.validate(pool.elems / per_block)?;
         // block_sum reduces whole warps.
         if !geometry.threads.is_multiple_of(32) {
-            return Err(GeometryError(format!(
+            return Err(LaunchError::Geometry(format!(
                 "{} threads per CTA: the read-only gather needs a multiple of 32",
                 geometry.threads
             ))
@@ -136,7 +137,7 @@ impl CudaDevice {
         let plan = GatherPlan::new(spec, table, geometry)?;
         // A GPU grid's y (KV heads) and z (sequences) stop at 65535.
         if plan.grid.1 > 65_535 || plan.grid.2 > 65_535 {
-            return Err(GeometryError(format!(
+            return Err(LaunchError::Geometry(format!(
                 "grid {:?}: at most 65535 KV heads and 65535 sequences per launch",
                 plan.grid
             ))
@@ -205,18 +206,16 @@ impl CudaDevice {
             &format!("paged_gather_copy_{}", T::DTYPE.name()),
         )?;
         let cfg = launch_config(p.grid, p.threads);
+        let scalars = p.copy_scalars();
         let mut b = self.stream.launch_builder(&f);
         b.arg(&pool.k)
             .arg(&g.table)
             .arg(&g.lens)
             .arg(&g.out_offsets)
-            .arg(&mut g.copy_out)
-            .arg(&p.num_kv_heads)
-            .arg(&p.log2_block_size)
-            .arg(&p.head_dim)
-            .arg(&p.table_stride)
-            .arg(&p.total_tokens)
-            .arg(&p.tokens_per_cta);
+            .arg(&mut g.copy_out);
+        for s in &scalars {
+            b.arg(s);
+        }
         // SAFETY: the arguments match paged_gather_copy's signature; the table was validated
         // against this pool at upload and copy_out holds plan.copy_elems elements.
         unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
@@ -240,30 +239,27 @@ impl CudaDevice {
                 &format!("paged_gather_sum_partial_{}", T::DTYPE.name()),
             )?;
             let cfg = launch_config(p.grid, p.threads);
+            let scalars = p.sum_scalars();
             let mut b = self.stream.launch_builder(&f);
             b.arg(&pool.k)
                 .arg(&pool.v)
                 .arg(&g.table)
                 .arg(&g.lens)
-                .arg(&mut g.partials)
-                .arg(&p.num_kv_heads)
-                .arg(&p.log2_block_size)
-                .arg(&p.head_dim)
-                .arg(&p.table_stride)
-                .arg(&p.tokens_per_cta);
+                .arg(&mut g.partials);
+            for s in &scalars {
+                b.arg(s);
+            }
             // SAFETY: as for the copy; partials holds num_seqs * num_kv_heads * chunks floats.
             unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
         }
         let f = self.function("paged_gather", "paged_gather_sum_merge")?;
         let cfg = launch_config((p.merge_grid, 1, 1), MERGE_THREADS);
+        let scalars = p.merge_scalars();
         let mut b = self.stream.launch_builder(&f);
-        b.arg(&g.partials)
-            .arg(&g.lens)
-            .arg(&mut g.sums)
-            .arg(&p.num_seqs)
-            .arg(&p.num_kv_heads)
-            .arg(&p.chunks)
-            .arg(&p.tokens_per_cta);
+        b.arg(&g.partials).arg(&g.lens).arg(&mut g.sums);
+        for s in &scalars {
+            b.arg(s);
+        }
         // SAFETY: the merge reads chunks partials per (sequence, head) and writes sum_elems floats.
         unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
         Ok(())

@@ -6,7 +6,8 @@ pub mod gather;
 mod stream;
 mod timing;
 
-pub use attention::{instance_exists, DeviceProblem, Layout};
+pub use crate::launch::Layout;
+pub use attention::DeviceProblem;
 
 use super::{DeviceError, GpuInfo};
 use crate::kernels;
@@ -90,6 +91,26 @@ impl CudaDevice {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// CTAs of `name` one SM holds at `threads` threads and `dynamic_smem` bytes per CTA, as the
+    /// driver's occupancy calculator says (the kernel is opted in to more than 48 KiB first).
+    pub fn occupancy(
+        &self,
+        module: &'static str,
+        name: &str,
+        threads: u32,
+        dynamic_smem: u32,
+    ) -> Result<u32, DeviceError> {
+        let f = self.function(module, name)?;
+        self.ctx.bind_to_thread()?;
+        if dynamic_smem > 48 * 1024 {
+            f.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dynamic_smem as i32,
+            )?;
+        }
+        Ok(f.occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)?)
     }
 
     /// The kernel `name` from the embedded `kernels/{module}.cu`, loading the module on first use.

@@ -23,20 +23,8 @@ use rayon::prelude::*;
 /// and V: long enough that task overhead is noise, short enough that 512 tokens make two tasks.
 pub const PARTITION: usize = 256;
 
-/// The shape of one decode-attention call.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttentionShape {
-    pub num_heads: usize,
-    pub num_kv_heads: usize,
-    pub head_dim: usize,
-    pub scale: f32,
-}
-
-impl AttentionShape {
-    pub fn group(&self) -> usize {
-        self.num_heads / self.num_kv_heads
-    }
-}
+/// The shape of one decode-attention call (defined with the launches, which share it).
+pub use crate::launch::AttentionShape;
 
 /// One task: tokens `start..end` of sequence `seq`, for every KV head.
 #[derive(Debug, Clone, Copy)]

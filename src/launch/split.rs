@@ -11,6 +11,7 @@
 //!   partitions would leave SMs idle at its tail), at most one per [`CHUNK`] tokens, partitions
 //!   whole multiples of [`CHUNK`] so no CTA is left with a sliver.
 
+use crate::kernels::report::{self, DYNAMIC_SHARED_BYTES};
 use serde::Serialize;
 
 /// Tokens per partition quantum (`attn::kPartitionQuantum` in kernels/attention.cuh).
@@ -53,6 +54,15 @@ pub fn split_plan(
         num_partitions: parts,
         partition_size: size,
     }
+}
+
+/// CTAs per SM of a kernel on sm_90 (H100, H200) from the static report: ptxas's registers and
+/// shared memory against the SM's limits. The occupancy a GPU's driver reports without one; None
+/// when the build has no static report (no nvcc or no cuobjdump).
+pub fn static_ctas_per_sm(kernel: &str) -> Option<usize> {
+    report::find(&report::report(DYNAMIC_SHARED_BYTES), kernel)
+        .and_then(|k| k.ctas_per_sm)
+        .map(|c| c as usize)
 }
 
 #[cfg(test)]

@@ -1,0 +1,61 @@
+//! The cache operations (kernels/cache_ops.cu) on the emulator, bound to the same plans the CUDA
+//! launchers use (`launch::cache_ops`), with the same checks before anything runs.
+
+use super::{EmuElem, EmuError, Launch};
+use crate::kv::{KvElem, KvSpec};
+use crate::launch::cache_ops::{check_pairs, check_slots, BlockCopies, SlotWrites};
+
+fn invalid(e: impl std::fmt::Display) -> EmuError {
+    EmuError::InvalidLaunch(e.to_string())
+}
+
+/// Writes token `i`'s K and V (`[num_tokens, num_kv_heads, head_dim]`) into slot `slots[i]` of the
+/// pools (negative slots skipped), as `write_kv_slots_*` does on a GPU.
+pub fn write_kv_slots<T: KvElem + EmuElem>(
+    spec: &KvSpec,
+    k_cache: &mut [T],
+    v_cache: &mut [T],
+    k_new: &[T],
+    v_new: &[T],
+    slots: &[i64],
+) -> Result<(), EmuError> {
+    check_slots(spec, k_cache.len() / spec.elems_per_block(), slots).map_err(invalid)?;
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let plan = SlotWrites::new(spec, T::DTYPE, slots.len()).map_err(invalid)?;
+    Launch::new(&plan.kernel)
+        .grid(plan.grid)
+        .block(plan.threads)
+        .buf_mut(k_cache)
+        .buf_mut(v_cache)
+        .buf(k_new)
+        .buf(v_new)
+        .buf(slots)
+        .i32s(&plan.scalars)
+        .run()
+}
+
+/// Copies block `pairs[i][0]` of `src` to block `pairs[i][1]` of `dst` (blocks of `block_bytes`),
+/// as `copy_blocks` does on a GPU, one launch per 65,535 pairs.
+pub fn copy_blocks(
+    block_bytes: usize,
+    src: &[u8],
+    dst: &mut [u8],
+    pairs: &[[i32; 2]],
+) -> Result<(), EmuError> {
+    let plan = BlockCopies::new(block_bytes, pairs.len()).map_err(invalid)?;
+    check_pairs(pairs, src.len() / block_bytes, dst.len() / block_bytes).map_err(invalid)?;
+    for range in &plan.launches {
+        let flat: Vec<i32> = pairs[range.clone()].iter().flatten().copied().collect();
+        Launch::new("copy_blocks")
+            .grid((plan.ctas_per_block, range.len() as u32))
+            .block(plan.threads)
+            .buf_mut(dst)
+            .buf(src)
+            .buf(&flat)
+            .i64(plan.block_vecs)
+            .run()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,272 @@
+//! Decode attention's launches (kernels/attention.cuh): the kernel instance by name, grid, block,
+//! dynamic shared memory, the scalar arguments in signature order, and the merge of split-K
+//! partitions. The buffers are bound by the launchers in the signature's order: out, part_out,
+//! part_max, part_sum, q, k, v, then (paged) block_tables, seq_lens or (contiguous) seq_lens.
+
+use super::split::SplitPlan;
+use super::{instances, to_i32, to_u32, LaunchError};
+use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
+use crate::kv::{BlockTable, Dtype, KvSpec};
+
+/// The shape of one decode step: query heads, KV heads (GQA when fewer), head dim, softmax scale.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct AttentionShape {
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+impl AttentionShape {
+    pub fn group(&self) -> usize {
+        self.num_heads / self.num_kv_heads
+    }
+}
+
+/// Which cache a kernel reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `[num_blocks, num_kv_heads, block_size, head_dim]` through a block table.
+    Paged,
+    /// `[num_seqs, num_kv_heads, max_len, head_dim]`.
+    Contiguous,
+}
+
+/// What one decode step reads, in host memory, laid out as the kernels take it.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionData<'a, T> {
+    pub shape: AttentionShape,
+    pub spec: &'a KvSpec,
+    /// `[num_seqs]`
+    pub lens: &'a [i32],
+    /// `[num_seqs, num_heads, head_dim]`
+    pub q: &'a [T],
+    /// The paged pools, `[num_blocks, num_kv_heads, block_size, head_dim]`.
+    pub k: &'a [T],
+    pub v: &'a [T],
+    pub num_blocks: usize,
+    pub table: &'a BlockTable,
+    /// The contiguous caches, `[num_seqs, num_kv_heads, max_len, head_dim]`.
+    pub k_contiguous: &'a [T],
+    pub v_contiguous: &'a [T],
+    pub max_len: usize,
+}
+
+/// A scalar argument of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    I32(i32),
+    F32(f32),
+}
+
+/// One kernel launch: what to call, how, and its scalar arguments (after its buffers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelLaunch {
+    /// The kernels/*.cu file (the GPU module).
+    pub module: &'static str,
+    pub kernel: String,
+    pub grid: (u32, u32, u32),
+    pub threads: u32,
+    pub smem_bytes: u32,
+    /// In signature order, after the buffers.
+    pub scalars: Vec<Scalar>,
+}
+
+/// A decode-attention step: the attention kernel, and the merge when the context is split.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttentionLaunch {
+    pub attention: KernelLaunch,
+    /// `merge_partitions_*` (buffers: out, part_out, part_max, part_sum) when split.
+    pub merge: Option<KernelLaunch>,
+    /// Elements of `out`: `[num_seqs, num_heads, head_dim]`.
+    pub out_elems: usize,
+    /// Elements of `part_max` and `part_sum`, `[num_seqs, num_heads, num_partitions]` (1 when not
+    /// split: a launch still passes a buffer); `part_out` holds `head_dim` times as many.
+    pub partial_elems: usize,
+}
+
+/// The instance name of decode attention for `layout`: e.g. `paged_attention_f16_d128_g4`.
+pub fn kernel_name(layout: Layout, dtype: Dtype, head_dim: usize, group: usize) -> String {
+    let prefix = match layout {
+        Layout::Paged => "paged",
+        Layout::Contiguous => "contiguous",
+    };
+    format!("{prefix}_attention_{}_d{head_dim}_g{group}", dtype.name())
+}
+
+fn module(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Paged => "paged_attention",
+        Layout::Contiguous => "contiguous_attention",
+    }
+}
+
+/// Ok when kernels/attention.cuh instantiates `dtype` x `head_dim` x `group`.
+pub fn check_instance(dtype: Dtype, head_dim: usize, group: usize) -> Result<(), LaunchError> {
+    let name = kernel_name(Layout::Paged, dtype, head_dim, group);
+    if instances::compiled("paged_attention", &name) {
+        return Ok(());
+    }
+    Err(LaunchError::NoInstance(format!(
+        "no attention kernel for {dtype} head dim {head_dim} with {group} query heads per KV head \
+         (built for {dtype}: {})",
+        instances::describe(dtype)
+    )))
+}
+
+impl AttentionLaunch {
+    /// The launches of one step over `data` with `split`; `T` is the element type of q and KV.
+    pub fn new<T>(
+        dtype: Dtype,
+        data: &AttentionData<'_, T>,
+        layout: Layout,
+        split: SplitPlan,
+    ) -> Result<AttentionLaunch, LaunchError> {
+        let s = &data.shape;
+        if s.num_kv_heads == 0 || !s.num_heads.is_multiple_of(s.num_kv_heads) {
+            return Err(LaunchError::NoInstance(format!(
+                "{} query heads are not a multiple of {} KV heads",
+                s.num_heads, s.num_kv_heads
+            )));
+        }
+        let (hd, group) = (s.head_dim, s.group());
+        check_instance(dtype, hd, group)?;
+        let seqs = data.lens.len();
+        // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
+        if seqs > 65_535 || split.num_partitions > 65_535 {
+            return Err(LaunchError::Geometry(format!(
+                "{seqs} sequences in {} partitions: a launch takes at most 65535 of each",
+                split.num_partitions
+            )));
+        }
+        let parts = split.num_partitions;
+        let mut scalars = match layout {
+            Layout::Paged => vec![
+                Scalar::I32(to_i32("table stride", data.table.stride)?),
+                Scalar::I32(data.spec.block_size.trailing_zeros() as i32),
+            ],
+            Layout::Contiguous => vec![Scalar::I32(to_i32("max_len", data.max_len)?)],
+        };
+        scalars.extend([
+            Scalar::I32(to_i32("partitions", parts)?),
+            Scalar::I32(to_i32("partition size", split.partition_size)?),
+            Scalar::F32(s.scale),
+        ]);
+        let attention = KernelLaunch {
+            module: module(layout),
+            kernel: kernel_name(layout, dtype, hd, group),
+            grid: (
+                to_u32("KV heads", s.num_kv_heads)?,
+                seqs as u32,
+                parts as u32,
+            ),
+            threads: ATTENTION_THREADS,
+            smem_bytes: ATTENTION_SMEM_BYTES,
+            scalars,
+        };
+        let merge = (parts > 1).then(|| KernelLaunch {
+            module: "paged_attention",
+            kernel: format!("merge_partitions_{}_d{hd}", dtype.name()),
+            grid: (s.num_heads as u32, seqs as u32, 1),
+            threads: MERGE_THREADS,
+            smem_bytes: 0,
+            scalars: vec![Scalar::I32(parts as i32)],
+        });
+        Ok(AttentionLaunch {
+            attention,
+            merge,
+            out_elems: seqs * s.num_heads * hd,
+            partial_elems: if parts > 1 {
+                seqs * s.num_heads * parts
+            } else {
+                1
+            },
+        })
+    }
+}
+
+/// Threads per CTA of `merge_partitions_*` (kernels/attention.cuh strides over the head dim).
+pub const MERGE_THREADS: u32 = 128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::BlockTable;
+
+    fn data<'a>(
+        spec: &'a KvSpec,
+        table: &'a BlockTable,
+        lens: &'a [i32],
+    ) -> AttentionData<'a, u16> {
+        AttentionData {
+            shape: AttentionShape {
+                num_heads: 8,
+                num_kv_heads: 2,
+                head_dim: 128,
+                scale: 0.5,
+            },
+            spec,
+            lens,
+            q: &[],
+            k: &[],
+            v: &[],
+            num_blocks: 4,
+            table,
+            k_contiguous: &[],
+            v_contiguous: &[],
+            max_len: 40,
+        }
+    }
+
+    #[test]
+    fn scalars_follow_the_signatures_and_the_merge_comes_with_a_split() {
+        let spec = KvSpec::new(2, 128, 16, Dtype::F16).unwrap();
+        let table = BlockTable::from_rows(&[vec![0, 1, 2], vec![3]], &[40, 5], 16).unwrap();
+        let lens = [40, 5];
+        let d = data(&spec, &table, &lens);
+        let whole = SplitPlan {
+            num_partitions: 1,
+            partition_size: 40,
+        };
+        let l = AttentionLaunch::new(Dtype::F16, &d, Layout::Paged, whole).unwrap();
+        assert_eq!(l.attention.kernel, "paged_attention_f16_d128_g4");
+        assert_eq!(l.attention.grid, (2, 2, 1));
+        assert_eq!(
+            l.attention.scalars,
+            vec![
+                Scalar::I32(table.stride as i32),
+                Scalar::I32(4),
+                Scalar::I32(1),
+                Scalar::I32(40),
+                Scalar::F32(0.5)
+            ]
+        );
+        assert!(l.merge.is_none());
+        let split = SplitPlan {
+            num_partitions: 3,
+            partition_size: 128,
+        };
+        let l = AttentionLaunch::new(Dtype::F16, &d, Layout::Contiguous, split).unwrap();
+        assert_eq!(l.attention.kernel, "contiguous_attention_f16_d128_g4");
+        assert_eq!(l.attention.scalars[0], Scalar::I32(40));
+        let m = l.merge.unwrap();
+        assert_eq!(m.kernel, "merge_partitions_f16_d128");
+        assert_eq!((m.grid, m.scalars), ((8, 2, 1), vec![Scalar::I32(3)]));
+        assert_eq!(l.partial_elems, 2 * 8 * 3);
+    }
+
+    #[test]
+    fn a_shape_without_an_instance_says_what_is_built() {
+        let spec = KvSpec::new(2, 96, 16, Dtype::F16).unwrap();
+        let table = BlockTable::from_rows(&[vec![0]], &[5], 16).unwrap();
+        let lens = [5];
+        let mut d = data(&spec, &table, &lens);
+        d.shape.head_dim = 96;
+        let whole = SplitPlan {
+            num_partitions: 1,
+            partition_size: 5,
+        };
+        let e = AttentionLaunch::new(Dtype::F16, &d, Layout::Paged, whole).unwrap_err();
+        assert!(e.to_string().contains("head dims 64, 128, 256"), "{e}");
+    }
+}
