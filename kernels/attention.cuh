@@ -490,7 +490,7 @@ __device__ __forceinline__ void merge_partitions(
   }
 
 #define PAGEDKV_DEFINE_MERGE_PARTITIONS(kernel, T, D)                                         \
-  extern "C" __global__ void kernel(GPTR(T) out, GPTR(const float) part_out,                  \
+  extern "C" __global__ void __launch_bounds__(128) kernel(GPTR(T) out, GPTR(const float) part_out,                  \
                                     GPTR(const float) part_max, GPTR(const float) part_sum,   \
                                     int num_partitions) {                                     \
     attn::merge_partitions<T, D>(out, part_out, part_max, part_sum, num_partitions);          \
