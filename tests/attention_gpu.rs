@@ -5,10 +5,10 @@
 
 use half::{bf16, f16};
 use pagedkv::attention::{
-    attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
+    attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cuda::{CudaDevice, Layout};
-use pagedkv::kv::KvElem;
+use pagedkv::kv::{Dtype, KvElem};
 use rand::{Rng, SeedableRng};
 
 fn gpu() -> CudaDevice {
@@ -75,9 +75,9 @@ where
 #[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn gpu_attention_matches_the_oracle() {
     let dev = gpu();
-    check::<f16>(&dev, &[64, 128, 256], 2e-3, 1);
-    check::<bf16>(&dev, &[64, 128, 256], 1e-2, 2);
-    check::<f32>(&dev, &[128], 1e-5, 3);
+    check::<f16>(&dev, &[64, 128, 256], tolerance(Dtype::F16), 1);
+    check::<bf16>(&dev, &[64, 128, 256], tolerance(Dtype::Bf16), 2);
+    check::<f32>(&dev, &[128], tolerance(Dtype::F32), 3);
 }
 
 #[test]

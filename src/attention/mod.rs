@@ -7,7 +7,7 @@ mod run;
 mod split;
 
 pub use crate::device::cpu::attention::AttentionShape;
-pub use oracle::{attention_f64, relative_error};
+pub use oracle::{attention_f64, relative_error, tolerance};
 pub use problem::{Problem, ProblemError};
 pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
 pub use split::{split_plan, SplitPlan, CHUNK, FULL_WAVE};
