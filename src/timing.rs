@@ -2,7 +2,7 @@
 //! lazily built state), then timed runs. The median describes a typical run; the best run is the
 //! statistic for a limit (a memory limit is what the machine can do, and on a shared machine
 //! other work only ever slows a pass down). GPU work is timed with CUDA events instead
-//! ([`crate::device::cuda::timing`]).
+//! (`src/device/cuda/timing.rs`).
 
 use crate::stats::median;
 use std::convert::Infallible;
