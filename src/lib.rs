@@ -22,5 +22,6 @@ pub mod sim;
 pub mod stats;
 pub mod swap;
 pub mod sweep;
+pub mod value_names;
 pub mod vmm;
 pub mod workload;

@@ -19,23 +19,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TraceFormat {
     Csv,
     Txt,
+    #[value(alias = "oracleGeneral")]
     Oracle,
-}
-
-impl FromStr for TraceFormat {
-    type Err = KeyTraceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "csv" => Ok(TraceFormat::Csv),
-            "txt" => Ok(TraceFormat::Txt),
-            "oracle" | "oracleGeneral" => Ok(TraceFormat::Oracle),
-            _ => Err(KeyTraceError::UnknownFormat(s.into())),
-        }
-    }
 }
 
 impl TraceFormat {

@@ -8,23 +8,16 @@ use serde::Serialize;
 use thiserror::Error;
 
 /// The two job classes the priority policies know. Interactive outranks batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
+    #[value(alias = "0")]
     Interactive = 0,
+    #[value(alias = "1")]
     Batch = 1,
 }
 
-impl Class {
-    pub const ALL: [Class; 2] = [Class::Interactive, Class::Batch];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::Interactive => "interactive",
-            Class::Batch => "batch",
-        }
-    }
-}
+crate::value_names::display_as_value_name!(Class);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Job {
@@ -254,15 +247,14 @@ pub fn parse_jobs_csv(text: &str) -> Result<Vec<Job>, JobsError> {
         if !(size.is_finite() && size > 0.0) {
             return Err(err(format!("size must be finite and > 0, got {size}")));
         }
-        let class = match fields.get(2).map(|s| s.to_ascii_lowercase()) {
+        let class = match fields.get(2) {
             None => Class::Interactive,
-            Some(c) if c == "interactive" || c == "0" => Class::Interactive,
-            Some(c) if c == "batch" || c == "1" => Class::Batch,
-            Some(c) => {
-                return Err(err(format!(
-                    "class `{c}` is not interactive/batch (or 0/1)"
-                )))
-            }
+            Some(c) => <Class as clap::ValueEnum>::from_str(c, true).map_err(|_| {
+                err(format!(
+                    "class `{}` is not interactive/batch (or 0/1)",
+                    c.to_ascii_lowercase()
+                ))
+            })?,
         };
         jobs.push(Job {
             arrival,
