@@ -213,7 +213,7 @@ mod tests {
         let c = BlockCopies::new(4096, 70_000).unwrap();
         assert_eq!(c.launches, vec![0..65_535, 65_535..70_000]);
         assert_eq!((c.block_vecs, c.ctas_per_block), (256, 2));
-        assert_eq!(BlockCopies::new(16, 0).unwrap().launches, vec![]);
+        assert!(BlockCopies::new(16, 0).unwrap().launches.is_empty());
         assert_eq!(BlockCopies::new(1 << 20, 1).unwrap().ctas_per_block, 64);
         assert!(BlockCopies::new(24, 1).is_err());
     }
