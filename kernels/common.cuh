@@ -195,6 +195,21 @@ __device__ __forceinline__ uint4 pack16_fp8(const float (&in)[kFp8Vec16Elems], f
     }
     return make_uint4(words[0], words[1], words[2], words[3]);
 }
+// Eight fp8 codes in a uint2 (byte i is element i), as floats, unscaled.
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ void unpack8_fp8(const uint2& v, float (&out)[8]) {
+    const unsigned words[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+#pragma unroll
+        for (int pair = 0; pair < 2; pair++) {
+            const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+                static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * pair)), F);
+            out[4 * i + 2 * pair] = fp8_half_to_float(__half_raw{h.x});
+            out[4 * i + 2 * pair + 1] = fp8_half_to_float(__half_raw{h.y});
+        }
+    }
+}
 // ---- end of fp8 -----------------------------------------------------------------------------------
 
 // ---- vector loads and stores ----------------------------------------------------------------
