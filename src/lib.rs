@@ -23,5 +23,6 @@ pub mod sim;
 pub mod stats;
 pub mod swap;
 pub mod sweep;
+pub mod timing;
 pub mod vmm;
 pub mod workload;

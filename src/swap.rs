@@ -19,7 +19,6 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use serde::Serialize;
-use std::time::Instant;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -328,14 +327,7 @@ impl SwapDevice for CpuSwap {
         runs: usize,
         f: &mut dyn FnMut(&mut Self) -> Result<(), SwapError>,
     ) -> Result<Vec<f64>, SwapError> {
-        f(self)?;
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                f(self)?;
-                Ok(t.elapsed().as_secs_f64())
-            })
-            .collect()
+        crate::timing::try_samples_secs(1, runs, || f(self))
     }
 }
 

@@ -3,9 +3,9 @@
 //! the pool hold NaN, so reading past a sequence fails the check.
 
 use half::{bf16, f16};
-use pagedkv::attention::{attention_f64, relative_error, AttentionShape, Problem};
+use pagedkv::attention::{attention_f64, relative_error, tolerance, AttentionShape, Problem};
 use pagedkv::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
-use pagedkv::kv::KvElem;
+use pagedkv::kv::{Dtype, KvElem};
 use rand::{Rng, SeedableRng};
 
 fn check<T: KvElem>(
@@ -84,9 +84,9 @@ fn every_dtype_and_block_size_matches_the_oracle() {
         for _ in 0..2 {
             let (shape, _, lens) = random_case(&mut rng);
             let seed = rng.random();
-            check::<f16>(shape, 1 << log_bs, &lens, seed, 2e-3);
-            check::<bf16>(shape, 1 << log_bs, &lens, seed, 1e-2);
-            check::<f32>(shape, 1 << log_bs, &lens, seed, 1e-5);
+            check::<f16>(shape, 1 << log_bs, &lens, seed, tolerance(Dtype::F16));
+            check::<bf16>(shape, 1 << log_bs, &lens, seed, tolerance(Dtype::Bf16));
+            check::<f32>(shape, 1 << log_bs, &lens, seed, tolerance(Dtype::F32));
         }
     }
 }
@@ -115,7 +115,7 @@ fn a_wrong_answer_is_caught() {
         },
         &mut out,
     );
-    assert!(relative_error(&out, &reference) < 1e-5);
+    assert!(relative_error(&out, &reference) < tolerance(Dtype::F32));
     out[17] += 0.05;
     assert!(relative_error(&out, &reference) > 1e-3);
     out[17] = f32::NAN;

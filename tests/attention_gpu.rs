@@ -5,10 +5,10 @@
 
 use half::{bf16, f16};
 use pagedkv::attention::{
-    attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
+    attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cuda::{CudaDevice, Layout};
-use pagedkv::kv::KvElem;
+use pagedkv::kv::{Dtype, KvElem};
 use pagedkv::launch::instances::attention_instances;
 use rand::{Rng, SeedableRng};
 
@@ -81,9 +81,9 @@ where
 #[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn gpu_attention_matches_the_oracle() {
     let dev = gpu();
-    check::<f16>(&dev, 2e-3, 1);
-    check::<bf16>(&dev, 1e-2, 2);
-    check::<f32>(&dev, 1e-5, 3);
+    check::<f16>(&dev, tolerance(Dtype::F16), 1);
+    check::<bf16>(&dev, tolerance(Dtype::Bf16), 2);
+    check::<f32>(&dev, tolerance(Dtype::F32), 3);
 }
 
 #[test]

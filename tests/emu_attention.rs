@@ -5,12 +5,12 @@
 
 use half::{bf16, f16};
 use pagedkv::attention::{
-    attention_f64, relative_error, AttentionShape, Problem, SplitPlan, CHUNK,
+    attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cpu::attention::{decode_attention as cpu_attention, PagedRows};
 use pagedkv::emu::attention::{decode_attention, decode_attention_with, Layout};
 use pagedkv::emu::{EmuElem, EmuError, Schedule};
-use pagedkv::kv::KvElem;
+use pagedkv::kv::{Dtype, KvElem};
 use pagedkv::launch::instances::attention_instances;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -121,24 +121,24 @@ fn every_instance<T: KvElem + EmuElem>(bound: f64, seed: u64) {
 
 #[test]
 fn f16_instances_match_the_oracle() {
-    every_instance::<f16>(2e-3, 1);
+    every_instance::<f16>(tolerance(Dtype::F16), 1);
 }
 
 #[test]
 fn bf16_instances_match_the_oracle() {
-    every_instance::<bf16>(1e-2, 2);
+    every_instance::<bf16>(tolerance(Dtype::Bf16), 2);
 }
 
 #[test]
 fn f32_instances_match_the_oracle() {
-    every_instance::<f32>(1e-5, 3);
+    every_instance::<f32>(tolerance(Dtype::F32), 3);
 }
 
 #[test]
 fn every_block_size_reads_through_the_table() {
     let mut rng = StdRng::seed_from_u64(4);
     for log_bs in 0..=8 {
-        check_instance::<f16>(128, 4, 1 << log_bs, &mut rng, 2e-3);
+        check_instance::<f16>(128, 4, 1 << log_bs, &mut rng, tolerance(Dtype::F16));
     }
 }
 
@@ -162,7 +162,7 @@ fn a_kernel_with_a_bad_pipeline_wait_fails() {
         partition_size: p.max_len,
     };
     let good = decode_attention(&p.data(), Layout::Paged, whole, Schedule::Forward).unwrap();
-    assert!(relative_error(&good, &reference) <= 2e-3);
+    assert!(relative_error(&good, &reference) <= tolerance(Dtype::F16));
     for mutant in ["no_wait", "short_wait"] {
         let kernel = format!("mutant_{mutant}_paged_attention_f16_d128_g4");
         match decode_attention_with(&p.data(), Layout::Paged, &kernel, whole, Schedule::Forward) {

@@ -6,6 +6,6 @@ mod problem;
 mod run;
 
 pub use crate::launch::{split_plan, AttentionData, AttentionShape, SplitPlan, CHUNK, FULL_WAVE};
-pub use oracle::{attention_f64, relative_error};
+pub use oracle::{attention_f64, relative_error, tolerance};
 pub use problem::{Problem, ProblemError};
 pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};

@@ -3,7 +3,7 @@
 //! implementation (no shared row helper, no online softmax, no f32).
 
 use super::Problem;
-use crate::kv::KvElem;
+use crate::kv::{Dtype, KvElem};
 use rayon::prelude::*;
 
 /// `[num_seqs, num_heads, head_dim]` in f64.
@@ -46,6 +46,23 @@ pub fn attention_f64<T: KvElem>(p: &Problem<T>) -> Vec<f64> {
         }
     });
     out
+}
+
+/// The largest [`relative_error`] decode attention with K, V, Q and output in `dtype` may have
+/// against the oracle; also the bound between two implementations (a kernel and the CPU's),
+/// which round the same f32 computation. The oracle reads the same rounded inputs, so what is left
+/// is the output's rounding to `dtype` and the f32 arithmetic (dot products, softmax sums, the
+/// weighted sum of V over thousands of tokens, the kernels' fast `exp`):
+/// - f16 (11 significant bits): one rounding is at most 2^-11 ≈ 4.9e-4; 2e-3 is about four;
+/// - bf16 (8 bits): one rounding is at most 2^-8 ≈ 3.9e-3; 1e-2 is between two and three;
+/// - f32: the output is not rounded again, so the f32 accumulation alone (2^-24 ≈ 6e-8 per
+///   operation, growing with the context) sets the bound.
+pub fn tolerance(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F16 => 2e-3,
+        Dtype::Bf16 => 1e-2,
+        Dtype::F32 => 1e-5,
+    }
 }
 
 /// ‖out − ref‖ / ‖ref‖; NaN anywhere in `out` gives infinity, so NaN never passes.

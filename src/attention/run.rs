@@ -6,9 +6,9 @@ use crate::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows}
 use crate::device::{cpu, Device, DeviceError, Limits};
 use crate::kv::{Dtype, KvElem};
 use crate::stats::median;
+use crate::timing::median_secs;
 use half::{bf16, f16};
 use serde::Serialize;
-use std::time::Instant;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -155,18 +155,6 @@ where
     })
 }
 
-fn time_cpu(iters: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let times: Vec<f64> = (0..iters.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    median(&times)
-}
-
 fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, RunError> {
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
@@ -180,7 +168,7 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, 
         max_len: p.max_len,
         head_dim: p.shape.head_dim,
     };
-    let paged_s = time_cpu(opts.iters, || {
+    let paged_s = median_secs(1, opts.iters, || {
         decode_attention(
             &p.shape,
             &p.q,
@@ -191,7 +179,7 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, 
             &mut paged_out,
         )
     });
-    let contiguous_s = time_cpu(opts.iters, || {
+    let contiguous_s = median_secs(1, opts.iters, || {
         decode_attention(
             &p.shape,
             &p.q,

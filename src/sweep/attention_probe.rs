@@ -7,11 +7,12 @@
 //! physical blocks, NaN in every slot no token owns), so a kernel that reads a wrong slot shows
 //! as a non-finite output, which is an error rather than a figure.
 
-use super::bandwidth::{median_seconds, ProbeError};
+use super::bandwidth::ProbeError;
 use crate::attention::{AttentionShape, Problem};
 use crate::device::cpu::attention::{decode_attention, PagedRows};
 use crate::device::cpu::pages::{HostBuf, Pages};
 use crate::kv::{KvElem, KvSpec};
+use crate::timing::median_secs;
 use serde::Serialize;
 
 /// The decode batch attention is measured on.
@@ -85,7 +86,7 @@ pub fn cpu_attention_gbps<T: KvElem>(
     };
     let mut out = vec![T::from_f32(f32::NAN); p.q.len()];
     let (k, v) = (k.as_slice::<T>(), v.as_slice::<T>());
-    let seconds = median_seconds(reps, || {
+    let seconds = median_secs(1, reps, || {
         decode_attention(&p.shape, &p.q, k, v, &p.lens, &rows, &mut out)
     });
     check_finite(&out, "CPU paged attention")?;
@@ -95,7 +96,7 @@ pub fn cpu_attention_gbps<T: KvElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{attention_f64, relative_error};
+    use crate::attention::{attention_f64, relative_error, tolerance};
     use crate::kv::Dtype;
 
     #[test]
@@ -117,7 +118,7 @@ mod tests {
             table: &p.table,
         };
         decode_attention(&p.shape, &p.q, &p.k, &p.v, &p.lens, &rows, &mut out);
-        assert!(relative_error(&out, &attention_f64(&p)) < 1e-5);
+        assert!(relative_error(&out, &attention_f64(&p)) < tolerance(Dtype::F32));
         let gbps = cpu_attention_gbps::<f32>(&spec, &batch, Pages::Small, 1, 3).unwrap();
         assert!(gbps.is_finite() && gbps > 0.0);
         let bad = AttentionBatch {

@@ -137,22 +137,3 @@ pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeE
         )),
     }
 }
-
-/// The median of `reps` timings of `f` (seconds), after one untimed warm-up run.
-pub fn median_seconds(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut times: Vec<f64> = (0..reps.max(1))
-        .map(|_| {
-            let t = std::time::Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    let n = times.len();
-    if n % 2 == 1 {
-        times[n / 2]
-    } else {
-        (times[n / 2 - 1] + times[n / 2]) / 2.0
-    }
-}

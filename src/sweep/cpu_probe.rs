@@ -14,13 +14,12 @@
 //! probe shows what its page size costs against what the memory can give.
 
 use super::attention_probe::cpu_attention_gbps;
-use super::bandwidth::{
-    median_seconds, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions,
-};
+use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cpu::pages::{HostBuf, Pages};
 use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
 use crate::kv::{BlockTable, Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
+use crate::timing::median_secs;
 use half::{bf16, f16};
 use rand::{seq::SliceRandom, SeedableRng};
 use rayon::prelude::*;
@@ -96,7 +95,7 @@ impl CpuProbe {
         let b = self.buffers(T::DTYPE)?;
         let (k, v) = (b.k.as_slice::<T>(), b.v.as_slice::<T>());
         let bytes = b.k.len() as f64;
-        let convert_s = median_seconds(reps, || {
+        let convert_s = median_secs(1, reps, || {
             let sum: f32 = [k, v]
                 .into_par_iter()
                 .flat_map(|p| p.par_chunks(CHUNK))
@@ -131,8 +130,8 @@ impl CpuProbe {
         let v = &b.v.as_slice::<T>()[..elems];
         let out = &mut b.out.as_mut_slice::<T>()[..elems];
         let mut sums = vec![0.0f32; table.num_seqs() * spec.num_kv_heads];
-        let copy_s = median_seconds(FAST_REPS * reps, || gather_copy(spec, k, &table, out));
-        let read_s = median_seconds(reps, || gather_sum(spec, k, v, &table, &mut sums));
+        let copy_s = median_secs(1, FAST_REPS * reps, || gather_copy(spec, k, &table, out));
+        let read_s = median_secs(1, reps, || gather_sum(spec, k, v, &table, &mut sums));
         std::hint::black_box(&sums);
         let bytes = (elems * std::mem::size_of::<T>()) as f64;
         Ok(GatherRates {

@@ -17,7 +17,7 @@
 use super::attention_probe::{check_finite, AttentionBatch};
 use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 use super::cpu_probe::{fill, shuffled_table};
-use crate::attention::{relative_error, Problem};
+use crate::attention::{relative_error, tolerance, Problem};
 use crate::device::cpu::attention::{decode_attention, PagedRows};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cuda::gather::{GatherError, GatherPool};
@@ -38,15 +38,6 @@ impl<T: KvElem + DeviceRepr + ValidAsZeroBits> GpuElem for T {}
 
 /// Largest relative error of the read-only sums against the CPU's (f32 sums in another order).
 const SUM_TOLERANCE: f64 = 1e-3;
-
-/// Largest relative error of GPU attention against the CPU implementation, both rounded to `dtype`.
-fn attention_tolerance(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::F16 => 2e-3,
-        Dtype::Bf16 => 1e-2,
-        Dtype::F32 => 1e-4,
-    }
-}
 
 /// The pools on the host (for the reference) and on the device.
 struct Pools<T: DeviceRepr> {
@@ -190,7 +181,8 @@ impl GpuProbe {
         let out = self.dev.download(&dp.out)?;
         check_finite(&out, &format!("GPU {layout:?} attention"))?;
         let err = relative_error(&out, reference);
-        let bound = attention_tolerance(T::DTYPE);
+        // Against the CPU implementation, both rounded to the dtype.
+        let bound = tolerance(T::DTYPE);
         let within = err <= bound; // false for NaN too
         if !within {
             return Err(ProbeError::Check(format!(

@@ -10,9 +10,12 @@
 //!   [`attention_probe`]: the bandwidth side (host buffers of a chosen page size in
 //!   [`crate::device::cpu::pages`]);
 //! - [`end_to_end`]: the engine simulation and the recommendation made from it;
-//! - [`recommend`]: the older throughput proxy (still reported); [`output`]: CSV, JSON and plots.
+//! - [`recommend`]: the older throughput proxy (still reported); [`output`]: CSV, JSON and plots;
+//! - [`config`]: what a sweep is asked for ([`SweepConfig`], plain values) and its defaults;
+//!   [`run`]: the whole sweep ([`run_sweep`]); [`summary`]: what it reports ([`SweepReport`]).
 
 pub mod attention_probe;
+pub mod config;
 /// Model shapes live in [`crate::kv::model`] (the engine simulator shares them).
 pub use crate::kv::model;
 pub mod bandwidth;
@@ -24,15 +27,22 @@ pub mod output;
 pub mod prefix;
 pub mod recommend;
 pub mod replay;
+pub mod run;
+pub mod summary;
 
 pub use attention_probe::AttentionBatch;
 pub use bandwidth::{probes_for, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
+pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
 pub use model::ModelShape;
 pub use replay::DurationModel;
+pub use run::{run_sweep, NoProgress, Phase, Progress};
+pub use summary::{comparison_line, end_to_end_line, limit_medians, LimitMedians, SweepReport};
 
+use crate::device::DeviceError;
 use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};
+use crate::sim::engine::EngineError;
 use crate::stats::median;
-use crate::workload::azure::Request;
+use crate::workload::azure::{Request, TraceError};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -56,11 +66,20 @@ pub enum SweepError {
     Spec(#[from] SpecError),
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    /// A setting out of range (the message names its CLI flag).
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 /// The memory side's inputs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct SweepConfig {
+pub struct MemoryConfig {
     pub model: ModelShape,
     pub pool_bytes: u64,
     pub durations: DurationModel,
@@ -176,7 +195,7 @@ impl SweepRow {
 /// fields stay empty until [`measure_bandwidth`].
 pub fn memory_rows(
     requests: &[Request],
-    config: &SweepConfig,
+    config: &MemoryConfig,
 ) -> Result<Vec<SweepRow>, SweepError> {
     let prefixes =
         prefix::shared_prefixes(requests, config.turns.max(1), config.system_prompt_tokens);
@@ -348,145 +367,6 @@ pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd]) {
     }
 }
 
-/// Everything a sweep reports.
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepReport {
-    pub device: String,
-    /// From the end-to-end simulation when it ran ([`end_to_end::pick`]), else from the proxy.
-    pub recommended_block_size: Option<usize>,
-    /// What the throughput proxy alone would recommend.
-    pub proxy_recommended_block_size: Option<usize>,
-    pub vllm_default_block_size: usize,
-    /// The bandwidth measurement's typical noise across rounds, relative (at least 1%).
-    pub noise_tolerance: f64,
-    /// Block sizes whose proxy is within that noise of the best: not told apart by this run.
-    pub within_noise_block_sizes: Vec<usize>,
-    pub model: ModelShape,
-    pub pool_bytes: u64,
-    /// How the pool size was chosen.
-    pub pool_source: String,
-    pub workload: String,
-    pub requests: usize,
-    pub config: SweepConfig,
-    pub probe: Option<ProbeOptions>,
-    pub proxy: String,
-    /// The end-to-end runs (empty when skipped) and the recommendation made from them.
-    pub end_to_end: Vec<end_to_end::EndToEnd>,
-    pub end_to_end_pick: Option<end_to_end::EndToEndPick>,
-    /// What the end-to-end runs simulated, and where their efficiency came from.
-    pub end_to_end_setup: Option<String>,
-    pub notes: Vec<String>,
-    pub rows: Vec<SweepRow>,
-}
-
-/// One line comparing the end-to-end recommendation with vLLM's default; `None` when the
-/// end-to-end runs were skipped.
-pub fn end_to_end_line(report: &SweepReport) -> Option<String> {
-    let pick = report.end_to_end_pick.as_ref()?;
-    let find = |bs| report.end_to_end.iter().find(|e| e.block_size == bs);
-    let (rec, def) = (find(pick.block_size)?, find(VLLM_DEFAULT_BLOCK_SIZE)?);
-    let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
-    let figures = |e: &end_to_end::EndToEnd| {
-        format!(
-            "{:.0} output tok/s, p99 TTFT {:.1} ms, p99 TPOT {:.2} ms",
-            e.nominal.output_tokens_per_s,
-            1e3 * e.nominal.p99_ttft_s,
-            1e3 * e.nominal.p99_tpot_s
-        )
-    };
-    let band = format!(
-        "attention efficiency ±{:.0}%",
-        100.0 * report.noise_tolerance
-    );
-    let mut line = if pick.beats_default {
-        format!(
-            "end to end: recommended block size {} beats vLLM's 16 beyond this run's noise ({band}): {} vs {} ({:+.1}% throughput, {:+.1}% p99 TPOT)",
-            rec.block_size,
-            figures(rec),
-            figures(def),
-            pct(rec.nominal.output_tokens_per_s, def.nominal.output_tokens_per_s),
-            pct(rec.nominal.p99_tpot_s, def.nominal.p99_tpot_s),
-        )
-    } else {
-        let best = report
-            .end_to_end
-            .iter()
-            .max_by(|a, b| {
-                a.nominal
-                    .output_tokens_per_s
-                    .total_cmp(&b.nominal.output_tokens_per_s)
-                    .then(b.nominal.p99_tpot_s.total_cmp(&a.nominal.p99_tpot_s))
-            })
-            .unwrap_or(def);
-        format!(
-            "end to end: vLLM's 16 is as good as any: no block size beats it beyond this run's noise ({band}); 16: {}; nominally best {}: {} ({:+.1}% throughput, {:+.1}% p99 TPOT)",
-            figures(def),
-            best.block_size,
-            figures(best),
-            pct(best.nominal.output_tokens_per_s, def.nominal.output_tokens_per_s),
-            pct(best.nominal.p99_tpot_s, def.nominal.p99_tpot_s),
-        )
-    };
-    if !pick.tied_with_default.is_empty() {
-        let tied: Vec<String> = pick
-            .tied_with_default
-            .iter()
-            .map(|b| b.to_string())
-            .collect();
-        line += &format!("; not told apart from 16: {}", tied.join(", "));
-    }
-    Some(line)
-}
-
-/// One line comparing the proxy's pick with vLLM's default.
-pub fn comparison_line(report: &SweepReport) -> String {
-    let find = |bs| report.rows.iter().find(|r| r.block_size == bs);
-    let (Some(rec), Some(def)) = (
-        report.proxy_recommended_block_size.and_then(find),
-        find(VLLM_DEFAULT_BLOCK_SIZE),
-    ) else {
-        return "no recommendation: no block size has a positive throughput proxy".into();
-    };
-    let pct = |a: f64, b: f64| 100.0 * (a / b - 1.0);
-    let mut line = format!(
-        "proxy: block size {} vs vLLM's {}: {:.1} vs {:.1} concurrent requests ({:+.1}%), waste {:.2}% vs {:.2}%",
-        rec.block_size,
-        def.block_size,
-        rec.concurrent_requests,
-        def.concurrent_requests,
-        pct(rec.concurrent_requests, def.concurrent_requests),
-        rec.internal_waste_pct,
-        def.internal_waste_pct,
-    );
-    if let (Some(a), Some(b)) = (rec.efficiency(), def.efficiency()) {
-        let what = if rec.attention_frac_of_stream.is_some() {
-            "attention"
-        } else {
-            "read-only gather"
-        };
-        line += &format!(
-            ", {what} at {:.0}% vs {:.0}% of stream",
-            100.0 * a,
-            100.0 * b
-        );
-    }
-    line += &format!(", proxy {:+.1}%", pct(rec.proxy, def.proxy));
-    let others: Vec<String> = report
-        .within_noise_block_sizes
-        .iter()
-        .filter(|&&b| b != rec.block_size)
-        .map(|b| b.to_string())
-        .collect();
-    if !others.is_empty() {
-        line += &format!(
-            "; within this run's noise (±{:.0}%) of it: {}",
-            100.0 * report.noise_tolerance,
-            others.join(", ")
-        );
-    }
-    line
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -541,7 +421,7 @@ mod tests {
                 output_tokens: 10 + i,
             })
             .collect();
-        let config = SweepConfig {
+        let config = MemoryConfig {
             model: model.clone(),
             pool_bytes: 1 << 30,
             durations: DurationModel {

@@ -4,8 +4,10 @@
 
 use super::checksum::{fill_random, Checksum, FILL_BLOCK};
 use super::{Backing, SleepMode, SleepPool, VmmError};
+use crate::stats::median;
+use crate::timing::timed;
 use serde::Serialize;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Staging buffer for filling and checking pools piece by piece.
 const STAGING: usize = 64 * FILL_BLOCK;
@@ -28,17 +30,9 @@ impl Stat {
                 max: 0.0,
             };
         }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
         Stat {
-            median,
-            max: v[n - 1],
+            median: median(values),
+            max: values.iter().copied().max_by(f64::total_cmp).unwrap_or(0.0),
         }
     }
 }
@@ -96,12 +90,11 @@ impl<B: Backing> CopyProbe<B> {
     /// (pool → host, host → pool) in GB/s, one copy each.
     pub fn measure(&mut self, pool: &mut SleepPool<B>) -> Result<(f64, f64), VmmError> {
         let len = self.buf.as_ref().len();
-        let t = Instant::now();
-        pool.read(0, self.buf.as_mut())?;
-        let d2h = gbps(len, t.elapsed());
-        let t = Instant::now();
-        pool.write(0, self.buf.as_ref())?;
-        Ok((d2h, gbps(len, t.elapsed())))
+        let (read, d2h) = timed(|| pool.read(0, self.buf.as_mut()));
+        read?;
+        let (write, h2d) = timed(|| pool.write(0, self.buf.as_ref()));
+        write?;
+        Ok((gbps(len, d2h), gbps(len, h2d)))
     }
 }
 
@@ -174,13 +167,11 @@ pub fn run_cycles<B: Backing>(
         // The limit is measured next to each cycle, so load on a shared machine hits both alike.
         let (copy_gbps, copy_h2d_gbps) = probe.measure(pool)?;
         let before = in_use()? as i64;
-        let t = Instant::now();
-        let s = pool.sleep(mode)?;
-        let sleep = t.elapsed();
+        let (s, sleep) = timed(|| pool.sleep(mode));
+        let s = s?;
         let asleep = in_use()? as i64;
-        let t = Instant::now();
-        let w = pool.wake()?;
-        let wake = t.elapsed();
+        let (w, wake) = timed(|| pool.wake());
+        let w = w?;
         let awake = in_use()? as i64;
         let data_intact = match mode {
             SleepMode::Offload => checksum(pool)? == sum,
@@ -274,12 +265,12 @@ pub fn chunk_sweep<B: Backing>(
         let mut pool = make(chunk)?;
         let (mut sleeps, mut wakes) = (Vec::new(), Vec::new());
         for _ in 0..reps.max(1) {
-            let t = Instant::now();
-            pool.sleep(SleepMode::Discard)?;
-            sleeps.push(ms(t.elapsed()));
-            let t = Instant::now();
-            pool.wake()?;
-            wakes.push(ms(t.elapsed()));
+            let (slept, sleep) = timed(|| pool.sleep(SleepMode::Discard));
+            slept?;
+            sleeps.push(ms(sleep));
+            let (woke, wake) = timed(|| pool.wake());
+            woke?;
+            wakes.push(ms(wake));
         }
         let gib = pool.size() as f64 / GIB;
         let (sleep_ms, wake_ms) = (Stat::of(&sleeps).median, Stat::of(&wakes).median);

@@ -2,7 +2,9 @@
 //! f64 oracle, with time, bytes, bandwidth and the fractions of the limits measured in the run.
 
 use crate::{CheckFailed, CmdResult};
-use pagedkv::attention::{measure_dtype, AttentionReport, AttentionShape, MeasureOptions};
+use pagedkv::attention::{
+    measure_dtype, tolerance, AttentionReport, AttentionShape, MeasureOptions,
+};
 use pagedkv::device::{Device, DeviceChoice};
 use pagedkv::kv::Dtype;
 use pagedkv::report::Table;
@@ -69,15 +71,6 @@ fn trace_lens(
         .take(batch)
         .map(|r| (r.peak_tokens() as usize).min(max_context))
         .collect())
-}
-
-/// The error bound a dtype must meet against the f64 oracle.
-pub fn tolerance(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::F16 => 2e-3,
-        Dtype::Bf16 => 1e-2,
-        Dtype::F32 => 1e-5,
-    }
 }
 
 pub fn run(args: Args) -> CmdResult {

@@ -4,18 +4,16 @@
 
 use crate::CmdResult;
 use indicatif::{ProgressBar, ProgressStyle};
-use pagedkv::device::{Device, DeviceChoice};
+use pagedkv::device::DeviceChoice;
 use pagedkv::kv::Dtype;
 use pagedkv::report::Table;
 use pagedkv::sweep::{
-    self, model, output, probes_for, AttentionBatch, DurationModel, ModelShape, ProbeOptions,
-    SweepConfig, SweepReport, SweepRow,
+    self, model, output, run_sweep, ModelChoice, Phase, Progress, SweepConfig, SweepReport,
+    SweepRow, WorkloadChoice,
 };
-use pagedkv::workload::azure::{read_azure_csv, with_rate, Request};
-use pagedkv::workload::synthetic::{synthetic_requests, SizeDist};
+use pagedkv::workload::synthetic::SizeDist;
 use std::path::PathBuf;
-
-const DEFAULT_TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+use std::sync::Mutex;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -127,301 +125,93 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
-fn positive(name: &str, x: f64) -> Result<f64, String> {
-    if x.is_finite() && x > 0.0 {
-        Ok(x)
-    } else {
-        Err(format!("--{name} must be a positive number, got {x}"))
-    }
-}
-
-fn model_shape(args: &Args) -> Result<ModelShape, String> {
-    let mut m = model::preset(&args.model).ok_or_else(|| {
-        format!(
-            "unknown model {:?} (presets: {})",
-            args.model,
-            model::preset_names().join(", ")
-        )
-    })?;
-    m.layers = args.layers.unwrap_or(m.layers);
-    m.num_heads = args.heads.unwrap_or(m.num_heads);
-    m.kv_heads = args.kv_heads.unwrap_or(m.kv_heads);
-    m.head_dim = args.head_dim.unwrap_or(m.head_dim);
-    m.dtype = args.dtype.unwrap_or(m.dtype);
-    m.params_billion = args.params_b.unwrap_or(m.params_billion);
-    if !(1..=10_000).contains(&m.layers) {
-        return Err(format!("--layers must be 1 to 10000, got {}", m.layers));
-    }
-    if !(1..=1024).contains(&m.kv_heads) {
-        return Err(format!("--kv-heads must be 1 to 1024, got {}", m.kv_heads));
-    }
-    if m.num_heads == 0 || !m.num_heads.is_multiple_of(m.kv_heads) {
-        return Err(format!(
-            "{} query heads are not a whole multiple of {} KV heads (use --heads)",
-            m.num_heads, m.kv_heads
-        ));
-    }
-    if !(m.params_billion.is_finite() && m.params_billion >= 0.0) {
-        return Err(format!(
-            "--params-b must be non-negative, got {}",
-            m.params_billion
-        ));
-    }
-    Ok(m)
-}
-
-fn pool(args: &Args, m: &ModelShape) -> Result<(u64, String), String> {
-    if let Some(gib) = args.pool_gib {
-        let gib = positive("pool-gib", gib)?;
-        return Ok((
-            (gib * (1u64 << 30) as f64) as u64,
-            format!("--pool-gib {gib}"),
-        ));
-    }
-    let util = positive("gpu-util", args.gpu_util)?;
-    if util > 1.0 || args.gpus == 0 || args.gpu_mib == 0 {
-        return Err("--gpu-util must be in (0, 1], --gpus and --gpu-mib at least 1".into());
-    }
-    let bytes = model::default_pool_bytes(m, args.gpu_mib, util, args.gpus).ok_or_else(|| {
-        format!(
-            "{}'s weights ({:.1} GiB) leave no KV pool on {} × {} MiB at utilization {util}; use --gpus or --pool-gib",
-            m.name,
-            m.weight_bytes() / (1u64 << 30) as f64,
-            args.gpus,
-            args.gpu_mib
-        )
-    })?;
-    Ok((
-        bytes,
-        format!(
-            "{} × {} MiB × {util} − {:.2} GB weights ({} B params × 2 bytes)",
-            args.gpus,
-            args.gpu_mib,
-            m.weight_bytes() / 1e9,
-            m.params_billion
-        ),
-    ))
-}
-
-fn workload(args: &Args) -> Result<(Vec<Request>, String), Box<dyn std::error::Error>> {
-    let (mut requests, mut name) = match args.synthetic {
-        Some(prompt) => {
-            let n = args.requests.unwrap_or(10_000).min(10_000_001);
-            let r = synthetic_requests(prompt, args.synthetic_output, n, args.seed);
-            (
-                r,
-                format!(
-                    "synthetic prompt {prompt:?}, output {:?}, seed {}",
-                    args.synthetic_output, args.seed
-                ),
-            )
+impl Args {
+    /// The library's settings, the flags' values as they are (the library checks them).
+    fn config(&self) -> SweepConfig {
+        SweepConfig {
+            device: self.device,
+            model: ModelChoice {
+                preset: self.model.clone(),
+                layers: self.layers,
+                num_heads: self.heads,
+                kv_heads: self.kv_heads,
+                head_dim: self.head_dim,
+                dtype: self.dtype,
+                params_billion: self.params_b,
+            },
+            pool_gib: self.pool_gib,
+            gpu_mib: self.gpu_mib,
+            gpu_util: self.gpu_util,
+            gpus: self.gpus,
+            workload: match self.synthetic {
+                Some(prompt) => WorkloadChoice::Synthetic {
+                    prompt,
+                    output: self.synthetic_output,
+                },
+                None => WorkloadChoice::Trace(self.trace.clone()),
+            },
+            requests: self.requests,
+            rate: self.rate,
+            seed: self.seed,
+            turns: self.turns,
+            system_prompt_tokens: self.system_prompt,
+            decode_ms: self.decode_ms,
+            prefill_ms_per_token: self.prefill_ms_per_token,
+            quick: self.quick,
+            probe_mib: self.probe_mib,
+            reps: self.reps,
+            rounds: self.rounds,
+            bandwidth: !self.no_bandwidth,
+            attention: !self.no_attention,
+            end_to_end: !self.no_end_to_end,
+            attention_batch: self.attention_batch,
+            attention_context: self.attention_context,
+            attention_trace_context: self.attention_trace_context,
         }
-        None => {
-            let path = args.trace.clone().unwrap_or_else(|| DEFAULT_TRACE.into());
-            let mut r = read_azure_csv(&path)?;
-            if let Some(n) = args.requests {
-                r.truncate(n);
-            }
-            let file = path.file_name().map_or_else(
-                || path.display().to_string(),
-                |f| f.to_string_lossy().into(),
-            );
-            (r, file)
-        }
-    };
-    if requests.is_empty() || args.requests.is_some_and(|n| n > 10_000_000) {
-        return Err("--requests must be 1 to 10000000".into());
     }
-    if let Some(rate) = args.rate {
-        with_rate(&mut requests, positive("rate", rate)?);
-        name += &format!(", arrivals at {rate}/s");
-    }
-    Ok((requests, name))
 }
 
-/// Attention's decode batch: a fixed context, or the workload's first requests' contexts.
-fn attention_batch(
-    args: &Args,
-    m: &ModelShape,
-    requests: &[Request],
-    gpu: bool,
-) -> Result<Option<AttentionBatch>, String> {
-    if args.no_attention {
-        return Ok(None);
-    }
-    let (batch, context) = match (gpu, args.quick) {
-        // The CPU sizes keep --quick under a minute and the default under five on 2 cores.
-        (false, true) => (4, 1024),
-        (false, false) => (8, 2048),
-        (true, true) => (32, 2048),
-        (true, false) => (64, 4096),
-    };
-    let batch = args.attention_batch.unwrap_or(batch);
-    let context = args.attention_context.unwrap_or(context);
-    if !(1..=65_536).contains(&batch) || !(1..=1 << 20).contains(&context) {
-        return Err(
-            "--attention-batch must be 1 to 65536 and --attention-context 1 to 1048576".into(),
+/// Progress bars on stderr, one per phase.
+struct Bars(Mutex<Option<ProgressBar>>);
+
+impl Progress for Bars {
+    fn begin(&self, phase: Phase, steps: u64) {
+        let template = match phase {
+            Phase::Bandwidth => "{bar:30} {pos}/{len} {msg} [{elapsed}]",
+            Phase::EndToEnd => "{bar:30} {pos}/{len} engine runs [{elapsed}]",
+        };
+        let bar = ProgressBar::new(steps);
+        bar.set_style(
+            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar);
     }
-    if !args.attention_trace_context {
-        return Ok(Some(AttentionBatch::fixed(m.num_heads, batch, context)));
+
+    fn step(&self, _phase: Phase, label: &str) {
+        if let Some(bar) = &*self.0.lock().unwrap_or_else(|e| e.into_inner()) {
+            if !label.is_empty() {
+                bar.set_message(label.to_string());
+            }
+            bar.inc(1);
+        }
     }
-    let lens: Vec<usize> = requests
-        .iter()
-        .take(batch)
-        .map(|r| (r.peak_tokens() as usize).clamp(1, context))
-        .collect();
-    Ok(Some(AttentionBatch {
-        num_heads: m.num_heads,
-        source: format!(
-            "the workload's first {} requests (prompt + output tokens, capped at {context})",
-            lens.len()
-        ),
-        lens,
-    }))
+
+    fn end(&self, _phase: Phase) {
+        if let Some(bar) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let m = model_shape(&args)?;
-    let (pool_bytes, pool_source) = pool(&args, &m)?;
-    let (requests, workload_name) = workload(&args)?;
-    if args.turns == 0 {
-        return Err("--turns must be at least 1".into());
-    }
-    let ms = |name: &str, x: f64| {
-        if x.is_finite() && x >= 0.0 {
-            Ok(x / 1e3)
-        } else {
-            Err(format!("--{name} must be a non-negative number, got {x}"))
-        }
-    };
-    let config = SweepConfig {
-        model: m.clone(),
-        pool_bytes,
-        durations: DurationModel {
-            prefill_s_per_token: ms("prefill-ms-per-token", args.prefill_ms_per_token)?,
-            decode_s_per_token: ms("decode-ms", args.decode_ms)?,
-        },
-        turns: args.turns,
-        system_prompt_tokens: args.system_prompt,
-    };
-    let mut rows = sweep::memory_rows(&requests, &config)?;
-
-    let device = Device::detect(args.device)?;
-    let gpu = device.is_cuda();
-    // A GPU's pool must dwarf its L2 cache (50 MB and more), a CPU's its last-level cache.
-    let cpu_floor = pagedkv::device::cpu::stream::limit_bytes(1) >> 20;
-    let probe_mib = args.probe_mib.unwrap_or(match (gpu, args.quick) {
-        (false, true) => cpu_floor.max(64),
-        (false, false) => cpu_floor.max(256),
-        (true, true) => 512,
-        (true, false) => 2048,
-    });
-    let reps = args.reps.unwrap_or(2);
-    let rounds = args.rounds.unwrap_or(3);
-    if probe_mib == 0 || probe_mib > 65_536 || reps == 0 || reps > 1000 {
-        return Err("--probe-mib must be 1 to 65536 and --reps 1 to 1000".into());
-    }
-    if rounds == 0 || rounds > 100 {
-        return Err(format!("--rounds must be 1 to 100, got {rounds}").into());
-    }
-    let opts = ProbeOptions {
-        pool_bytes: probe_mib << 20,
-        reps,
-        rounds,
-        seq_tokens: 1024,
-        seed: args.seed,
-        attention: attention_batch(&args, &m, &requests, gpu)?,
-    };
-    let mut notes = Vec::new();
-    let mut probe = None;
-    if args.no_bandwidth {
-        notes
-            .push("bandwidth not measured (--no-bandwidth): the proxy is concurrency alone".into());
-    } else {
-        let (probes, probe_notes) = probes_for(&device, &opts)?;
-        notes.extend(probe_notes);
-        let bar = ProgressBar::new((rounds * probes.len() * rows.len()) as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        let measured = sweep::measure_bandwidth(&mut rows, probes, &m, rounds, |label| {
-            bar.set_message(label.to_string());
-            bar.inc(1);
-        });
-        bar.finish_and_clear();
-        notes.extend(measured?);
-        match &opts.attention {
-            Some(a) if rows.iter().any(|r| r.attention_gbps.is_some()) => notes.push(format!(
-                "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
-                m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
-            )),
-            _ => notes.push(
-                "attention not measured (column -): the proxy uses the read-only gather".into(),
-            ),
-        }
-        probe = Some(opts);
-    }
-    let rec = sweep::apply_recommendation(&mut rows);
-    let (mut e2e, mut pick, mut setup) = (Vec::new(), None, None);
-    if !args.no_end_to_end {
-        let profile = sweep::end_to_end::profile(&rows, &device.name());
-        let bar = ProgressBar::new(3 * rows.len() as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} engine runs [{elapsed}]")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        e2e = sweep::end_to_end::run(
-            &rows,
-            &requests,
-            &m,
-            args.gpus,
-            &profile,
-            rec.noise_tolerance,
-            &|| bar.inc(1),
-        )?;
-        bar.finish_and_clear();
-        sweep::apply_end_to_end(&mut rows, &e2e);
-        pick = sweep::end_to_end::pick(&e2e);
-        setup = Some(format!(
-            "the workload's arrivals through a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± {:.0}%)",
-            args.gpus.max(1),
-            sweep::end_to_end::STEP_OVERHEAD_S * 1e3,
-            profile.device,
-            profile.source,
-            if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
-            100.0 * rec.noise_tolerance,
-        ));
-    }
-    let report = SweepReport {
-        device: device.name(),
-        recommended_block_size: pick.as_ref().map(|p| p.block_size).or(rec.block_size),
-        proxy_recommended_block_size: rec.block_size,
-        vllm_default_block_size: sweep::VLLM_DEFAULT_BLOCK_SIZE,
-        noise_tolerance: rec.noise_tolerance,
-        within_noise_block_sizes: rec.within_noise,
-        model: m,
-        pool_bytes,
-        pool_source,
-        workload: workload_name,
-        requests: requests.len(),
-        config,
-        probe,
-        proxy: "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best".into(),
-        end_to_end: e2e,
-        end_to_end_pick: pick,
-        end_to_end_setup: setup,
-        notes,
-        rows,
-    };
+    let report = run_sweep(&args.config(), &Bars(Mutex::new(None)))?;
     if let Some(dir) = &args.out {
         output::write_all(&report, dir)?;
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_text(&report, &requests, args.out.as_ref());
+        print_text(&report, args.out.as_ref());
     }
     Ok(())
 }
@@ -430,10 +220,8 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
 }
 
-fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>) {
+fn print_text(report: &SweepReport, out: Option<&PathBuf>) {
     let m = &report.model;
-    let n = requests.len() as f64;
-    let mean = |f: fn(&Request) -> u32| requests.iter().map(|r| f(r) as f64).sum::<f64>() / n;
     println!("device: {}", report.device);
     println!(
         "model: {} ({} layers, {} KV heads, head dim {}, {}; {} KiB of KV per token)",
@@ -452,16 +240,13 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
     println!(
         "workload: {} — {} requests, mean prompt {:.0}, mean output {:.0} tokens; prefix sharing over {} turns per conversation",
         report.workload,
-        requests.len(),
-        mean(|r| r.prompt_tokens),
-        mean(|r| r.output_tokens),
+        report.requests,
+        report.mean_prompt_tokens,
+        report.mean_output_tokens,
         report.config.turns
     );
-    let labels: Vec<String> = report
-        .rows
-        .first()
-        .map(|r| r.memory.iter().map(|x| x.memory.clone()).collect())
-        .unwrap_or_default();
+    let limits = sweep::limit_medians(report);
+    let labels: Vec<&str> = limits.iter().map(|l| l.memory.as_str()).collect();
     let mut header: Vec<String> = [
         "block",
         "waste %",
@@ -513,21 +298,13 @@ fn print_text(report: &SweepReport, requests: &[Request], out: Option<&PathBuf>)
         t.row(cells);
     }
     print!("{t}");
-    for (i, label) in labels.iter().enumerate() {
-        let median = |f: &dyn Fn(&sweep::MemoryBandwidth) -> Option<f64>| {
-            let mut v: Vec<f64> = report
-                .rows
-                .iter()
-                .filter_map(|r| r.memory.get(i).and_then(f))
-                .collect();
-            v.sort_by(f64::total_cmp);
-            (!v.is_empty()).then(|| v[v.len() / 2])
-        };
+    for l in &limits {
         println!(
-            "limits ({label}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (raw words), scalar f16-to-f32 pass {} GB/s (element by element, for reference)",
-            opt(median(&|m| Some(m.copy_gbps)), 2),
-            opt(median(&|m| Some(m.stream_gbps)), 2),
-            opt(median(&|m| m.convert_stream_gbps), 2),
+            "limits ({}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (raw words), scalar f16-to-f32 pass {} GB/s (element by element, for reference)",
+            l.memory,
+            opt(l.copy_gbps, 2),
+            opt(l.stream_gbps, 2),
+            opt(l.convert_stream_gbps, 2),
         );
     }
     for note in &report.notes {

@@ -21,8 +21,8 @@
 
 use super::pages::{thp_available, HostBuf, Pages};
 use crate::device::Limits;
+use crate::timing::best_secs;
 use rayon::prelude::*;
-use std::time::Instant;
 
 /// The limits read at least this many times the last-level cache.
 pub const LLC_MULTIPLE: usize = 4;
@@ -117,12 +117,12 @@ impl MemoryProbe {
         let passes = passes.max(MIN_PASSES);
         let bytes = self.bytes() as f64;
         let half = self.bytes() / 2;
-        let copy_s = best_seconds(passes, || {
+        let copy_s = best_secs(1, passes, || {
             let (src, dst) = self.buf.as_mut_slice::<u8>().split_at_mut(half);
             stream_copy(dst, src);
         });
         let words = self.buf.as_slice::<u64>();
-        let read_s = best_seconds(passes, || {
+        let read_s = best_secs(1, passes, || {
             std::hint::black_box(read_only_sum(words));
         });
         Limits {
@@ -135,18 +135,6 @@ impl MemoryProbe {
 /// The limits for a measurement of `bytes`, `passes` passes (see [`MemoryProbe`]).
 pub fn memory_limits(bytes: usize, passes: usize) -> std::io::Result<Limits> {
     Ok(MemoryProbe::new(bytes)?.measure(passes))
-}
-
-/// The shortest of `passes` timings of `f`, after one untimed run.
-fn best_seconds(passes: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..passes.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 /// The wrapping sum of `words`, read once on every core with the widest loads available.

@@ -1,0 +1,137 @@
+//! The whole sweep, from a [`SweepConfig`] to a [`SweepReport`]: the memory side of every block
+//! size, the bandwidth measured on the device, the throughput proxy's recommendation, and the
+//! end-to-end engine runs that make the final one.
+
+use super::{
+    apply_end_to_end, apply_recommendation, end_to_end, measure_bandwidth, memory_rows, probes_for,
+    SweepConfig, SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
+};
+use crate::device::Device;
+use crate::workload::azure::Request;
+
+/// The sweep's two long phases, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Every probe at every block size, round after round; each step carries a label.
+    Bandwidth,
+    /// Three engine runs per block size, in parallel; the steps carry no label.
+    EndToEnd,
+}
+
+/// Told how a sweep advances (a progress bar). Steps of [`Phase::EndToEnd`] come from several
+/// threads at once.
+pub trait Progress: Sync {
+    /// `phase` begins and will take `steps` steps.
+    fn begin(&self, phase: Phase, steps: u64);
+    /// One step of `phase` is done; `label` says which (empty when the phase has none).
+    fn step(&self, phase: Phase, label: &str);
+    /// `phase` is over (also when it failed).
+    fn end(&self, phase: Phase);
+}
+
+/// Progress that goes unreported.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn begin(&self, _phase: Phase, _steps: u64) {}
+    fn step(&self, _phase: Phase, _label: &str) {}
+    fn end(&self, _phase: Phase) {}
+}
+
+/// What the throughput proxy computes, for the report.
+const PROXY: &str = "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best";
+
+/// Runs the sweep `config` asks for. Settings are checked in the order the CLI lists its errors:
+/// the model, the pool, the workload, the replay, the device, the probes.
+pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
+    let m = config.model.shape()?;
+    let (pool_bytes, pool_source) = config.pool(&m)?;
+    let (requests, workload_name) = config.workload()?;
+    let memory = config.memory_config(&m, pool_bytes)?;
+    let mut rows = memory_rows(&requests, &memory)?;
+
+    let device = Device::detect(config.device)?;
+    let opts = config.probe_options(&m, &requests, device.is_cuda())?;
+    let rounds = opts.rounds;
+    let mut notes = Vec::new();
+    let mut probe = None;
+    if !config.bandwidth {
+        notes
+            .push("bandwidth not measured (--no-bandwidth): the proxy is concurrency alone".into());
+    } else {
+        let (probes, probe_notes) = probes_for(&device, &opts)?;
+        notes.extend(probe_notes);
+        progress.begin(
+            Phase::Bandwidth,
+            (rounds * probes.len() * rows.len()) as u64,
+        );
+        let measured = measure_bandwidth(&mut rows, probes, &m, rounds, |label| {
+            progress.step(Phase::Bandwidth, label)
+        });
+        progress.end(Phase::Bandwidth);
+        notes.extend(measured?);
+        match &opts.attention {
+            Some(a) if rows.iter().any(|r| r.attention_gbps.is_some()) => notes.push(format!(
+                "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
+                m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
+            )),
+            _ => notes.push(
+                "attention not measured (column -): the proxy uses the read-only gather".into(),
+            ),
+        }
+        probe = Some(opts);
+    }
+    let rec = apply_recommendation(&mut rows);
+    let (mut e2e, mut pick, mut setup) = (Vec::new(), None, None);
+    if config.end_to_end {
+        let profile = end_to_end::profile(&rows, &device.name());
+        progress.begin(Phase::EndToEnd, 3 * rows.len() as u64);
+        let runs = end_to_end::run(
+            &rows,
+            &requests,
+            &m,
+            config.gpus,
+            &profile,
+            rec.noise_tolerance,
+            &|| progress.step(Phase::EndToEnd, ""),
+        );
+        progress.end(Phase::EndToEnd);
+        e2e = runs?;
+        apply_end_to_end(&mut rows, &e2e);
+        pick = end_to_end::pick(&e2e);
+        setup = Some(format!(
+            "the workload's arrivals through a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± {:.0}%)",
+            config.gpus.max(1),
+            end_to_end::STEP_OVERHEAD_S * 1e3,
+            profile.device,
+            profile.source,
+            if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
+            100.0 * rec.noise_tolerance,
+        ));
+    }
+    let n = requests.len() as f64;
+    let mean = |f: fn(&Request) -> u32| requests.iter().map(|r| f(r) as f64).sum::<f64>() / n;
+    Ok(SweepReport {
+        device: device.name(),
+        recommended_block_size: pick.as_ref().map(|p| p.block_size).or(rec.block_size),
+        proxy_recommended_block_size: rec.block_size,
+        vllm_default_block_size: VLLM_DEFAULT_BLOCK_SIZE,
+        noise_tolerance: rec.noise_tolerance,
+        within_noise_block_sizes: rec.within_noise,
+        model: m,
+        pool_bytes,
+        pool_source,
+        workload: workload_name,
+        requests: requests.len(),
+        mean_prompt_tokens: mean(|r| r.prompt_tokens),
+        mean_output_tokens: mean(|r| r.output_tokens),
+        config: memory,
+        probe,
+        proxy: PROXY.into(),
+        end_to_end: e2e,
+        end_to_end_pick: pick,
+        end_to_end_setup: setup,
+        notes,
+        rows,
+    })
+}
