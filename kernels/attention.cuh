@@ -68,9 +68,6 @@ __host__ __device__ constexpr int min_blocks_per_sm(int head_dim, int group) {
 // elements). 16-bit and f32 rows are read 16 bytes a lane; fp8 rows 8 bytes (8 elements), so that a
 // lane computes on 8 elements whatever the storage and q and the accumulators keep their registers.
 // fp8 codes are read unscaled: k_scale folds into q, v_scale into the output.
-template <__nv_fp8_interpretation_t F>
-struct Fp8 {};  // fp8 storage of format F (e4m3 or e5m2)
-
 template <class KV>
 struct KvFormat {
   using Elem = KV;
@@ -579,18 +576,18 @@ __device__ __forceinline__ void merge_partitions(
   Y(f32, float, 128)
 // Y(name, T, KV, D): fp8 K and V (e4m3, e5m2) read with q in f16 or bf16.
 #define PAGEDKV_FOR_EACH_FP8_ATTENTION_DTYPE_AND_DIM(Y)                                    \
-  Y(f16_kvfp8_e4m3, __half, attn::Fp8<__NV_E4M3>, 64)                                      \
-  Y(f16_kvfp8_e4m3, __half, attn::Fp8<__NV_E4M3>, 128)                                     \
-  Y(f16_kvfp8_e4m3, __half, attn::Fp8<__NV_E4M3>, 256)                                     \
-  Y(bf16_kvfp8_e4m3, __nv_bfloat16, attn::Fp8<__NV_E4M3>, 64)                              \
-  Y(bf16_kvfp8_e4m3, __nv_bfloat16, attn::Fp8<__NV_E4M3>, 128)                             \
-  Y(bf16_kvfp8_e4m3, __nv_bfloat16, attn::Fp8<__NV_E4M3>, 256)                             \
-  Y(f16_kvfp8_e5m2, __half, attn::Fp8<__NV_E5M2>, 64)                                      \
-  Y(f16_kvfp8_e5m2, __half, attn::Fp8<__NV_E5M2>, 128)                                     \
-  Y(f16_kvfp8_e5m2, __half, attn::Fp8<__NV_E5M2>, 256)                                     \
-  Y(bf16_kvfp8_e5m2, __nv_bfloat16, attn::Fp8<__NV_E5M2>, 64)                              \
-  Y(bf16_kvfp8_e5m2, __nv_bfloat16, attn::Fp8<__NV_E5M2>, 128)                             \
-  Y(bf16_kvfp8_e5m2, __nv_bfloat16, attn::Fp8<__NV_E5M2>, 256)
+  Y(f16_kvfp8_e4m3, __half, Fp8<__NV_E4M3>, 64)                                      \
+  Y(f16_kvfp8_e4m3, __half, Fp8<__NV_E4M3>, 128)                                     \
+  Y(f16_kvfp8_e4m3, __half, Fp8<__NV_E4M3>, 256)                                     \
+  Y(bf16_kvfp8_e4m3, __nv_bfloat16, Fp8<__NV_E4M3>, 64)                              \
+  Y(bf16_kvfp8_e4m3, __nv_bfloat16, Fp8<__NV_E4M3>, 128)                             \
+  Y(bf16_kvfp8_e4m3, __nv_bfloat16, Fp8<__NV_E4M3>, 256)                             \
+  Y(f16_kvfp8_e5m2, __half, Fp8<__NV_E5M2>, 64)                                      \
+  Y(f16_kvfp8_e5m2, __half, Fp8<__NV_E5M2>, 128)                                     \
+  Y(f16_kvfp8_e5m2, __half, Fp8<__NV_E5M2>, 256)                                     \
+  Y(bf16_kvfp8_e5m2, __nv_bfloat16, Fp8<__NV_E5M2>, 64)                              \
+  Y(bf16_kvfp8_e5m2, __nv_bfloat16, Fp8<__NV_E5M2>, 128)                             \
+  Y(bf16_kvfp8_e5m2, __nv_bfloat16, Fp8<__NV_E5M2>, 256)
 // X(name, T, KV, E, D, G) for every GQA group.
 #define PAGEDKV_FOR_EACH_ATTENTION_GROUP(X, name, T, KV, E, D) \
   X(name, T, KV, E, D, 1) X(name, T, KV, E, D, 2) X(name, T, KV, E, D, 4) X(name, T, KV, E, D, 8)

@@ -210,6 +210,38 @@ __device__ __forceinline__ void unpack8_fp8(const uint2& v, float (&out)[8]) {
         }
     }
 }
+// ---- element storage ------------------------------------------------------------------------------
+// A cache stores elements of type S (__half, __nv_bfloat16, float) or fp8 codes of format F (the
+// tag Fp8<F>, one unsigned char each). Stored<S> is the element type a pointer into it has;
+// Vec16<S> reads 16 bytes of it as floats (fp8 unscaled).
+template <__nv_fp8_interpretation_t F>
+struct Fp8 {};
+
+template <class S>
+struct StoredType {
+    using type = S;
+};
+template <__nv_fp8_interpretation_t F>
+struct StoredType<Fp8<F>> {
+    using type = unsigned char;
+};
+template <class S>
+using Stored = typename StoredType<S>::type;
+
+template <class S>
+struct Vec16 {
+    static constexpr int kElems = kVec16Elems<S>;
+    __device__ __forceinline__ static void unpack(const uint4& v, float (&out)[kElems]) {
+        unpack16<S>(v, out);
+    }
+};
+template <__nv_fp8_interpretation_t F>
+struct Vec16<Fp8<F>> {
+    static constexpr int kElems = kFp8Vec16Elems;
+    __device__ __forceinline__ static void unpack(const uint4& v, float (&out)[kElems]) {
+        unpack16_fp8<F>(v, 1.0f, out);
+    }
+};
 // ---- end of fp8 -----------------------------------------------------------------------------------
 
 // ---- vector loads and stores ----------------------------------------------------------------

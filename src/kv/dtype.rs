@@ -139,3 +139,9 @@ macro_rules! fp8_elem {
 }
 fp8_elem!(Fp8E4m3, Fp8E4m3, super::Fp8Format::E4M3);
 fp8_elem!(Fp8E5m2, Fp8E5m2, super::Fp8Format::E5M2);
+
+// SAFETY: one plain byte, as a kernel reads it (`unsigned char`); all-zero is the code of +0.
+unsafe impl cudarc::driver::DeviceRepr for Fp8E4m3 {}
+unsafe impl cudarc::driver::DeviceRepr for Fp8E5m2 {}
+unsafe impl cudarc::driver::ValidAsZeroBits for Fp8E4m3 {}
+unsafe impl cudarc::driver::ValidAsZeroBits for Fp8E5m2 {}

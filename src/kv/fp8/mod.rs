@@ -245,3 +245,11 @@ mod tests {
         }
     }
 }
+
+/// Every code's value in `format` (unscaled), for table lookups: 1 KiB per format, built once.
+pub fn decode_table(format: Fp8Format) -> &'static [f32; 256] {
+    static TABLES: [std::sync::OnceLock<[f32; 256]>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    let i = format as usize;
+    TABLES[i].get_or_init(|| std::array::from_fn(|code| format.decode(code as u8)))
+}
