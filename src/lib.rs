@@ -24,5 +24,6 @@ pub mod stats;
 pub mod swap;
 pub mod sweep;
 pub mod timing;
+pub mod value_names;
 pub mod vmm;
 pub mod workload;

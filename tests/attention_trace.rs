@@ -1,16 +1,13 @@
 //! `pagedkv attention --trace FILE`: a ragged batch from a trace's first requests (prompt + output
 //! tokens, capped by --max-context), on the CPU; bad traces exit 2 with one line.
 
+mod cli;
+
 use pagedkv::attention::tolerance;
 use pagedkv::kv::Dtype;
-use std::process::Command;
 
 fn attention(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .arg("attention")
-        .args(args)
-        .output()
-        .expect("run pagedkv")
+    cli::pagedkv(&[&["attention"], args].concat())
 }
 
 const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");

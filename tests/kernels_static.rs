@@ -6,6 +6,8 @@
 //! Skips, saying why, when the kernels or the SASS analysis were not built. (No kernel spilling
 //! registers is checked once, in tests/kernels_fatbin.rs.)
 
+mod cli;
+
 use pagedkv::kernels::report::{self, StaticKernel};
 use pagedkv::kernels::{self, sass};
 use pagedkv::launch::gather::MERGE_THREADS;
@@ -163,10 +165,7 @@ fn the_read_only_stream_keeps_plenty_in_flight() {
 #[test]
 fn info_json_carries_the_static_figures() {
     let Some(report) = built_report() else { return };
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(["info", "--json"])
-        .output()
-        .unwrap();
+    let out = cli::pagedkv(&["info", "--json"]);
     assert!(
         out.status.success(),
         "{}",

@@ -4,15 +4,13 @@
 //! and bad input is one line with exit code 2. Consistency only, never speed: these run on a
 //! loaded 2-core machine.
 
+mod cli;
+
 use serde_json::Value;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn pagedkv(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .arg("lab")
-        .args(args)
-        .output()
-        .expect("runs")
+    cli::pagedkv(&[&["lab"], args].concat())
 }
 
 /// Runs a lab with `--json`; its output parsed (exit code 0 required).

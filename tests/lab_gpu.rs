@@ -3,11 +3,12 @@
 //! hold; without one they must be `Unavailable`, and the CLI must say "skipped" with the reason
 //! and exit 0, never report figures.
 
+mod cli;
+
 use pagedkv::lab::gpu_alloc::{self, GpuAllocConfig};
 use pagedkv::lab::gpu_managed::{self, ManagedConfig};
 use pagedkv::lab::{CheckStatus, LabError};
 use serde_json::Value;
-use std::process::Command;
 
 const MIB: usize = 1 << 20;
 
@@ -68,19 +69,13 @@ fn gpu_managed_runs_on_a_gpu_or_is_unavailable() {
     }
 }
 
-fn cli(args: &[&str]) -> Option<std::process::Output> {
+fn run_lab(args: &[&str]) -> Option<std::process::Output> {
     let bin = env!("CARGO_BIN_EXE_pagedkv");
     if !std::path::Path::new(bin).exists() {
         println!("skipped: the CLI is not beside this test binary");
         return None;
     }
-    Some(
-        Command::new(bin)
-            .arg("lab")
-            .args(args)
-            .output()
-            .expect("runs"),
-    )
+    Some(cli::pagedkv(&[&["lab"], args].concat()))
 }
 
 #[test]
@@ -90,7 +85,7 @@ fn without_a_gpu_the_cli_says_skipped_with_the_reason() {
         return;
     }
     for lab in ["gpu-alloc", "gpu-managed"] {
-        let Some(out) = cli(&[lab, "--json"]) else {
+        let Some(out) = run_lab(&[lab, "--json"]) else {
             return;
         };
         assert_eq!(out.status.code(), Some(0), "{lab}");
@@ -99,7 +94,7 @@ fn without_a_gpu_the_cli_says_skipped_with_the_reason() {
         assert_eq!(v["lab"], lab);
         assert!(!v["reason"].as_str().unwrap().is_empty());
         assert!(v.get("rows").is_none() && v.get("passes").is_none());
-        let Some(text) = cli(&[lab]) else { return };
+        let Some(text) = run_lab(&[lab]) else { return };
         let text = String::from_utf8_lossy(&text.stdout);
         assert!(text.starts_with(&format!("lab {lab}: skipped: ")), "{text}");
     }
@@ -112,7 +107,7 @@ fn gpu_labs_reject_bad_input_before_looking_for_a_gpu() {
         &["gpu-alloc", "--chunks", "0"],
         &["gpu-managed", "--size", "0"],
     ] {
-        let Some(out) = cli(args) else { return };
+        let Some(out) = run_lab(args) else { return };
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
     }

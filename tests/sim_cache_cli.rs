@@ -1,15 +1,13 @@
 //! `pagedkv sim cache` end to end: JSON rows, the FIFO anomaly through the CLI, curves written with
 //! --out, determinism, and one-line errors with exit code 2 on bad input.
 
+mod cli;
+
 use serde_json::Value;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn pagedkv(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(["sim", "cache"])
-        .args(args)
-        .output()
-        .expect("runs")
+    cli::pagedkv(&[&["sim", "cache"], args].concat())
 }
 
 fn json_rows(args: &[&str]) -> Vec<Value> {

@@ -2,6 +2,7 @@
 //! property of LRU and OPT, one-pass curves equal to per-capacity runs, OPT never beaten, and
 //! LRU/FIFO hit ratios on Zipf next to Che's approximation (theory computed here).
 
+use clap::ValueEnum;
 use pagedkv::sim::cache::{hit_sequence, lru_curve, opt_curve, simulate, Policy};
 use pagedkv::workload::key_gen::{
     drifting_hot_set, loop_over, scan_into_hot_set, sequence, uniform, zipf,
@@ -90,7 +91,7 @@ fn opt_is_never_beaten() {
     for t in &traces {
         for cap in [1, 2, 3, 4, 7, 16, 33, 64, 150] {
             let best = hits(Policy::Opt, t, cap);
-            for p in Policy::ALL {
+            for &p in Policy::value_variants() {
                 let h = hits(p, t, cap);
                 assert!(h <= best, "{p} at {cap}: {h} hits > OPT's {best}");
             }
@@ -161,7 +162,7 @@ fn lru_and_fifo_on_zipf_match_ches_approximation() {
 fn capacity_beyond_the_key_space_misses_only_first_requests() {
     for t in random_traces().iter().take(4) {
         let distinct = t.distinct() as u64;
-        for p in Policy::ALL {
+        for &p in Policy::value_variants() {
             let h = simulate(p, t, t.key_space() + 5).unwrap();
             assert_eq!(h.misses(), distinct, "{p}");
         }

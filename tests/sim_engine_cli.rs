@@ -1,15 +1,12 @@
 //! `pagedkv sim engine` from the command line: bad input is one line and exit code 2; a scenario's
 //! step log through the CLI equals vLLM's recording; JSON, plots and several block sizes.
 
+mod cli;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 fn engine(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(["sim", "engine"])
-        .args(args)
-        .output()
-        .expect("run pagedkv")
+    cli::pagedkv(&[&["sim", "engine"], args].concat())
 }
 
 fn temp_dir(name: &str) -> PathBuf {

@@ -1,6 +1,7 @@
 //! Allocation simulator: hand-worked fits, the contiguous allocator against a byte-map model, and
 //! invariants over random replays (never over-committed, every token of capacity accounted for).
 
+use clap::ValueEnum;
 use pagedkv::sim::alloc::{
     compare, policies, replay, replay_observed, ContiguousMemory, Fit, NoHole, Policy,
     ReplayConfig, ReplayError, SyntheticRequests,
@@ -52,7 +53,7 @@ fn replay_rejects_for_fragmentation_only_under_worst_fit() {
         step_s: 1.0,
         check: true,
     };
-    for fit in Fit::ALL {
+    for &fit in Fit::value_variants() {
         let row = replay(&reqs, Policy::Contiguous { fit }, &cfg).unwrap();
         let expect = u64::from(fit == Fit::Worst);
         assert_eq!(
@@ -155,7 +156,7 @@ proptest! {
         ),
         fit_i in 0usize..3,
     ) {
-        let fit = Fit::ALL[fit_i];
+        let fit = Fit::value_variants()[fit_i];
         let cap = 64u64;
         let mut m = ContiguousMemory::new(cap, fit);
         let mut model = ByteMap { used: vec![false; cap as usize], fit };

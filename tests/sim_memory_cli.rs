@@ -1,12 +1,9 @@
 //! The memory commands end to end: JSON that parses, plots written, bad input as exit code 2.
 
-use std::process::Command;
+mod cli;
 
 fn pagedkv(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(args)
-        .output()
-        .expect("run pagedkv");
+    let out = cli::pagedkv(args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -1,5 +1,6 @@
 //! Copy-on-write, thrashing and translation: theory and obvious models against the simulators.
 
+use clap::ValueEnum;
 use pagedkv::kv::BlockTable;
 use pagedkv::sim::cow::{beam_search, random_beam_schedule, Strategy};
 use pagedkv::sim::thrash::{count_faults, knee, sweep, Costs, Pattern, PhasedWorkload};
@@ -79,7 +80,7 @@ proptest! {
                               table in prop::collection::vec(0u32..1000, 1..20), tok in 0u64..400,
                               bs_log in 0u32..9) {
         let addr = if upper { addr | 0xffff_8000_0000_0000 } else { addr };
-        for size in X86PageSize::ALL {
+        for &size in X86PageSize::value_variants() {
             let s = split_x86(addr, size).unwrap();
             let low = (u64::from(s.pml4) << 39) | (u64::from(s.pdpt) << 30)
                 | (u64::from(s.pd.unwrap_or(0)) << 21) | (u64::from(s.pt.unwrap_or(0)) << 12);

@@ -1,13 +1,9 @@
 //! `pagedkv sim radix` end to end: JSON keys, words in --show-tree, one-line errors with exit 2.
 
-use std::process::Command;
+mod cli;
 
 fn pagedkv(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(["sim", "radix"])
-        .args(args)
-        .output()
-        .expect("runs")
+    cli::pagedkv(&[&["sim", "radix"], args].concat())
 }
 
 fn temp_file(name: &str, text: &str) -> std::path::PathBuf {

@@ -1,14 +1,9 @@
 //! `pagedkv sim sched` end to end: JSON shape, per-class rows, bad input as one line and exit 2,
 //! the load-sweep plot.
 
-use std::process::{Command, Output};
+mod cli;
 
-fn pagedkv(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(args)
-        .output()
-        .expect("run pagedkv")
-}
+use cli::pagedkv;
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("pagedkv-sched-{name}-{}", std::process::id()));

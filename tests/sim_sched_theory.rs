@@ -6,6 +6,7 @@
 //! each simulated mean is printed (run with `--nocapture`) and asserted to be small enough
 //! (≤ 1% of the mean) that a 3% error is a real disagreement, not noise.
 
+use clap::ValueEnum;
 use pagedkv::sim::sched::{trace_policy, PolicyKind, SchedParams, Trace};
 use pagedkv::workload::jobs::{poisson_jobs, Class, Job, PoissonWorkload, SizeDist};
 
@@ -295,13 +296,7 @@ fn mm1_preemptive_priority_per_class_and_size_blind_policies_overall() {
     // service says nothing about what is left).
     let theory = pollaczek_khinchine(load, 2.0);
     for kind in [PolicyKind::Prio, PolicyKind::Aging, PolicyKind::Mlfq] {
-        check(
-            &format!("M/M/1 {} overall", kind.name()),
-            &jobs,
-            kind,
-            &p,
-            theory,
-        );
+        check(&format!("M/M/1 {} overall", kind), &jobs, kind, &p, theory);
     }
 }
 
@@ -315,7 +310,7 @@ fn same_seed_same_result_other_seed_other_result() {
     let sizes = SizeDist::Pareto { alpha: 1.5 };
     let a = workload_small(sizes, 1);
     let b = workload_small(sizes, 2);
-    for kind in PolicyKind::ALL {
+    for &kind in PolicyKind::value_variants() {
         let ta = trace_policy(&a, kind, &p).unwrap();
         assert_eq!(ta, trace_policy(&a, kind, &p).unwrap(), "{kind:?}");
         assert_ne!(ta, trace_policy(&b, kind, &p).unwrap(), "{kind:?}");

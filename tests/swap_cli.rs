@@ -1,14 +1,9 @@
 //! `pagedkv swap` end to end on the CPU: every block size's round trip checked, the JSON keys, and
 //! one-line errors with exit code 2.
 
-use std::process::Command;
+mod cli;
 
-fn pagedkv(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(args)
-        .output()
-        .expect("run pagedkv")
-}
+use cli::pagedkv;
 
 #[test]
 fn cpu_swap_reports_every_block_size_intact() {

@@ -3,14 +3,10 @@
 //! end-to-end rule (recomputed here from the JSON), the proxy's pick the proxy rule; `--out` writes
 //! every file. Tiny probe pools and truncated traces keep it fast.
 
-use std::process::Command;
+mod cli;
 
 fn sweep(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .arg("sweep")
-        .args(args)
-        .output()
-        .expect("run pagedkv")
+    cli::pagedkv(&[&["sweep"], args].concat())
 }
 
 const TINY: [&str; 10] = [

@@ -1,13 +1,8 @@
 //! `pagedkv sleep-wake` end to end on the CPU twin: JSON keys and values, exit codes.
 
-use std::process::Command;
+mod cli;
 
-fn pagedkv(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args(args)
-        .output()
-        .expect("run pagedkv")
-}
+use cli::pagedkv;
 
 #[test]
 fn cpu_cycles_report_json() {

@@ -1,6 +1,7 @@
 //! Scheduling simulator throughput: jobs simulated per second, per policy, on one core (the
 //! engine is single-threaded). The workload is generated outside the timed loop.
 
+use clap::ValueEnum;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pagedkv::sim::sched::{trace_policy, PolicyKind, SchedParams};
 use pagedkv::workload::jobs::{poisson_jobs, PoissonWorkload, SizeDist};
@@ -25,8 +26,8 @@ pub fn policies(c: &mut Criterion) {
     let mut group = c.benchmark_group("sched_mm1_load0.8");
     group.sample_size(10);
     group.throughput(Throughput::Elements(JOBS as u64));
-    for kind in PolicyKind::ALL {
-        group.bench_with_input(BenchmarkId::from_parameter(kind.name()), &kind, |b, &k| {
+    for &kind in PolicyKind::value_variants() {
+        group.bench_with_input(BenchmarkId::from_parameter(kind), &kind, |b, &k| {
             b.iter(|| trace_policy(black_box(&jobs), k, &params).expect("valid run"))
         });
     }

@@ -97,13 +97,23 @@ fn kernel_report(
     resources: Option<&'static KernelResources>,
     dynamic: &[(&str, u32)],
 ) -> StaticKernel {
+    kernel_report_with(sm, sass, resources, DECLARED_THREADS, dynamic)
+}
+
+/// [`kernel_report`] with a table of declared block sizes of its own (tests).
+fn kernel_report_with(
+    sm: &SmLimits,
+    sass: &'static KernelSass,
+    resources: Option<&'static KernelResources>,
+    declared: &[(&str, u32)],
+    dynamic: &[(&str, u32)],
+) -> StaticKernel {
     let kernel: &'static str = &sass.kernel;
-    let (threads_per_cta, threads_from) =
-        match (sass.max_threads, by_prefix(DECLARED_THREADS, kernel)) {
-            (Some(t), _) => (Some(t), Some(ThreadsFrom::LaunchBounds)),
-            (None, Some(t)) => (Some(t), Some(ThreadsFrom::Declared)),
-            (None, None) => (None, None),
-        };
+    let (threads_per_cta, threads_from) = match (sass.max_threads, by_prefix(declared, kernel)) {
+        (Some(t), _) => (Some(t), Some(ThreadsFrom::LaunchBounds)),
+        (None, Some(t)) => (Some(t), Some(ThreadsFrom::Declared)),
+        (None, None) => (None, None),
+    };
     let dynamic_shared_bytes = by_prefix(dynamic, kernel).unwrap_or(0);
     let occupancy = threads_per_cta.zip(resources).map(|(threads, r)| {
         occupancy::occupancy(
@@ -285,7 +295,14 @@ mod tests {
             None,
             vec![looped(0, 0, None, 512.0)],
         );
-        let r = kernel_report(&occupancy::SM90, merge, Some(resources(32, 0)), &[]);
+        let declared = [("merge_partitions_", 128)];
+        let r = kernel_report_with(
+            &occupancy::SM90,
+            merge,
+            Some(resources(32, 0)),
+            &declared,
+            &[],
+        );
         assert_eq!(
             (r.threads_per_cta, r.threads_from),
             (Some(128), Some(ThreadsFrom::Declared))
@@ -293,7 +310,13 @@ mod tests {
         assert_eq!(r.ctas_per_sm, Some(16));
         // 100 KiB of dynamic shared memory per launch leaves room for 2 CTAs.
         let dynamic = [("merge_partitions_", 100 * 1024)];
-        let r = kernel_report(&occupancy::SM90, merge, Some(resources(32, 0)), &dynamic);
+        let r = kernel_report_with(
+            &occupancy::SM90,
+            merge,
+            Some(resources(32, 0)),
+            &declared,
+            &dynamic,
+        );
         assert_eq!(
             (r.ctas_per_sm, r.dynamic_shared_bytes),
             (Some(2), 100 * 1024)

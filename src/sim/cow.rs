@@ -42,7 +42,7 @@ pub struct CowCounts {
     pub peak_blocks: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Share on fork, copy a partly filled last block on first write.
@@ -53,15 +53,7 @@ pub enum Strategy {
     CopyExtraForks,
 }
 
-impl Strategy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::CopyOnWrite => "copy-on-write",
-            Strategy::CopyEveryFork => "copy-every-fork",
-            Strategy::CopyExtraForks => "copy-extra-forks",
-        }
-    }
-}
+crate::value_names::display_as_value_name!(Strategy);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CowRow {

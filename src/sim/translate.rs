@@ -159,8 +159,6 @@ pub enum X86PageSize {
 }
 
 impl X86PageSize {
-    pub const ALL: [X86PageSize; 3] = [X86PageSize::K4, X86PageSize::M2, X86PageSize::G1];
-
     /// Table levels walked: PML4, PDPT, PD, PT for 4 KiB; the PD entry maps a 2 MiB page; the
     /// PDPT entry maps a 1 GiB page.
     pub fn levels(self) -> u32 {

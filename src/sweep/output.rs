@@ -2,115 +2,138 @@
 //! `bandwidth.svg`, `end_to_end.svg`) and the attention efficiency profile the engine simulator
 //! reads (`attention_profile.json`), all from a [`SweepReport`].
 
-use super::{SweepReport, SweepRow};
+use super::{MemoryBandwidth, SweepReport, SweepRow};
 use crate::report::{line_plot, Axis, Series};
+use serde::Serialize;
 use std::path::Path;
 
 type BoxError = Box<dyn std::error::Error>;
 
-fn cell<T: ToString>(x: Option<T>) -> String {
-    x.map(|v| v.to_string()).unwrap_or_default()
+/// The CSV's own columns: one row's figures, empty cells where a figure was not measured.
+#[derive(Serialize, Default)]
+struct RowCells {
+    block_size: usize,
+    pool_blocks: u64,
+    internal_waste_pct: f64,
+    concurrent_requests: f64,
+    tw_concurrent_requests: Option<f64>,
+    peak_blocks_in_use: Option<u64>,
+    peak_headroom: Option<f64>,
+    prefix_share_lost_pct: Option<f64>,
+    block_table_bytes_per_request: f64,
+    block_table_bytes_pool: u64,
+    block_table_bytes_padded: u64,
+    gather_gbps: Option<f64>,
+    gather_copy_gbps: Option<f64>,
+    copy_gbps: Option<f64>,
+    stream_gbps: Option<f64>,
+    convert_stream_gbps: Option<f64>,
+    gather_frac_of_stream: Option<f64>,
+    gather_copy_frac_of_copy: Option<f64>,
+    attention_gbps: Option<f64>,
+    attention_frac_of_stream: Option<f64>,
+    efficiency_noise: Option<f64>,
+    proxy: f64,
+    e2e_output_tokens_per_s: Option<f64>,
+    e2e_p99_ttft_s: Option<f64>,
+    e2e_p99_tpot_s: Option<f64>,
+    e2e_preemptions: Option<u64>,
 }
 
-/// The CSV: one row per block size; empty cells where a figure was not measured. Columns of every
-/// probe after the first carry its memory label as a suffix (`gather_gbps_4k`).
-pub fn csv(report: &SweepReport) -> String {
-    let mut header: Vec<String> = [
-        "block_size",
-        "pool_blocks",
-        "internal_waste_pct",
-        "concurrent_requests",
-        "tw_concurrent_requests",
-        "peak_blocks_in_use",
-        "peak_headroom",
-        "prefix_share_lost_pct",
-        "block_table_bytes_per_request",
-        "block_table_bytes_pool",
-        "block_table_bytes_padded",
-        "gather_gbps",
-        "gather_copy_gbps",
-        "copy_gbps",
-        "stream_gbps",
-        "convert_stream_gbps",
-        "gather_frac_of_stream",
-        "gather_copy_frac_of_copy",
-        "attention_gbps",
-        "attention_frac_of_stream",
-        "efficiency_noise",
-        "proxy",
-        "e2e_output_tokens_per_s",
-        "e2e_p99_ttft_s",
-        "e2e_p99_tpot_s",
-        "e2e_preemptions",
-    ]
-    .map(String::from)
-    .to_vec();
-    let extra: Vec<String> = report
-        .rows
-        .first()
-        .map(|r| r.memory.iter().skip(1).map(|m| m.memory.clone()).collect())
-        .unwrap_or_default();
-    for label in &extra {
-        for name in [
-            "gather_gbps",
-            "gather_copy_gbps",
-            "copy_gbps",
-            "stream_gbps",
-            "convert_stream_gbps",
-            "gather_frac_of_stream",
-            "gather_copy_frac_of_copy",
-            "attention_gbps",
-            "attention_frac_of_stream",
-        ] {
-            header.push(format!("{name}_{label}"));
+/// The columns of each probe after the first, suffixed with its memory label (`gather_gbps_4k`).
+#[derive(Serialize, Default)]
+struct ProbeCells {
+    gather_gbps: f64,
+    gather_copy_gbps: f64,
+    copy_gbps: f64,
+    stream_gbps: f64,
+    convert_stream_gbps: Option<f64>,
+    gather_frac_of_stream: f64,
+    gather_copy_frac_of_copy: f64,
+    attention_gbps: Option<f64>,
+    attention_frac_of_stream: Option<f64>,
+}
+
+impl From<&SweepRow> for RowCells {
+    fn from(r: &SweepRow) -> Self {
+        RowCells {
+            block_size: r.block_size,
+            pool_blocks: r.pool_blocks,
+            internal_waste_pct: r.internal_waste_pct,
+            concurrent_requests: r.concurrent_requests,
+            tw_concurrent_requests: r.tw_concurrent_requests,
+            peak_blocks_in_use: r.peak_blocks_in_use,
+            peak_headroom: r.peak_headroom,
+            prefix_share_lost_pct: r.prefix_share_lost_pct,
+            block_table_bytes_per_request: r.block_table_bytes_per_request,
+            block_table_bytes_pool: r.block_table_bytes_pool,
+            block_table_bytes_padded: r.block_table_bytes_padded,
+            gather_gbps: r.gather_gbps,
+            gather_copy_gbps: r.gather_copy_gbps,
+            copy_gbps: r.copy_gbps,
+            stream_gbps: r.stream_gbps,
+            convert_stream_gbps: r.convert_stream_gbps,
+            gather_frac_of_stream: r.gather_frac_of_stream,
+            gather_copy_frac_of_copy: r.gather_copy_frac_of_copy,
+            attention_gbps: r.attention_gbps,
+            attention_frac_of_stream: r.attention_frac_of_stream,
+            efficiency_noise: r.efficiency_noise,
+            proxy: r.proxy,
+            e2e_output_tokens_per_s: r.e2e_output_tokens_per_s,
+            e2e_p99_ttft_s: r.e2e_p99_ttft_s,
+            e2e_p99_tpot_s: r.e2e_p99_tpot_s,
+            e2e_preemptions: r.e2e_preemptions,
         }
     }
-    let mut out = header.join(",") + "\n";
-    for r in &report.rows {
-        let mut cells = vec![
-            r.block_size.to_string(),
-            r.pool_blocks.to_string(),
-            r.internal_waste_pct.to_string(),
-            r.concurrent_requests.to_string(),
-            cell(r.tw_concurrent_requests),
-            cell(r.peak_blocks_in_use),
-            cell(r.peak_headroom),
-            cell(r.prefix_share_lost_pct),
-            r.block_table_bytes_per_request.to_string(),
-            r.block_table_bytes_pool.to_string(),
-            r.block_table_bytes_padded.to_string(),
-            cell(r.gather_gbps),
-            cell(r.gather_copy_gbps),
-            cell(r.copy_gbps),
-            cell(r.stream_gbps),
-            cell(r.convert_stream_gbps),
-            cell(r.gather_frac_of_stream),
-            cell(r.gather_copy_frac_of_copy),
-            cell(r.attention_gbps),
-            cell(r.attention_frac_of_stream),
-            cell(r.efficiency_noise),
-            r.proxy.to_string(),
-            cell(r.e2e_output_tokens_per_s),
-            cell(r.e2e_p99_ttft_s),
-            cell(r.e2e_p99_tpot_s),
-            cell(r.e2e_preemptions),
-        ];
-        for m in r.memory.iter().skip(1) {
-            cells.extend([
-                m.gather_gbps.to_string(),
-                m.gather_copy_gbps.to_string(),
-                m.copy_gbps.to_string(),
-                m.stream_gbps.to_string(),
-                cell(m.convert_stream_gbps),
-                m.gather_frac_of_stream.to_string(),
-                m.gather_copy_frac_of_copy.to_string(),
-                cell(m.attention_gbps),
-                cell(m.attention_frac_of_stream),
-            ]);
+}
+
+impl From<&MemoryBandwidth> for ProbeCells {
+    fn from(m: &MemoryBandwidth) -> Self {
+        ProbeCells {
+            gather_gbps: m.gather_gbps,
+            gather_copy_gbps: m.gather_copy_gbps,
+            copy_gbps: m.copy_gbps,
+            stream_gbps: m.stream_gbps,
+            convert_stream_gbps: m.convert_stream_gbps,
+            gather_frac_of_stream: m.gather_frac_of_stream,
+            gather_copy_frac_of_copy: m.gather_copy_frac_of_copy,
+            attention_gbps: m.attention_gbps,
+            attention_frac_of_stream: m.attention_frac_of_stream,
         }
-        out += &(cells.join(",") + "\n");
     }
-    out
+}
+
+/// The column names csv gives a flat record type: its serde field names.
+fn columns<T: Serialize + Default>() -> Result<Vec<String>, BoxError> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.serialize(T::default())?;
+    let text = w.into_inner().map_err(|e| e.to_string())?;
+    let mut r = csv::Reader::from_reader(&text[..]);
+    Ok(r.headers()?.iter().map(String::from).collect())
+}
+
+/// The CSV: one row per block size (a [`RowCells`], then a [`ProbeCells`] per further probe).
+/// Numbers are written as sweep.json writes them: the shortest text that reads back exactly.
+pub fn csv(rows: &[SweepRow]) -> Result<String, BoxError> {
+    let mut header = columns::<RowCells>()?;
+    let probe_columns = columns::<ProbeCells>()?;
+    if let Some(first) = rows.first() {
+        for m in first.memory.iter().skip(1) {
+            header.extend(probe_columns.iter().map(|c| format!("{c}_{}", m.memory)));
+        }
+    }
+    // Not flexible: a row with another number of probes than the first is an error.
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(Vec::new());
+    w.write_record(&header)?;
+    for r in rows {
+        let probes: Vec<ProbeCells> = r.memory.iter().skip(1).map(ProbeCells::from).collect();
+        w.serialize((RowCells::from(r), probes))?;
+    }
+    Ok(String::from_utf8(
+        w.into_inner().map_err(|e| e.to_string())?,
+    )?)
 }
 
 fn series(name: &str, rows: &[SweepRow], y: impl Fn(&SweepRow) -> Option<f64>) -> Series {
@@ -135,7 +158,7 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
         written.push(path.display().to_string());
         Ok(())
     };
-    write("sweep.csv", csv(report))?;
+    write("sweep.csv", csv(&report.rows)?)?;
     write("sweep.json", serde_json::to_string_pretty(report)? + "\n")?;
     let profile = super::end_to_end::profile(&report.rows, &report.device);
     if profile.measured {
@@ -241,4 +264,106 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
     )?;
     written.push(path.display().to_string());
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(memory: &str, gather_gbps: f64) -> MemoryBandwidth {
+        MemoryBandwidth {
+            memory: memory.into(),
+            copy_gbps: 20.0,
+            stream_gbps: 40.0,
+            convert_stream_gbps: None,
+            gather_gbps,
+            gather_frac_of_stream: gather_gbps / 40.0,
+            gather_copy_gbps: 10.0,
+            gather_copy_frac_of_copy: 0.5,
+            attention_gbps: Some(0.1),
+            attention_frac_of_stream: None,
+            efficiency_noise: None,
+        }
+    }
+
+    fn row(block_size: usize, memory: Vec<MemoryBandwidth>) -> SweepRow {
+        SweepRow {
+            block_size,
+            pool_blocks: 1000 / block_size as u64,
+            internal_waste_pct: 12.5,
+            concurrent_requests: 3.0,
+            tw_concurrent_requests: None,
+            peak_blocks_in_use: Some(7),
+            peak_headroom: None,
+            prefix_share_lost_pct: None,
+            block_table_bytes_per_request: 1e-7,
+            block_table_bytes_pool: 4096,
+            block_table_bytes_padded: 8192,
+            gather_gbps: Some(memory[0].gather_gbps),
+            gather_copy_gbps: None,
+            copy_gbps: None,
+            stream_gbps: None,
+            convert_stream_gbps: None,
+            gather_frac_of_stream: None,
+            gather_copy_frac_of_copy: None,
+            attention_gbps: None,
+            attention_frac_of_stream: None,
+            efficiency_noise: None,
+            memory,
+            proxy: 0.75,
+            e2e_output_tokens_per_s: None,
+            e2e_p99_ttft_s: None,
+            e2e_p99_tpot_s: None,
+            e2e_preemptions: Some(2),
+        }
+    }
+
+    #[test]
+    fn csv_has_a_column_per_figure_and_per_further_probe() {
+        let rows = [
+            row(16, vec![probe("thp", 30.0), probe("4k", 25.5)]),
+            row(32, vec![probe("thp", 31.0), probe("4k", 26.0)]),
+        ];
+        let text = csv(&rows).unwrap();
+        let mut r = csv::Reader::from_reader(text.as_bytes());
+        let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+        assert_eq!(header.len(), 26 + 9);
+        assert_eq!(header[0], "block_size");
+        assert_eq!(header[21], "proxy");
+        assert_eq!(header[25], "e2e_preemptions");
+        assert_eq!(header[26], "gather_gbps_4k");
+        assert_eq!(header[34], "attention_frac_of_stream_4k");
+        let records: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
+        assert_eq!(records.len(), 2);
+        let cell = |i: usize, name: &str| {
+            let col = header.iter().position(|h| h == name).unwrap();
+            records[i][col].to_string()
+        };
+        assert_eq!(cell(0, "block_size"), "16");
+        assert_eq!(cell(1, "pool_blocks"), "31");
+        assert_eq!(
+            cell(0, "tw_concurrent_requests"),
+            "",
+            "None is an empty cell"
+        );
+        assert_eq!(cell(0, "peak_blocks_in_use"), "7");
+        assert_eq!(cell(0, "gather_gbps"), "30.0");
+        assert_eq!(cell(1, "gather_gbps_4k"), "26.0");
+        assert_eq!(
+            cell(0, "gather_frac_of_stream_4k"),
+            (25.5 / 40.0).to_string()
+        );
+        assert_eq!(cell(0, "attention_gbps_4k"), "0.1");
+        assert_eq!(cell(0, "convert_stream_gbps_4k"), "");
+        let tiny: f64 = cell(0, "block_table_bytes_per_request").parse().unwrap();
+        assert_eq!(tiny, 1e-7);
+        assert_eq!(cell(1, "e2e_preemptions"), "2");
+        // No rows: the header alone. Rows with different probes: an error, not a ragged file.
+        assert_eq!(csv(&[]).unwrap().lines().count(), 1);
+        let ragged = [
+            row(16, vec![probe("thp", 1.0), probe("4k", 1.0)]),
+            row(32, vec![probe("thp", 1.0)]),
+        ];
+        assert!(csv(&ragged).is_err());
+    }
 }

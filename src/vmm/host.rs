@@ -3,8 +3,12 @@
 //! `MAP_FIXED | MAP_SHARED` (the `cuMemMap`). Releasing a chunk puts a fresh `PROT_NONE` mapping
 //! over it — atomically, so the range never becomes free for another `mmap` to take — and closes
 //! the memfd, which frees its pages: resident memory really drops.
+//!
+//! The reservation and its chunks are mapped with libc: memmap2 does not map over a reservation
+//! (`MAP_FIXED`). The offload buffer ([`HostBuffer`]) is a plain anonymous mapping: memmap2's.
 
 use super::{Backing, ChunkLayout, VmmError};
+use memmap2::{Advice, MmapMut};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub struct HostBacking {
@@ -185,22 +189,38 @@ impl Backing for HostBacking {
     }
 }
 
-/// Faults in every page of `addr..addr + len` writable (MADV_POPULATE_WRITE, Linux 5.14+; older
-/// kernels get one write per page, which the zero-filled memfd pages tolerate).
+/// Faults in every page of `addr..addr + len` writable (see [`populate`]).
 fn populate_for_write(addr: *mut libc::c_void, len: usize) -> Result<(), VmmError> {
     // SAFETY: `addr..addr + len` is a mapping we just created.
-    if unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_WRITE) } == 0 {
-        return Ok(());
+    let advised = if unsafe { libc::madvise(addr, len, libc::MADV_POPULATE_WRITE) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    };
+    // SAFETY: the fresh mapping is readable and writable, zero-filled, and nothing else refers to it.
+    populate(advised, unsafe {
+        std::slice::from_raw_parts_mut(addr.cast(), len)
+    })
+}
+
+/// Completes MADV_POPULATE_WRITE on `bytes` (Linux 5.14+): older kernels refuse it as unknown
+/// (EINVAL) and get one write per page instead, which the zero-filled pages tolerate.
+fn populate(advised: std::io::Result<()>, bytes: &mut [u8]) -> Result<(), VmmError> {
+    match advised {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            for byte in bytes.iter_mut().step_by(page_size()) {
+                // Volatile: writing the zero the page holds must still reach it, to allocate it.
+                // SAFETY: a valid, exclusively borrowed byte.
+                unsafe { std::ptr::write_volatile(byte, 0) };
+            }
+            Ok(())
+        }
+        Err(source) => Err(VmmError::Os {
+            op: "madvise(MADV_POPULATE_WRITE)",
+            source,
+        }),
     }
-    if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-        return Err(VmmError::os("madvise(MADV_POPULATE_WRITE)"));
-    }
-    for offset in (0..len).step_by(page_size()) {
-        // SAFETY: inside the fresh, writable mapping; the page holds zeros, so writing zero
-        // changes nothing but allocates it.
-        unsafe { std::ptr::write_volatile(addr.cast::<u8>().add(offset), 0) };
-    }
-    Ok(())
 }
 
 impl Drop for HostBacking {
@@ -216,69 +236,30 @@ impl Drop for HostBacking {
 /// as allocation time. Transparent huge pages are asked for (madvise) because that allocation
 /// otherwise costs one page fault per 4 KiB.
 pub struct HostBuffer {
-    ptr: *mut u8,
-    len: usize,
+    map: MmapMut,
 }
-
-// SAFETY: the buffer owns its mapping exclusively.
-unsafe impl Send for HostBuffer {}
 
 impl HostBuffer {
     pub fn new(len: usize) -> Result<Self, VmmError> {
-        if len == 0 {
-            return Ok(HostBuffer {
-                ptr: std::ptr::NonNull::dangling().as_ptr(),
-                len,
-            });
-        }
-        // SAFETY: a fresh private anonymous mapping.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(VmmError::os("mmap(offload buffer)"));
-        }
-        // SAFETY: advice on our own fresh mapping; refusal (THP off) only costs speed.
-        unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
-        if let Err(e) = populate_for_write(ptr, len) {
-            // SAFETY: the mapping is ours and unused.
-            unsafe { libc::munmap(ptr, len) };
-            return Err(e);
-        }
-        Ok(HostBuffer {
-            ptr: ptr.cast(),
-            len,
-        })
+        let os = |op| move |source| VmmError::Os { op, source };
+        let mut map = MmapMut::map_anon(len).map_err(os("mmap(offload buffer)"))?;
+        // Refusal (THP off) only costs speed.
+        let _ = map.advise(Advice::HugePage);
+        let advised = map.advise(Advice::PopulateWrite);
+        populate(advised, &mut map)?;
+        Ok(HostBuffer { map })
     }
 }
 
 impl AsRef<[u8]> for HostBuffer {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: `len` mapped (zero-filled, so initialised) bytes live at `ptr`.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        &self.map
     }
 }
 
 impl AsMut<[u8]> for HostBuffer {
     fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, exclusively borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for HostBuffer {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: our own mapping, unmapped once.
-            unsafe { libc::munmap(self.ptr.cast(), self.len) };
-        }
+        &mut self.map
     }
 }
 

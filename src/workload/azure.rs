@@ -11,6 +11,9 @@
 //!
 //! Arrivals are seconds after the earliest request. Errors name the file and the line.
 
+use super::csv_lines::{self, line_of, next_record, ReadError};
+use csv::StringRecord;
+use std::io::BufRead;
 use std::path::Path;
 use thiserror::Error;
 
@@ -39,12 +42,16 @@ pub enum TraceError {
     },
     #[error("{path}: no requests (the file holds no data rows)")]
     Empty { path: String },
-    #[error("{path}, line 1: {detail}")]
-    Header { path: String, detail: String },
+    #[error("{path}, line {line}: {detail}")]
+    Header {
+        path: String,
+        line: u64,
+        detail: String,
+    },
     #[error("{path}, line {line}: {detail}")]
     Field {
         path: String,
-        line: usize,
+        line: u64,
         detail: String,
     },
 }
@@ -53,59 +60,47 @@ pub enum TraceError {
 pub fn read_azure_csv(path: impl AsRef<Path>) -> Result<Vec<Request>, TraceError> {
     let path = path.as_ref();
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
+    let file = std::fs::File::open(path).map_err(|source| TraceError::Io {
         path: name.clone(),
         source,
     })?;
-    parse_trace_csv(&text, &name)
+    parse_trace(std::io::BufReader::new(file), &name)
 }
 
 /// Parses trace CSV text; `name` is used in error messages.
 pub fn parse_trace_csv(text: &str, name: &str) -> Result<Vec<Request>, TraceError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty());
-    let Some((_, header)) = lines.next() else {
-        return Err(TraceError::Empty { path: name.into() });
+    parse_trace(text.as_bytes(), name)
+}
+
+fn parse_trace(input: impl BufRead, name: &str) -> Result<Vec<Request>, TraceError> {
+    let read_error = |e| match e {
+        ReadError::Io(source) => TraceError::Io {
+            path: name.into(),
+            source,
+        },
+        e @ ReadError::NotUtf8 { line } => TraceError::Field {
+            path: name.into(),
+            line,
+            detail: e.to_string(),
+        },
     };
-    let columns = Columns::find(header).map_err(|detail| TraceError::Header {
+    let mut rows = csv_lines::lines(input, b',', None);
+    let mut record = StringRecord::new();
+    if !next_record(&mut rows, &mut record).map_err(read_error)? {
+        return Err(TraceError::Empty { path: name.into() });
+    }
+    let columns = Columns::find(&record).map_err(|detail| TraceError::Header {
         path: name.into(),
+        line: line_of(&record),
         detail,
     })?;
     let mut raw = Vec::new();
-    for (index, line) in lines {
-        let field_err = |detail: String| TraceError::Field {
+    while next_record(&mut rows, &mut record).map_err(read_error)? {
+        raw.push(columns.read(&record).map_err(|detail| TraceError::Field {
             path: name.into(),
-            line: index + 1,
+            line: line_of(&record),
             detail,
-        };
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        let cell = |i: usize, what: &str| {
-            cells
-                .get(i)
-                .copied()
-                .ok_or_else(|| field_err(format!("missing {what} column (#{})", i + 1)))
-        };
-        let tokens = |i: usize, what: &str| -> Result<u32, TraceError> {
-            let c = cell(i, what)?;
-            c.parse::<u32>()
-                .map_err(|_| field_err(format!("{what} {c:?} is not a token count")))
-        };
-        let prompt_tokens = tokens(columns.prompt, "prompt tokens")?;
-        let output_tokens = tokens(columns.output, "output tokens")?;
-        let time = match columns.time {
-            Some(i) => {
-                let c = cell(i, "timestamp")?;
-                Some(parse_time(c).ok_or_else(|| {
-                    field_err(format!(
-                        "timestamp {c:?} is neither YYYY-MM-DD HH:MM:SS.fff nor seconds"
-                    ))
-                })?)
-            }
-            None => None,
-        };
-        raw.push((time, prompt_tokens, output_tokens));
+        })?);
     }
     if raw.is_empty() {
         return Err(TraceError::Empty { path: name.into() });
@@ -137,13 +132,12 @@ struct Columns {
 }
 
 impl Columns {
-    fn find(header: &str) -> Result<Self, String> {
+    fn find(header: &StringRecord) -> Result<Self, String> {
         let names: Vec<String> = header
-            .split(',')
+            .iter()
             .map(|h| {
-                h.trim()
-                    .chars()
-                    .filter(|c| !matches!(c, '_' | '-' | ' ' | '"'))
+                h.chars()
+                    .filter(|c| !matches!(c, '_' | '-' | ' '))
                     .collect::<String>()
                     .to_ascii_lowercase()
             })
@@ -165,9 +159,34 @@ impl Columns {
             _ => Err(format!(
                 "header {:?} lacks a prompt-token column (ContextTokens, prompt_tokens, input...) \
                  or an output-token column (GeneratedTokens, output_tokens, ...)",
-                header.trim()
+                header.iter().collect::<Vec<_>>().join(",")
             )),
         }
+    }
+
+    /// (arrival, prompt tokens, output tokens) of one data row.
+    fn read(&self, row: &StringRecord) -> Result<(Option<f64>, u32, u32), String> {
+        let cell = |i: usize, what: &str| {
+            row.get(i)
+                .ok_or_else(|| format!("missing {what} column (#{})", i + 1))
+        };
+        let tokens = |i: usize, what: &str| -> Result<u32, String> {
+            let c = cell(i, what)?;
+            c.parse::<u32>()
+                .map_err(|_| format!("{what} {c:?} is not a token count"))
+        };
+        let prompt_tokens = tokens(self.prompt, "prompt tokens")?;
+        let output_tokens = tokens(self.output, "output tokens")?;
+        let time = match self.time {
+            Some(i) => {
+                let c = cell(i, "timestamp")?;
+                Some(parse_time(c).ok_or_else(|| {
+                    format!("timestamp {c:?} is neither YYYY-MM-DD HH:MM:SS.fff nor seconds")
+                })?)
+            }
+            None => None,
+        };
+        Ok((time, prompt_tokens, output_tokens))
     }
 }
 
@@ -269,5 +288,30 @@ mod tests {
             read_azure_csv("/nonexistent/trace.csv"),
             Err(TraceError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn lines_count_blank_lines_crlf_endings_and_quoted_cells() {
+        let text = "\r\nprompt_tokens,\"output, tokens\"\r\n\r\n1,\"2\"\r\n  \r\n3,x\r\n";
+        let e = parse_trace_csv(text, "c.csv").unwrap_err().to_string();
+        assert!(e.starts_with("c.csv, line 6: output tokens \"x\""), "{e}");
+        let r = parse_trace_csv(&text.replace('x', "4"), "c.csv").unwrap();
+        assert_eq!(
+            r.iter().map(|q| q.peak_tokens()).collect::<Vec<_>>(),
+            [3, 7]
+        );
+        let e = parse_trace_csv("\n\nfoo,bar\n1,2\n", "d.csv")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("d.csv, line 3: header \"foo,bar\""), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_text_is_an_error_at_its_line() {
+        let path = std::env::temp_dir().join(format!("pagedkv-azure-{}.csv", std::process::id()));
+        std::fs::write(&path, b"prompt,output\n1,2\n\xff\xfe,3\n").unwrap();
+        let e = read_azure_csv(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.ends_with(".csv, line 3: not UTF-8 text"), "{e}");
     }
 }

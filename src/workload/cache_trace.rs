@@ -6,36 +6,28 @@
 //! - `csv`: one request per line; the object id is in column `obj-id-col` (1-based). As in
 //!   libCacheSim, the delimiter (tab, comma, `|` or `:`) and the presence of a header line are
 //!   detected from the first line unless given, with the same `-t`-style parameter string:
-//!   `"obj-id-col=2, delimiter=,, has-header=true, obj-id-is-num=false"`.
+//!   `"obj-id-col=2, delimiter=,, has-header=true, obj-id-is-num=false"`. The lines themselves
+//!   are read by the `csv` crate ([`super::csv_lines`]): quoted fields may hold the delimiter.
 //!
 //! Ids are numbers (decimal or `0x` hex) unless `obj-id-is-num=false`, which takes them as text.
 //! Objects are unit-sized here: sizes, times, operations and oracle next-access times are read past.
 //! Every id is renumbered densely by first appearance ([`DenseKeys`]).
 
+use super::csv_lines::{self, line_of, next_record, ReadError};
 use super::dense_keys::DenseKeys;
 use super::keys::{KeyTrace, KeyTraceError};
+use csv::StringRecord;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Cursor, Read};
 use std::path::Path;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TraceFormat {
     Csv,
     Txt,
+    #[value(alias = "oracleGeneral")]
     Oracle,
-}
-
-impl FromStr for TraceFormat {
-    type Err = KeyTraceError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "csv" => Ok(TraceFormat::Csv),
-            "txt" => Ok(TraceFormat::Txt),
-            "oracle" | "oracleGeneral" => Ok(TraceFormat::Oracle),
-            _ => Err(KeyTraceError::UnknownFormat(s.into())),
-        }
-    }
 }
 
 impl TraceFormat {
@@ -349,33 +341,9 @@ fn detect_header(first: &str) -> bool {
     digits <= letters
 }
 
-/// Splits a csv line; double-quoted fields may hold the delimiter and `""` for a quote.
-fn split_fields(line: &str, delim: Option<u8>) -> Vec<String> {
-    let Some(d) = delim.map(char::from) else {
-        return vec![unquote(line.trim())];
-    };
-    let mut fields = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            c if c == d && !quoted => fields.push(std::mem::take(&mut cur).trim().to_string()),
-            c => cur.push(c),
-        }
-    }
-    fields.push(cur.trim().to_string());
-    fields
-}
-
-fn unquote(s: &str) -> String {
-    split_fields(s, Some(b'\n')).remove(0)
-}
+/// The delimiter when the first line has none of libCacheSim's: the whole line is the id (a NUL
+/// does not occur in a text trace).
+const NO_DELIMITER: u8 = 0;
 
 const ID_COLUMN_NAMES: [&str; 7] = ["obj_id", "obj-id", "objid", "object_id", "key", "id", "obj"];
 
@@ -385,82 +353,92 @@ pub fn read_csv(
     params: &TraceParams,
     limit: usize,
 ) -> Result<KeyTrace, KeyTraceError> {
-    // Look at the first non-blank line without consuming the rest.
-    let mut first = String::new();
-    let mut skipped = 0u64;
-    loop {
-        first.clear();
-        let n = r
-            .read_line(&mut first)
-            .map_err(|source| KeyTraceError::Io {
-                path: name.into(),
-                source,
-            })?;
-        skipped += 1;
-        if n == 0 || !first.trim().is_empty() {
-            break;
-        }
-    }
-    let first = first.trim_end_matches(['\n', '\r']).to_string();
-    if first.is_empty() {
-        return Ok(KeyTrace::from_keys(Vec::new()));
-    }
-    let delim = params.delimiter.or_else(|| detect_delimiter(&first));
-    let has_header = params.has_header.unwrap_or_else(|| detect_header(&first));
-    let head_fields = split_fields(&first, delim);
+    let io = |source| KeyTraceError::Io {
+        path: name.into(),
+        source,
+    };
     let perr = |line, msg: String| KeyTraceError::Parse {
         path: name.into(),
         line,
         msg,
     };
+    // The first non-blank line decides the delimiter and the header; it is read again as csv.
+    let mut head = Vec::new();
+    let first = loop {
+        let start = head.len();
+        if r.read_until(b'\n', &mut head).map_err(io)? == 0 {
+            return Ok(KeyTrace::from_keys(Vec::new()));
+        }
+        let line = String::from_utf8_lossy(&head[start..]);
+        if !line.trim().is_empty() {
+            break line.trim_end_matches(['\n', '\r']).to_string();
+        }
+    };
+    let delim = params.delimiter.or_else(|| detect_delimiter(&first));
+    let has_header = params.has_header.unwrap_or_else(|| detect_header(&first));
+    let mut rows = csv_lines::lines(
+        Cursor::new(head).chain(r),
+        delim.unwrap_or(NO_DELIMITER),
+        None,
+    );
+    let mut record = StringRecord::new();
+    let mut next = |record: &mut StringRecord| {
+        next_record(&mut rows, record).map_err(|e| match e {
+            ReadError::Io(source) => io(source),
+            e @ ReadError::NotUtf8 { line } => {
+                perr(line, format!("{e} (a binary trace needs --format oracle)"))
+            }
+        })
+    };
+    if !next(&mut record)? {
+        return Ok(KeyTrace::from_keys(Vec::new()));
+    }
     let col = match params.obj_id_col {
         Some(c) => c,
         None if has_header => {
-            let lower: Vec<String> = head_fields.iter().map(|f| f.to_lowercase()).collect();
+            let lower: Vec<String> = record.iter().map(str::to_lowercase).collect();
             ID_COLUMN_NAMES
                 .iter()
                 .find_map(|n| lower.iter().position(|f| f == n))
                 .map(|i| i + 1)
                 .ok_or_else(|| {
                     perr(
-                        skipped,
+                        line_of(&record),
                         format!(
-                            "no object-id column among {head_fields:?}; pass obj-id-col=N in --trace-params"
+                            "no object-id column among {:?}; pass obj-id-col=N in --trace-params",
+                            record.iter().collect::<Vec<_>>()
                         ),
                     )
                 })?
         }
-        None if head_fields.len() == 1 => 1,
+        None if record.len() == 1 => 1,
         None => {
             return Err(perr(
-                skipped,
+                line_of(&record),
                 format!(
                     "{} columns and no header: pass obj-id-col=N in --trace-params",
-                    head_fields.len()
+                    record.len()
                 ),
             ))
         }
     };
     let mut ids = Ids::new(params.obj_id_is_num);
     let mut keys = Vec::new();
-    let mut take = |line_no: u64, line: &str| -> Result<bool, KeyTraceError> {
-        let fields = split_fields(line, delim);
-        let field = fields.get(col - 1).ok_or_else(|| {
+    let mut more = if has_header { next(&mut record)? } else { true };
+    while more {
+        let line = line_of(&record);
+        let field = record.get(col - 1).ok_or_else(|| {
             perr(
-                line_no,
+                line,
                 format!(
                     "{} columns, object id expected in column {col}",
-                    fields.len()
+                    record.len()
                 ),
             )
         })?;
-        keys.push(ids.key(field).map_err(|m| perr(line_no, m))?);
-        Ok(keys.len() < limit)
-    };
-    if !has_header && !take(skipped, &first)? {
-        return KeyTrace::new(keys, ids.len());
+        keys.push(ids.key(field).map_err(|m| perr(line, m))?);
+        more = keys.len() < limit && next(&mut record)?;
     }
-    for_each_line(r, name, |n, line| take(skipped + n, line))?;
     KeyTrace::new(keys, ids.len())
 }
 

@@ -1,30 +1,26 @@
 //! Job streams for one-server scheduling: Poisson arrivals at a chosen load with job sizes drawn from
 //! a distribution of mean 1, or explicit job lists read from a CSV file (`arrival,size[,class]`).
 
+use super::csv_lines::{self, line_of, next_record};
+use csv::{DeserializeErrorKind, StringRecord};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, LogNormal, Pareto};
-use serde::Serialize;
+use serde::de::{Deserializer, Error as _};
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// The two job classes the priority policies know. Interactive outranks batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
+    #[value(alias = "0")]
     Interactive = 0,
+    #[value(alias = "1")]
     Batch = 1,
 }
 
-impl Class {
-    pub const ALL: [Class; 2] = [Class::Interactive, Class::Batch];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::Interactive => "interactive",
-            Class::Batch => "batch",
-        }
-    }
-}
+crate::value_names::display_as_value_name!(Class);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Job {
@@ -218,34 +214,61 @@ pub fn poisson_jobs(w: &PoissonWorkload) -> Result<Vec<Job>, JobsError> {
     Ok(jobs)
 }
 
+/// One line of a jobs file.
+#[derive(Deserialize)]
+struct JobLine {
+    arrival: f64,
+    size: f64,
+    #[serde(default, deserialize_with = "class_by_name")]
+    class: Option<Class>,
+}
+
+/// The columns of [`JobLine`], for messages.
+const JOB_COLUMNS: [&str; 3] = ["arrival", "size", "class"];
+
+fn class_by_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Class>, D::Error> {
+    let name = String::deserialize(d)?;
+    <Class as clap::ValueEnum>::from_str(&name, true)
+        .map(Some)
+        .map_err(|_| {
+            D::Error::custom(format!(
+                "class `{}` is not interactive/batch (or 0/1)",
+                name.to_ascii_lowercase()
+            ))
+        })
+}
+
 /// Parses `arrival,size[,class]` lines. Blank lines and lines starting with `#` are skipped, and so
 /// is a first line that does not start with a number (a header). Class is `interactive`/`batch`
 /// (or `0`/`1`), default interactive. Jobs come back sorted by arrival (stable for ties).
 pub fn parse_jobs_csv(text: &str) -> Result<Vec<Job>, JobsError> {
+    let mut rows = csv_lines::lines(text.as_bytes(), b',', Some(b'#'));
+    let mut record = StringRecord::new();
     let mut jobs = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = i + 1;
-        let l = raw.trim();
-        if l.is_empty() || l.starts_with('#') {
-            continue;
-        }
-        let fields: Vec<&str> = l.split(',').map(str::trim).collect();
-        if jobs.is_empty() && line == 1 && fields[0].parse::<f64>().is_err() {
+    // Text in memory is UTF-8 and cannot fail to read: no error here names a line of its own.
+    let read_error = |e: csv_lines::ReadError| JobsError::Csv {
+        line: 0,
+        msg: e.to_string(),
+    };
+    while next_record(&mut rows, &mut record).map_err(read_error)? {
+        let line = line_of(&record) as usize;
+        if line == 1 && record[0].parse::<f64>().is_err() {
             continue; // header
         }
         let err = |msg: String| JobsError::Csv { line, msg };
-        if !(2..=3).contains(&fields.len()) {
+        if !(2..=3).contains(&record.len()) {
             return Err(err(format!(
                 "expected `arrival,size[,class]`, got {} fields",
-                fields.len()
+                record.len()
             )));
         }
-        let number = |name: &str, s: &str| {
-            s.parse::<f64>()
-                .map_err(|_| err(format!("{name} `{s}` is not a number")))
-        };
-        let arrival = number("arrival", fields[0])?;
-        let size = number("size", fields[1])?;
+        let JobLine {
+            arrival,
+            size,
+            class,
+        } = record
+            .deserialize(None)
+            .map_err(|e| err(why(&e, &record)))?;
         if !(arrival.is_finite() && arrival >= 0.0) {
             return Err(err(format!(
                 "arrival must be finite and >= 0, got {arrival}"
@@ -254,20 +277,10 @@ pub fn parse_jobs_csv(text: &str) -> Result<Vec<Job>, JobsError> {
         if !(size.is_finite() && size > 0.0) {
             return Err(err(format!("size must be finite and > 0, got {size}")));
         }
-        let class = match fields.get(2).map(|s| s.to_ascii_lowercase()) {
-            None => Class::Interactive,
-            Some(c) if c == "interactive" || c == "0" => Class::Interactive,
-            Some(c) if c == "batch" || c == "1" => Class::Batch,
-            Some(c) => {
-                return Err(err(format!(
-                    "class `{c}` is not interactive/batch (or 0/1)"
-                )))
-            }
-        };
         jobs.push(Job {
             arrival,
             size,
-            class,
+            class: class.unwrap_or(Class::Interactive),
         });
     }
     if jobs.is_empty() {
@@ -275,6 +288,21 @@ pub fn parse_jobs_csv(text: &str) -> Result<Vec<Job>, JobsError> {
     }
     jobs.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
     Ok(jobs)
+}
+
+/// Why a line did not deserialize: the class's own message, or the column that is not a number.
+fn why(e: &csv::Error, record: &StringRecord) -> String {
+    let csv::ErrorKind::Deserialize { err, .. } = e.kind() else {
+        return e.to_string();
+    };
+    match (err.kind(), err.field()) {
+        (DeserializeErrorKind::Message(msg), _) => msg.clone(),
+        (_, Some(i)) => format!(
+            "{} `{}` is not a number",
+            JOB_COLUMNS[i as usize], &record[i as usize]
+        ),
+        _ => err.to_string(),
+    }
 }
 
 /// Total work over the time from the first to the last arrival: above 1, the queue grows.

@@ -44,8 +44,6 @@ pub enum KeyTraceError {
     EmptyTrace(String),
     #[error("bad csv parameters: {0}")]
     CsvParams(String),
-    #[error("unknown trace format {0:?} (expected csv, txt or oracle)")]
-    UnknownFormat(String),
     #[error("cannot tell the format of {0} from its name: pass --format csv|txt|oracle")]
     FormatNotGiven(String),
 }

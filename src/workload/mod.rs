@@ -2,6 +2,7 @@
 
 pub mod azure;
 pub mod cache_trace;
+pub mod csv_lines;
 pub mod dense_keys;
 pub mod jobs;
 pub mod key_gen;

@@ -1,7 +1,7 @@
 //! `pagedkv attention`: paged and contiguous decode attention on one device, checked against the
 //! f64 oracle, with time, bytes, bandwidth and the fractions of the limits measured in the run.
 
-use crate::{CheckFailed, CmdResult};
+use crate::{count, CheckFailed, CmdResult};
 use pagedkv::attention::{
     measure_dtype, tolerance, AttentionReport, AttentionShape, MeasureOptions,
 };
@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
     /// Sequences in the batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(1..))]
     batch: usize,
     /// Tokens per sequence, every sequence the same length [default: 4096].
     #[arg(long, conflicts_with = "lens")]
@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, conflicts_with_all = ["lens", "context"])]
     trace: Option<PathBuf>,
     /// Longest context taken from --trace.
-    #[arg(long, default_value_t = 4096, requires = "trace")]
+    #[arg(long, default_value_t = 4096, requires = "trace", value_parser = count(1..))]
     max_context: usize,
     /// Query heads.
     #[arg(long, default_value_t = 32)]
@@ -63,9 +63,6 @@ fn trace_lens(
     batch: usize,
     max_context: usize,
 ) -> Result<Vec<usize>, Box<dyn std::error::Error>> {
-    if max_context == 0 {
-        return Err("--max-context must be at least 1".into());
-    }
     Ok(read_azure_csv(path)?
         .iter()
         .take(batch)
@@ -84,7 +81,6 @@ pub fn run(args: Args) -> CmdResult {
     let lens = match &args.lens {
         Some(l) if l.is_empty() => return Err("--lens is empty".into()),
         Some(l) => l.clone(),
-        None if args.batch == 0 => return Err("--batch must be at least 1".into()),
         None => match &args.trace {
             Some(path) => trace_lens(path, args.batch, args.max_context)?,
             None => vec![args.context.unwrap_or(4096); args.batch],

@@ -24,7 +24,9 @@ mod swap;
 mod sweep;
 mod translate;
 
+use clap::builder::{RangedU64ValueParser, TypedValueParser};
 use clap::{Parser, Subcommand};
+use std::ops::{Bound, RangeBounds};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -73,6 +75,36 @@ impl std::error::Error for CheckFailed {}
 
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
+/// The parser of a count option limited to `range` (`1..`, `1..=64`): out of it, clap's one-line
+/// error names the option and says `must be at least 1` or `must be 1 to 64`.
+pub fn count<R>(range: R) -> impl TypedValueParser<Value = usize>
+where
+    R: RangeBounds<usize> + Clone + Send + Sync + 'static,
+{
+    RangedU64ValueParser::<usize>::new().try_map(move |n| {
+        if range.contains(&n) {
+            return Ok(n);
+        }
+        Err(match (range.start_bound(), range.end_bound()) {
+            (Bound::Included(lo), Bound::Included(hi)) => format!("must be {lo} to {hi}"),
+            (Bound::Included(lo), Bound::Unbounded) => format!("must be at least {lo}"),
+            _ => "out of range".to_string(),
+        })
+    })
+}
+
+/// Clap's error on one line: its first, and the list of possible values when it gives one.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let mut lines = text.lines().map(str::trim);
+    let first = lines.next().unwrap_or("invalid arguments");
+    let first = first.trim_start_matches("error: ");
+    match lines.find(|l| l.starts_with("[possible values:")) {
+        Some(values) => format!("{first} {values}"),
+        None => first.to_string(),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -82,10 +114,8 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            // One line, not clap's usage block: the first line of its message.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!("pagedkv: {}", first.trim_start_matches("error: "));
+            // One line, not clap's usage block.
+            eprintln!("pagedkv: {}", one_line(&e));
             return ExitCode::from(2);
         }
     };
@@ -110,5 +140,43 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Arg, Command};
+
+    fn parse(args: &[&str]) -> Result<clap::ArgMatches, clap::Error> {
+        Command::new("t")
+            .arg(Arg::new("tp").long("tp").value_parser(count(1..=64)))
+            .arg(Arg::new("reps").long("reps").value_parser(count(1..)))
+            .arg(
+                Arg::new("dtype")
+                    .long("dtype")
+                    .value_parser(clap::value_parser!(pagedkv::kv::Dtype)),
+            )
+            .try_get_matches_from(args)
+    }
+
+    #[test]
+    fn counts_and_choices_fail_in_one_clear_line() {
+        let err = |args: &[&str]| one_line(&parse(args).unwrap_err());
+        assert_eq!(
+            err(&["t", "--tp", "65"]),
+            "invalid value '65' for '--tp <tp>': must be 1 to 64"
+        );
+        assert_eq!(
+            err(&["t", "--reps", "0"]),
+            "invalid value '0' for '--reps <reps>': must be at least 1"
+        );
+        assert_eq!(
+            err(&["t", "--dtype", "f8"]),
+            "invalid value 'f8' for '--dtype <dtype>' [possible values: f16, bf16, f32]"
+        );
+        let m = parse(&["t", "--tp", "64", "--reps", "1000000"]).unwrap();
+        assert_eq!(m.get_one::<usize>("tp"), Some(&64));
+        assert_eq!(m.get_one::<usize>("reps"), Some(&1_000_000));
     }
 }

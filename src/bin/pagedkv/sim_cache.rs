@@ -7,6 +7,7 @@ use pagedkv::sim::cache::{
     capacity_grid, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs, CurvePoints,
     Policy, SweepSpec,
 };
+use pagedkv::value_names::list_or_all;
 use pagedkv::workload::cache_trace::{TraceFormat, TraceReadOptions};
 use pagedkv::workload::key_gen::{key_trace, KeyGenParams};
 use pagedkv::workload::keys::{KeyTrace, KeyWorkload};
@@ -14,14 +15,14 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// fifo|lru|lfu|clock|arc|opt|s3fifo|sieve|all, or a comma-separated list.
-    #[arg(long)]
-    policy: String,
+    /// Policies (comma-separated), or all.
+    #[arg(long, value_parser = list_or_all::<Policy>("policy"))]
+    policy: std::vec::Vec<Policy>,
     /// zipf|loop|scan|drift|seq:LIST|trace:FILE.
     #[arg(long)]
     workload: String,
-    /// Trace file format (csv|txt|oracle); guessed from the file name if omitted.
-    #[arg(long)]
+    /// Trace file format; guessed from the file name if omitted.
+    #[arg(long, value_enum)]
     format: Option<TraceFormat>,
     /// libCacheSim trace parameters for csv/txt, e.g. "obj-id-col=2, delimiter=,, has-header=true".
     #[arg(long)]
@@ -159,7 +160,7 @@ fn write_curves(dir: &Path, title: &str, curves: &[CurvePoints]) -> CmdResult {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let policies = Policy::parse_list(&args.policy)?;
+    let policies = args.policy.clone();
     let workload: KeyWorkload = args.workload.parse()?;
     let costs = Costs::new(args.hit_cost, args.miss_cost)?;
     let trace = build_trace(&args, &workload)?;

@@ -88,7 +88,7 @@ pub fn run(args: Args) -> CmdResult {
         t.row([
             r.scenario.to_string(),
             r.block_size.to_string(),
-            r.strategy.name().to_string(),
+            r.strategy.to_string(),
             r.counts.blocks_allocated.to_string(),
             r.counts.peak_blocks.to_string(),
             r.counts.blocks_copied.to_string(),

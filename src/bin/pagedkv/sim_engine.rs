@@ -2,11 +2,11 @@
 //! manager, prefix caching) on a trace, a generated workload or a scenario file, with step times
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagedkv::kv::model::{self, ModelShape};
 use pagedkv::report::Table;
-use pagedkv::sim::engine::config::{preset, preset_names, Prediction, Preemption};
+use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
 use pagedkv::sim::engine::output;
 use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, group = "workload")]
     multiturn: Option<f64>,
     /// Requests: a trace's first N; generated workloads' count [default 2000].
-    #[arg(long)]
+    #[arg(long, value_parser = count(1..))]
     requests: Option<usize>,
     /// Replay arrivals this many times faster (2: twice the rate).
     #[arg(long, default_value_t = 1.0)]
@@ -98,8 +98,8 @@ pub struct Args {
     #[arg(long)]
     long_prefill_token_threshold: Option<usize>,
     /// fcfs, priority (vLLM's); sjf, srpt, aging (beyond vLLM).
-    #[arg(long)]
-    scheduling_policy: Option<String>,
+    #[arg(long, value_enum, ignore_case = true)]
+    scheduling_policy: Option<Policy>,
     #[arg(long)]
     max_model_len: Option<usize>,
     /// Fraction of the pool admissions keep free while requests run (vLLM's default 0).
@@ -110,7 +110,7 @@ pub struct Args {
     #[arg(long)]
     async_scheduling: bool,
     /// Tensor parallelism: weights and KV heads split over this many GPUs, the pool per GPU.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(1..=64))]
     tp: usize,
 
     /// Beyond vLLM: preempt by swapping KV to host memory and back instead of recomputing.
@@ -185,9 +185,6 @@ fn workload(
     BoxError,
 > {
     let n = args.requests;
-    if n == Some(0) {
-        return Err("--requests must be at least 1".into());
-    }
     let generated = n.unwrap_or(2000);
     let (mut requests, name, fields) = if let Some(path) = &args.scenario {
         let s = read_scenario(path)?;
@@ -303,8 +300,8 @@ fn settings(
     if let Some(v) = args.long_prefill_token_threshold {
         e.long_prefill_token_threshold = v;
     }
-    if let Some(v) = &args.scheduling_policy {
-        e.scheduling_policy = v.parse()?;
+    if let Some(v) = args.scheduling_policy {
+        e.scheduling_policy = v;
     }
     if let Some(v) = args.max_model_len {
         e.max_model_len = v;
@@ -334,9 +331,6 @@ fn settings(
         .unwrap_or(p.gpu_memory_utilization);
     if !(util > 0.0 && util <= 1.0) {
         return Err(format!("--gpu-memory-utilization must be in (0, 1], got {util}").into());
-    }
-    if args.tp == 0 || args.tp > 64 {
-        return Err(format!("--tp must be 1 to 64, got {}", args.tp).into());
     }
     let gpu_name = args.gpu.clone().unwrap_or_else(|| p.gpu.to_string());
     let g = gpu(&gpu_name).ok_or_else(|| format!("unknown GPU {gpu_name:?} (h200, h100, a100)"))?;
@@ -474,7 +468,7 @@ fn print_text(
         e.max_num_batched_tokens,
         if e.enable_prefix_caching { "on" } else { "off" },
         if e.enable_chunked_prefill { "on" } else { "off" },
-        e.scheduling_policy.name(),
+        e.scheduling_policy,
         if e.async_scheduling { "async" } else { "synchronous" },
         if matches!(e.preemption, Preemption::Swap { .. }) { ", swap preemption" } else { "" },
     );

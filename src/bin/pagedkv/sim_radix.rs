@@ -1,7 +1,7 @@
 //! `pagedkv sim radix`: a radix-tree prefix cache and a whole-prompt cache replay the same
 //! requests at each capacity; prints hit ratios and the deduplication the tree achieves.
 
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::radix::workload::{self, MultiTurnConfig, Workload};
 use pagedkv::sim::radix::{
@@ -35,13 +35,13 @@ pub struct Args {
     #[arg(long, default_value = "multiturn", value_parser = parse_workload)]
     workload: WorkloadArg,
     /// Requests to replay [default: 2000 generated; all lines of a file].
-    #[arg(long)]
+    #[arg(long, value_parser = count(1..))]
     requests: Option<usize>,
     /// Cache capacities in tokens, comma-separated; each rounds down to whole pages.
     #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768,131072")]
     capacity: Vec<usize>,
     /// Tokens per page (KV block); only whole pages are cached and matched.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(1..))]
     page_size: usize,
     /// Which unlocked leaf is evicted first.
     #[arg(long, value_enum, default_value_t = EvictionPolicy::Lru)]
@@ -117,9 +117,6 @@ struct Report {
 }
 
 fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
-    if args.requests == Some(0) {
-        return Err("--requests must be at least 1".into());
-    }
     match &args.workload {
         WorkloadArg::MultiTurn => {
             let cfg = MultiTurnConfig {
@@ -153,9 +150,6 @@ fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    if args.page_size == 0 {
-        return Err("--page-size must be at least 1".into());
-    }
     if let Some(&c) = args.capacity.iter().find(|&&c| c < args.page_size) {
         return Err(format!(
             "--capacity {c} is less than one page ({} tokens)",
@@ -212,7 +206,7 @@ fn print_text(r: &Report, tree: Option<&str>) {
         r.requests,
         r.prompt_tokens,
         r.page_size,
-        r.policy.name(),
+        r.policy,
         r.in_flight,
         r.seed
     );

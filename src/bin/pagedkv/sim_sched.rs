@@ -1,28 +1,16 @@
 //! `pagedkv sim sched`: run scheduling policies over a Poisson workload or a jobs file, print a
 //! table (or JSON), and with `--out` plot mean response against load for every policy.
 
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::sched::{run_policy, Metrics, PolicyKind, PolicyReport, SchedParams};
+use pagedkv::value_names::list_or_all;
 use pagedkv::workload::jobs::{
     offered_load, parse_jobs_csv, poisson_jobs, Job, JobsError, PoissonWorkload, SizeDist,
 };
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
-
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum PolicyArg {
-    Fcfs,
-    Sjf,
-    Srpt,
-    Rr,
-    Mlfq,
-    Prio,
-    Aging,
-    SrptPred,
-    All,
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum DistArg {
@@ -36,9 +24,9 @@ enum DistArg {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Policy to simulate.
-    #[arg(long, value_enum, default_value = "all")]
-    policy: PolicyArg,
+    /// Policies to simulate (comma-separated), or all.
+    #[arg(long, value_parser = list_or_all::<PolicyKind>("policy"), default_value = "all")]
+    policy: std::vec::Vec<PolicyKind>,
     /// Job-size distribution (mean 1).
     #[arg(long, value_enum, default_value = "exp")]
     dist: DistArg,
@@ -46,7 +34,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0.8)]
     load: f64,
     /// Number of jobs.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = count(1..=MAX_JOBS))]
     jobs: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -97,11 +85,14 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
+/// Job indices leave room for the engine's two sentinels.
+const MAX_JOBS: usize = (u32::MAX - 2) as usize;
+
 #[derive(Debug, thiserror::Error)]
 enum ArgError {
     #[error("--load {0} must lie in (0, 1): at or above 1 the queue grows without bound and every mean grows with --jobs")]
     Unstable(f64),
-    #[error("--jobs must be between 1 and {max}, got {0}", max = u32::MAX - 2)]
+    #[error("the jobs file holds {0} jobs, more than {MAX_JOBS}")]
     JobCount(usize),
     #[error("--out sweeps the load of a generated workload; it cannot be used with --jobs-file")]
     OutWithFile,
@@ -145,21 +136,6 @@ impl Args {
         }
     }
 
-    fn policies(&self) -> Vec<PolicyKind> {
-        let one = match self.policy {
-            PolicyArg::All => return PolicyKind::ALL.to_vec(),
-            PolicyArg::Fcfs => PolicyKind::Fcfs,
-            PolicyArg::Sjf => PolicyKind::Sjf,
-            PolicyArg::Srpt => PolicyKind::Srpt,
-            PolicyArg::Rr => PolicyKind::Rr,
-            PolicyArg::Mlfq => PolicyKind::Mlfq,
-            PolicyArg::Prio => PolicyKind::Prio,
-            PolicyArg::Aging => PolicyKind::Aging,
-            PolicyArg::SrptPred => PolicyKind::SrptPred,
-        };
-        vec![one]
-    }
-
     fn generated(&self, load: f64) -> Result<Vec<Job>, JobsError> {
         poisson_jobs(&PoissonWorkload {
             jobs: self.jobs,
@@ -184,7 +160,7 @@ pub fn run(args: Args) -> CmdResult {
                 err,
             })?;
             let jobs = parse_jobs_csv(&text)?;
-            if jobs.len() > (u32::MAX - 2) as usize {
+            if jobs.len() > MAX_JOBS {
                 return Err(ArgError::JobCount(jobs.len()).into());
             }
             (jobs, path.display().to_string())
@@ -192,9 +168,6 @@ pub fn run(args: Args) -> CmdResult {
         None => {
             if !(args.load > 0.0 && args.load < 1.0) {
                 return Err(ArgError::Unstable(args.load).into());
-            }
-            if args.jobs == 0 || args.jobs > (u32::MAX - 2) as usize {
-                return Err(ArgError::JobCount(args.jobs).into());
             }
             args.sizes().validate()?;
             let jobs = args.generated(args.load)?;
@@ -213,7 +186,7 @@ pub fn run(args: Args) -> CmdResult {
         );
     }
 
-    let policies = args.policies();
+    let policies = &args.policy;
     let runs: Vec<(PolicyReport, f64)> = policies
         .par_iter()
         .map(|&kind| {
@@ -223,7 +196,7 @@ pub fn run(args: Args) -> CmdResult {
         .collect::<Result<_, _>>()?;
 
     if let Some(dir) = &args.out {
-        plot_load_sweep(&args, &policies, &params, dir)?;
+        plot_load_sweep(&args, policies, &params, dir)?;
     }
     if args.json {
         let rows: Vec<&PolicyReport> = runs.iter().map(|(r, _)| r).collect();
@@ -255,7 +228,7 @@ pub fn run(args: Args) -> CmdResult {
 fn check_event_count(args: &Args, jobs: &[Job]) -> Result<(), ArgError> {
     const LIMIT: f64 = 2e9;
     let sliced = args
-        .policies()
+        .policy
         .iter()
         .any(|k| matches!(k, PolicyKind::Rr | PolicyKind::Mlfq));
     let work: f64 = jobs.iter().map(|j| j.size).sum();
@@ -270,7 +243,7 @@ fn check_event_count(args: &Args, jobs: &[Job]) -> Result<(), ArgError> {
     let span = jobs.last().map_or(0.0, |j| j.arrival) + work;
     if let Some(boost) = args
         .boost
-        .filter(|_| args.policies().contains(&PolicyKind::Mlfq))
+        .filter(|_| args.policy.contains(&PolicyKind::Mlfq))
     {
         if span / boost > LIMIT {
             return Err(ArgError::TooFine {
@@ -307,7 +280,7 @@ fn table(runs: &[(PolicyReport, f64)], per_class: bool) -> Table {
         ]
     };
     for (r, secs) in runs {
-        let mut row = vec![r.policy.name().to_string(), "all".into()];
+        let mut row = vec![r.policy.to_string(), "all".into()];
         row.extend(cells(&r.all));
         row.push(format!("{:.4}", r.switch_time));
         // Simulation and metrics, policies running in parallel: see the criterion bench for speed.
@@ -315,7 +288,7 @@ fn table(runs: &[(PolicyReport, f64)], per_class: bool) -> Table {
         t.row(row);
         if per_class || r.policy.uses_classes() {
             for c in &r.per_class {
-                let mut row = vec![String::new(), c.class.name().to_string()];
+                let mut row = vec![String::new(), c.class.to_string()];
                 row.extend(cells(&c.metrics));
                 t.row(row);
             }
@@ -345,7 +318,7 @@ fn plot_load_sweep(
             .map(|(&l, jobs)| run_policy(jobs, kind, params).map(|r| (l, r.all.mean_response)))
             .collect::<Result<_, _>>()?;
         series.push(Series {
-            name: kind.name().into(),
+            name: kind.to_string(),
             points,
         });
     }

@@ -2,7 +2,7 @@
 //! with the time, the memory freed, offload/restore bandwidth beside the plain copy bandwidth,
 //! and address and data checks; optionally the chunk-size table.
 
-use crate::{CheckFailed, CmdResult};
+use crate::{count, CheckFailed, CmdResult};
 use cudarc::driver::CudaContext;
 use pagedkv::device::{Device, DeviceChoice, DeviceError};
 use pagedkv::report::Table;
@@ -21,15 +21,15 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
     /// Pool size in MiB [default: 4096 on a GPU, 1024 on the CPU].
-    #[arg(long)]
+    #[arg(long, value_parser = count(1..))]
     pool_mib: Option<usize>,
     /// Physical chunk size in MiB, rounded up to the allocation granularity [default: the whole
     /// pool, one chunk].
-    #[arg(long)]
+    #[arg(long, value_parser = count(1..))]
     chunk_mib: Option<usize>,
     #[arg(long, value_enum, default_value_t = SleepMode::Offload)]
     mode: SleepMode,
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = count(1..))]
     cycles: usize,
     /// Keep the offload buffer between cycles instead of allocating (pinning) it at each sleep.
     #[arg(long)]
@@ -41,10 +41,10 @@ pub struct Args {
     #[arg(long)]
     chunk_sweep: bool,
     /// Pool size of the chunk-size table in MiB [default: 16384 on a GPU, 1024 on the CPU].
-    #[arg(long)]
+    #[arg(long, value_parser = count(1..))]
     sweep_pool_mib: Option<usize>,
     /// Sleep/wake pairs per chunk size in the table.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = count(1..))]
     sweep_reps: usize,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -86,20 +86,11 @@ fn target(choice: DeviceChoice) -> Result<Target, Box<dyn std::error::Error>> {
 }
 
 fn mib(n: usize, what: &str) -> Result<usize, Box<dyn std::error::Error>> {
-    if n == 0 {
-        return Err(format!("--{what} must be positive").into());
-    }
     n.checked_mul(MIB)
         .ok_or_else(|| format!("--{what} {n} is too large").into())
 }
 
 pub fn run(args: Args) -> CmdResult {
-    if args.cycles == 0 {
-        return Err("--cycles must be positive".into());
-    }
-    if args.sweep_reps == 0 {
-        return Err("--sweep-reps must be positive".into());
-    }
     let target = target(args.device)?;
     let gpu = matches!(target, Target::Cuda(_));
     let size = mib(

@@ -3,6 +3,7 @@
 //! in the cost of small scattered blocks can be measured both ways; and `Vec`s advised for huge
 //! pages ([`huge_vec`]), for the pools of the attention problems.
 
+use memmap2::{Advice, MmapMut};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -44,7 +45,8 @@ pub fn thp_available() -> bool {
 /// `n` copies of `value` in memory advised `MADV_HUGEPAGE` before its first touch, as an engine
 /// that advises its KV pools gets it (a plain `Vec` gets 4 KiB pages unless the kernel's THP mode
 /// is `always`); written on every core. The 2 MiB-aligned interior is advised; without THP the
-/// advice fails quietly and the pages are small.
+/// advice fails quietly and the pages are small. (A `Vec` from the allocator, not a mapping of
+/// ours, so memmap2 cannot advise it: libc's madvise does.)
 pub fn huge_vec<T: Copy + Send + Sync>(n: usize, value: T) -> Vec<T> {
     let mut v = Vec::with_capacity(n);
     let start = v.as_mut_ptr() as usize;
@@ -64,54 +66,29 @@ pub fn huge_vec<T: Copy + Send + Sync>(n: usize, value: T) -> Vec<T> {
     v
 }
 
-/// A zero-filled, 2 MiB-aligned anonymous mapping, unmapped on drop.
+/// A zero-filled anonymous mapping with a 2 MiB-aligned window of `len` bytes; unmapped on drop.
 pub struct HostBuf {
-    map: *mut libc::c_void,
-    map_len: usize,
-    data: *mut u8,
+    map: MmapMut,
+    /// Where the aligned window starts in the mapping.
+    offset: usize,
     len: usize,
 }
-
-// SAFETY: the buffer owns its mapping exclusively; access goes through & / &mut borrows.
-unsafe impl Send for HostBuf {}
-unsafe impl Sync for HostBuf {}
 
 impl HostBuf {
     /// Maps `len` bytes advised for `pages`. Pages are not touched: the first write places them.
     pub fn new(len: usize, pages: Pages) -> std::io::Result<HostBuf> {
-        let map_len = len.max(1) + HUGE_PAGE;
-        // SAFETY: a fresh private anonymous mapping; checked for MAP_FAILED.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        let offset = (HUGE_PAGE - map as usize % HUGE_PAGE) % HUGE_PAGE;
-        // SAFETY: offset < HUGE_PAGE, so data..data+len lies inside the mapping.
-        let data = unsafe { (map as *mut u8).add(offset) };
-        let buf = HostBuf {
-            map,
-            map_len,
-            data,
-            len,
-        };
-        let advice = match pages {
-            Pages::Huge => libc::MADV_HUGEPAGE,
-            Pages::Small => libc::MADV_NOHUGEPAGE,
-        };
-        // SAFETY: advice on our own mapping.
-        if unsafe { libc::madvise(map, map_len, advice) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(buf)
+        // One huge page more than asked, so that an aligned window of `len` bytes fits.
+        let map = MmapMut::map_anon(len.max(1) + HUGE_PAGE)?;
+        let offset = (HUGE_PAGE - map.as_ptr() as usize % HUGE_PAGE) % HUGE_PAGE;
+        map.advise(match pages {
+            Pages::Huge => Advice::HugePage,
+            Pages::Small => Advice::NoHugePage,
+        })?;
+        Ok(HostBuf { map, offset, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.map[self.offset..self.offset + self.len]
     }
 
     pub fn len(&self) -> usize {
@@ -123,22 +100,19 @@ impl HostBuf {
     }
 
     pub fn as_slice<T: bytemuck::Pod>(&self) -> &[T] {
-        // SAFETY: data is 2 MiB-aligned, valid for len bytes, and zero-initialised by mmap.
-        let bytes = unsafe { std::slice::from_raw_parts(self.data, self.len) };
-        bytemuck::cast_slice(bytes)
+        bytemuck::cast_slice(self.bytes())
     }
 
     pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> &mut [T] {
-        // SAFETY: as above, and &mut self makes the borrow exclusive.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(self.data, self.len) };
-        bytemuck::cast_slice_mut(bytes)
+        bytemuck::cast_slice_mut(&mut self.map[self.offset..self.offset + self.len])
     }
 
     /// The share of this buffer's resident memory backed by huge pages (`AnonHugePages / Rss` of
     /// the mappings it lies in, from /proc/self/smaps); `None` when smaps cannot be read.
     pub fn huge_page_share(&self) -> Option<f64> {
         let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let (lo, hi) = (self.data as usize, self.data as usize + self.len);
+        let lo = self.bytes().as_ptr() as usize;
+        let hi = lo + self.len;
         let (mut inside, mut rss_kb, mut huge_kb) = (false, 0u64, 0u64);
         for line in smaps.lines() {
             let mut words = line.split_whitespace();
@@ -161,15 +135,6 @@ impl HostBuf {
             }
         }
         (rss_kb > 0).then(|| huge_kb as f64 / rss_kb as f64)
-    }
-}
-
-impl Drop for HostBuf {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in new().
-        unsafe {
-            libc::munmap(self.map, self.map_len);
-        }
     }
 }
 

@@ -15,17 +15,7 @@ pub enum Fit {
     Worst,
 }
 
-impl Fit {
-    pub const ALL: [Fit; 3] = [Fit::First, Fit::Best, Fit::Worst];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Fit::First => "first-fit",
-            Fit::Best => "best-fit",
-            Fit::Worst => "worst-fit",
-        }
-    }
-}
+crate::value_names::display_as_value_name!(Fit);
 
 /// Why an allocation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,8 +21,8 @@ pub enum Policy {
 impl Policy {
     pub fn name(&self) -> String {
         match self {
-            Policy::Contiguous { fit } => fit.name().to_string(),
-            Policy::Reserve { fit, max_len } => format!("reserve-{max_len}-{}", fit.name()),
+            Policy::Contiguous { fit } => format!("{fit}-fit"),
+            Policy::Reserve { fit, max_len } => format!("reserve-{max_len}-{fit}-fit"),
             Policy::Paged { page_size } => format!("paged-{page_size}"),
         }
     }

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 /// The policies a comparison runs: each contiguous fit, a max-length reservation (first fit), and
 /// paging at each page size.
 pub fn policies(page_sizes: &[usize], reserve_len: u64) -> Vec<Policy> {
-    Fit::ALL
+    <Fit as clap::ValueEnum>::value_variants()
         .iter()
         .map(|&fit| Policy::Contiguous { fit })
         .chain([Policy::Reserve {

@@ -41,7 +41,6 @@ pub use prefetch::Ahead;
 use crate::workload::keys::KeyTrace;
 use prefetch::{ENTRY_AHEAD, NEIGHBOURS_AHEAD, NODE_AHEAD};
 use serde::Serialize;
-use std::str::FromStr;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -52,10 +51,6 @@ pub enum CacheSimError {
     CapacityTooLarge(u64),
     #[error("the trace is empty")]
     EmptyTrace,
-    #[error(
-        "unknown policy {0:?} (expected fifo, lru, lfu, clock, arc, opt, s3fifo, sieve or all)"
-    )]
-    UnknownPolicy(String),
     #[error("bad capacity {0:?} (expected a number of entries or a percentage of distinct keys, like 10%)")]
     BadCapacity(String),
     #[error("{0} must be a finite number")]
@@ -76,8 +71,9 @@ pub trait CachePolicy {
     fn prefetch(&self, _key: u32, _ahead: Ahead) {}
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
+#[value(rename_all = "lower")]
 pub enum Policy {
     Fifo,
     Lru,
@@ -89,50 +85,13 @@ pub enum Policy {
     Sieve,
 }
 
+crate::value_names::display_as_value_name!(Policy);
+
 impl Policy {
-    pub const ALL: [Policy; 8] = [
-        Policy::Fifo,
-        Policy::Lru,
-        Policy::Lfu,
-        Policy::Clock,
-        Policy::Arc,
-        Policy::Opt,
-        Policy::S3Fifo,
-        Policy::Sieve,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Fifo => "fifo",
-            Policy::Lru => "lru",
-            Policy::Lfu => "lfu",
-            Policy::Clock => "clock",
-            Policy::Arc => "arc",
-            Policy::Opt => "opt",
-            Policy::S3Fifo => "s3fifo",
-            Policy::Sieve => "sieve",
-        }
-    }
-
     /// LRU and OPT: a larger cache always holds what a smaller one holds, so one pass over the
     /// trace gives the hit count of every capacity.
     pub fn is_stack_algorithm(self) -> bool {
         matches!(self, Policy::Lru | Policy::Opt)
-    }
-
-    /// Parses a comma-separated list of names, or `all`.
-    pub fn parse_list(s: &str) -> Result<Vec<Policy>, CacheSimError> {
-        let mut out = Vec::new();
-        for name in s.split(',').map(str::trim) {
-            if name == "all" {
-                out.extend(Policy::ALL);
-            } else {
-                out.push(name.parse()?);
-            }
-        }
-        out.sort_unstable();
-        out.dedup();
-        Ok(out)
     }
 
     /// A fresh cache of this policy for `trace` (OPT reads the whole trace ahead).
@@ -153,22 +112,6 @@ impl Policy {
             Policy::S3Fifo => Box::new(S3Fifo::new(capacity, ks)),
             Policy::Sieve => Box::new(Sieve::new(capacity, ks)),
         })
-    }
-}
-
-impl FromStr for Policy {
-    type Err = CacheSimError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Policy::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| CacheSimError::UnknownPolicy(s.into()))
-    }
-}
-
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -266,12 +209,18 @@ mod tests {
 
     #[test]
     fn parses_policy_lists() {
-        assert_eq!(Policy::parse_list("all").unwrap(), Policy::ALL.to_vec());
+        use crate::value_names::parse_list;
+        use clap::ValueEnum;
+        let list = |s| parse_list::<Policy>(s, "policy");
+        assert_eq!(list("all").unwrap(), Policy::value_variants());
         assert_eq!(
-            Policy::parse_list("sieve, lru,lru").unwrap(),
-            vec![Policy::Lru, Policy::Sieve]
+            list("sieve, lru,lru").unwrap(),
+            [Policy::Lru, Policy::Sieve]
         );
-        assert!(Policy::parse_list("lru,mru").is_err());
+        assert_eq!(
+            list("lru,mru").unwrap_err(),
+            r#"unknown policy "mru" (expected fifo, lru, lfu, clock, arc, opt, s3fifo, sieve or all)"#
+        );
     }
 
     #[test]

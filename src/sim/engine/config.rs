@@ -3,7 +3,6 @@
 
 use crate::workload::scenario::EngineFields;
 use serde::Serialize;
-use std::str::FromStr;
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -13,7 +12,7 @@ pub struct ConfigError(pub String);
 /// Who waits in which order, and who is preempted. `fcfs` and `priority` are vLLM's; the others
 /// order the waiting queue like `sim sched`'s policies and preempt the running request that ranks
 /// last, as `priority` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     /// Arrival order; preempt the most recently admitted running request.
@@ -29,39 +28,12 @@ pub enum Policy {
     Aging,
 }
 
+crate::value_names::display_as_value_name!(Policy);
+
 impl Policy {
-    pub const NAMES: &'static str = "fcfs, priority, sjf, srpt, aging";
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Fcfs => "fcfs",
-            Policy::Priority => "priority",
-            Policy::Sjf => "sjf",
-            Policy::Srpt => "srpt",
-            Policy::Aging => "aging",
-        }
-    }
-
     /// Whether the waiting queue is a ranked heap (everything but FCFS's deque).
     pub fn ranked(self) -> bool {
         self != Policy::Fcfs
-    }
-}
-
-impl FromStr for Policy {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, ConfigError> {
-        match s.to_ascii_lowercase().as_str() {
-            "fcfs" => Ok(Policy::Fcfs),
-            "priority" => Ok(Policy::Priority),
-            "sjf" => Ok(Policy::Sjf),
-            "srpt" => Ok(Policy::Srpt),
-            "aging" => Ok(Policy::Aging),
-            _ => Err(ConfigError(format!(
-                "unknown scheduling policy {s:?} (one of {})",
-                Policy::NAMES
-            ))),
-        }
     }
 }
 
@@ -226,7 +198,8 @@ impl EngineConfig {
             self.enable_chunked_prefill = v;
         }
         if let Some(p) = &f.scheduling_policy {
-            self.scheduling_policy = p.parse()?;
+            self.scheduling_policy =
+                crate::value_names::parse(p, "scheduling policy").map_err(ConfigError)?;
         }
         if let Some(w) = f.watermark {
             self.watermark = w;

@@ -20,15 +20,9 @@ pub enum EvictionPolicy {
     Fifo,
 }
 
-impl EvictionPolicy {
-    pub fn name(self) -> &'static str {
-        match self {
-            EvictionPolicy::Lru => "lru",
-            EvictionPolicy::Lfu => "lfu",
-            EvictionPolicy::Fifo => "fifo",
-        }
-    }
+crate::value_names::display_as_value_name!(EvictionPolicy);
 
+impl EvictionPolicy {
     /// Smaller goes first. Ties between keys are broken by node id, so the order is total.
     pub fn key(self, last_access: u64, hits: u64, created: u64) -> (u64, u64) {
         match self {

@@ -34,7 +34,7 @@ use rand_distr::{Distribution, Normal};
 use serde::Serialize;
 use thiserror::Error;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyKind {
     Fcfs,
@@ -47,31 +47,9 @@ pub enum PolicyKind {
     SrptPred,
 }
 
+crate::value_names::display_as_value_name!(PolicyKind);
+
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 8] = [
-        PolicyKind::Fcfs,
-        PolicyKind::Sjf,
-        PolicyKind::Srpt,
-        PolicyKind::Rr,
-        PolicyKind::Mlfq,
-        PolicyKind::Prio,
-        PolicyKind::Aging,
-        PolicyKind::SrptPred,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Fcfs => "fcfs",
-            PolicyKind::Sjf => "sjf",
-            PolicyKind::Srpt => "srpt",
-            PolicyKind::Rr => "rr",
-            PolicyKind::Mlfq => "mlfq",
-            PolicyKind::Prio => "prio",
-            PolicyKind::Aging => "aging",
-            PolicyKind::SrptPred => "srpt-pred",
-        }
-    }
-
     /// Whether the policy looks at job classes.
     pub fn uses_classes(self) -> bool {
         matches!(self, PolicyKind::Prio | PolicyKind::Aging)
@@ -255,8 +233,9 @@ pub fn run_policy(
     p: &SchedParams,
 ) -> Result<PolicyReport, SchedError> {
     let trace = trace_policy(jobs, kind, p)?;
-    let classes: Vec<Class> = Class::ALL
-        .into_iter()
+    let classes: Vec<Class> = <Class as clap::ValueEnum>::value_variants()
+        .iter()
+        .copied()
         .filter(|&c| jobs.iter().any(|j| j.class == c))
         .collect();
     let per_class = if classes.len() > 1 {
