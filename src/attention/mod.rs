@@ -3,11 +3,11 @@
 
 mod oracle;
 mod problem;
-mod values;
 mod run;
+mod values;
 
 pub use crate::launch::{split_plan, AttentionData, AttentionShape, SplitPlan, CHUNK, FULL_WAVE};
 pub use oracle::{attention_f64, attention_f64_exact, relative_error, tolerance};
 pub use problem::{Problem, ProblemError, ProblemOptions};
-pub use values::{Scales, Values};
 pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
+pub use values::{Scales, Values};

@@ -12,9 +12,11 @@ pub fn attention_f64<T: KvElem, KV: KvElem>(p: &Problem<T, KV>) -> Vec<f64> {
     let paged = |buf: &[KV], scale: &[f32], at: usize, head: usize| {
         buf[at].to_f32() as f64 * scale[head] as f64
     };
-    oracle(p, &|at, head| paged(&p.k, &p.k_scale, at, head), &|at, head| {
-        paged(&p.v, &p.v_scale, at, head)
-    })
+    oracle(
+        p,
+        &|at, head| paged(&p.k, &p.k_scale, at, head),
+        &|at, head| paged(&p.v, &p.v_scale, at, head),
+    )
 }
 
 /// The same over K and V before quantisation: what an fp8 cache's output is compared with to
@@ -66,12 +68,7 @@ fn oracle<T: KvElem, KV: KvElem>(
             (((block * s.num_kv_heads + kv_head) * bs) + t % bs) * hd + d
         };
         let scores: Vec<f64> = (0..len)
-            .map(|t| {
-                (0..hd)
-                    .map(|d| q[d] * k_at(at(t, d), kv_head))
-                    .sum::<f64>()
-                    * s.scale as f64
-            })
+            .map(|t| (0..hd).map(|d| q[d] * k_at(at(t, d), kv_head)).sum::<f64>() * s.scale as f64)
             .collect();
         let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();

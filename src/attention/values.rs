@@ -44,8 +44,9 @@ fn draw_chunk(
     head_dim: usize,
     outliers: &dyn Fn(usize) -> bool,
 ) {
-    let mut rng =
-        rand::rngs::StdRng::seed_from_u64(seed ^ (chunk as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(
+        seed ^ (chunk as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
     match values {
         Values::Uniform => out
             .iter_mut()
@@ -86,7 +87,9 @@ impl Tensor {
                 // `channels` channels per head, spread by a hash of (seed, head).
                 let mut h = self.seed ^ (head as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
                 (0..channels).any(|_| {
-                    h = h.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    h = h
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     (h >> 33) as usize % self.head_dim == d
                 })
             }
@@ -105,9 +108,15 @@ impl Tensor {
             .map(|(c, range)| {
                 let mut buf = vec![0f32; range.len()];
                 let first = range.start;
-                draw_chunk(self.values, self.seed, c, first, &mut buf, self.head_dim, &|i| {
-                    self.outlier(i)
-                });
+                draw_chunk(
+                    self.values,
+                    self.seed,
+                    c,
+                    first,
+                    &mut buf,
+                    self.head_dim,
+                    &|i| self.outlier(i),
+                );
                 let mut amax = vec![0f32; self.num_kv_heads];
                 for (j, x) in buf.iter().enumerate() {
                     let h = self.head_of(first + j);
@@ -127,9 +136,15 @@ impl Tensor {
         out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
             let first = c * CHUNK;
             let mut buf = vec![0f32; o.len()];
-            draw_chunk(self.values, self.seed, c, first, &mut buf, self.head_dim, &|i| {
-                self.outlier(i)
-            });
+            draw_chunk(
+                self.values,
+                self.seed,
+                c,
+                first,
+                &mut buf,
+                self.head_dim,
+                &|i| self.outlier(i),
+            );
             for (j, (dst, x)) in o.iter_mut().zip(&buf).enumerate() {
                 *dst = E::from_f32(x / scale[self.head_of(first + j)]);
             }

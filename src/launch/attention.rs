@@ -287,7 +287,8 @@ mod tests {
             num_partitions: 3,
             partition_size: 128,
         };
-        let l = AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Contiguous, split).unwrap();
+        let l =
+            AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Contiguous, split).unwrap();
         assert_eq!(l.attention.kernel, "contiguous_attention_f16_d128_g4");
         assert_eq!(l.attention.scalars[0], Scalar::I32(40));
         let m = l.merge.unwrap();
@@ -313,9 +314,18 @@ mod tests {
         let d = data(&spec, &table, &lens);
         let mut d128 = d;
         d128.shape.head_dim = 128;
-        let l = AttentionLaunch::new(Dtype::Bf16, Dtype::Fp8E5m2, &d128, Layout::Contiguous, whole)
-            .unwrap();
+        let l = AttentionLaunch::new(
+            Dtype::Bf16,
+            Dtype::Fp8E5m2,
+            &d128,
+            Layout::Contiguous,
+            whole,
+        )
+        .unwrap();
         assert_eq!(l.attention.module, "contiguous_attention_fp8");
-        assert_eq!(l.attention.kernel, "contiguous_attention_bf16_kvfp8_e5m2_d128_g4");
+        assert_eq!(
+            l.attention.kernel,
+            "contiguous_attention_bf16_kvfp8_e5m2_d128_g4"
+        );
     }
 }

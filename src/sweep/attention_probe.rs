@@ -114,7 +114,7 @@ mod tests {
         };
         let s = batch.shape(&spec);
         assert_eq!((s.num_heads, s.num_kv_heads, s.head_dim), (8, 2, 32));
-        let p = batch.problem::<f32>(&spec, 3).unwrap();
+        let p = batch.problem::<f32, f32>(&spec, 3).unwrap();
         assert_eq!(p.kv_bytes(), (5 + 37) * 2 * 32 * 2 * 4);
         // The kernel the probe times agrees with the f64 oracle on the probe's own problem.
         let mut out = vec![f32::NAN; p.q.len()];
@@ -122,16 +122,18 @@ mod tests {
             spec: &p.spec,
             table: &p.table,
         };
-        decode_attention(&p.shape, &p.q, &p.k, &p.v, &p.lens, &rows, &mut out);
+        crate::device::cpu::attention::decode_attention(
+            &p.shape, &p.q, &p.k, &p.v, &p.lens, &rows, &mut out,
+        );
         assert!(relative_error(&out, &attention_f64(&p)) < tolerance(Dtype::F32));
-        let gbps = cpu_attention_gbps::<f32>(&spec, &batch, Pages::Small, 1, 3).unwrap();
+        let gbps = cpu_attention_gbps::<f32, f32>(&spec, &batch, Pages::Small, 1, 3).unwrap();
         assert!(gbps.is_finite() && gbps > 0.0);
         let bad = AttentionBatch {
             num_heads: 3,
             ..batch
         };
         assert!(matches!(
-            bad.problem::<f32>(&spec, 1),
+            bad.problem::<f32, f32>(&spec, 1),
             Err(ProbeError::Attention(_))
         ));
     }

@@ -223,7 +223,17 @@ impl GpuProbe {
             table: &p.table,
         };
         let (ks, vs) = (&p.k_scale, &p.v_scale);
-        decode_attention_scaled(&p.shape, &p.q, &p.k, &p.v, ks, vs, &p.lens, &rows, &mut cpu_out);
+        decode_attention_scaled(
+            &p.shape,
+            &p.q,
+            &p.k,
+            &p.v,
+            ks,
+            vs,
+            &p.lens,
+            &rows,
+            &mut cpu_out,
+        );
         let reference: Vec<f64> = cpu_out.iter().map(|x| x.to_f32() as f64).collect();
         self.check_attention(&p, &mut dp, Layout::Paged, &reference)?;
         let paged_ms = dev.time_ms(3, iters, || dev.launch_attention(&mut dp, Layout::Paged))?;

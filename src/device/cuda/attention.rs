@@ -157,9 +157,14 @@ impl CudaDevice {
             .arg(&mut dp.part_sum)
             .arg(&dp.q);
         match layout {
-            Layout::Paged => b.arg(&dp.k).arg(&dp.v).arg(&dp.table).arg(&dp.lens),
-            Layout::Contiguous => b.arg(&dp.k_contiguous).arg(&dp.v_contiguous).arg(&dp.lens),
+            Layout::Paged => b.arg(&dp.k).arg(&dp.v),
+            Layout::Contiguous => b.arg(&dp.k_contiguous).arg(&dp.v_contiguous),
         };
+        b.arg(&dp.k_scale).arg(&dp.v_scale);
+        if layout == Layout::Paged {
+            b.arg(&dp.table);
+        }
+        b.arg(&dp.lens);
         push_scalars(&mut b, &l.attention.scalars);
         // SAFETY: the buffers follow the kernel's signature (kernels/attention.cuh) and the plan
         // gives its scalars; the table was validated against the pool at upload and the outputs
