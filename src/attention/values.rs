@@ -16,10 +16,14 @@ const CHUNK: usize = 1 << 16;
 pub enum Values {
     /// Uniform in [-1, 1): what the kernels' correctness tests use.
     Uniform,
-    /// Like real activations: N(0, 1) per channel, and in `channels` channels of each KV head
-    /// (fixed for a seed) N(0, 1) times `magnitude`, as the outlier channels of LLM keys and
+    /// Like real activations: N(0, scale²) per channel, and in `channels` channels of each KV
+    /// head (fixed for a seed) `magnitude` times larger, as the outlier channels of LLM keys and
     /// values (Dettmers et al. 2022; KIVI, Liu et al. 2024).
-    Activations { channels: usize, magnitude: f32 },
+    Activations {
+        scale: f32,
+        channels: usize,
+        magnitude: f32,
+    },
 }
 
 /// How the scales of a quantised (fp8) cache are chosen; f16, bf16 and f32 caches are unscaled.
@@ -34,14 +38,13 @@ pub enum Scales {
     Fixed(f32, f32),
 }
 
-/// The value of element `i` of a `[num_seqs, num_kv_heads, max_len, head_dim]` tensor, by chunk.
+/// Draws the values of elements `first..` (one chunk) of a tensor.
 fn draw_chunk(
     values: Values,
     seed: u64,
     chunk: usize,
     first: usize,
     out: &mut [f32],
-    head_dim: usize,
     outliers: &dyn Fn(usize) -> bool,
 ) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(
@@ -51,13 +54,13 @@ fn draw_chunk(
         Values::Uniform => out
             .iter_mut()
             .for_each(|x| *x = rng.random_range(-1.0..1.0)),
-        Values::Activations { magnitude, .. } => {
+        Values::Activations {
+            scale, magnitude, ..
+        } => {
             let normal = Normal::new(0.0f32, 1.0).expect("unit normal");
             for (j, x) in out.iter_mut().enumerate() {
-                let i = first + j;
-                let m = if outliers(i) { magnitude } else { 1.0 };
-                *x = normal.sample(&mut rng) * m;
-                let _ = head_dim;
+                let m = if outliers(first + j) { magnitude } else { 1.0 };
+                *x = normal.sample(&mut rng) * scale * m;
             }
         }
     }
@@ -108,15 +111,9 @@ impl Tensor {
             .map(|(c, range)| {
                 let mut buf = vec![0f32; range.len()];
                 let first = range.start;
-                draw_chunk(
-                    self.values,
-                    self.seed,
-                    c,
-                    first,
-                    &mut buf,
-                    self.head_dim,
-                    &|i| self.outlier(i),
-                );
+                draw_chunk(self.values, self.seed, c, first, &mut buf, &|i| {
+                    self.outlier(i)
+                });
                 let mut amax = vec![0f32; self.num_kv_heads];
                 for (j, x) in buf.iter().enumerate() {
                     let h = self.head_of(first + j);
@@ -136,15 +133,9 @@ impl Tensor {
         out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
             let first = c * CHUNK;
             let mut buf = vec![0f32; o.len()];
-            draw_chunk(
-                self.values,
-                self.seed,
-                c,
-                first,
-                &mut buf,
-                self.head_dim,
-                &|i| self.outlier(i),
-            );
+            draw_chunk(self.values, self.seed, c, first, &mut buf, &|i| {
+                self.outlier(i)
+            });
             for (j, (dst, x)) in o.iter_mut().zip(&buf).enumerate() {
                 *dst = E::from_f32(x / scale[self.head_of(first + j)]);
             }

@@ -57,13 +57,16 @@ pub struct Args {
     /// Calibrate one fp8 scale per KV head rather than one per tensor.
     #[arg(long, conflicts_with = "k_scale")]
     scale_per_head: bool,
-    /// How K and V values are drawn: uniform in [-1, 1), or like activations (N(0, 1) with
-    /// --outlier-channels channels per KV head --outlier-magnitude times larger).
+    /// How K and V values are drawn: uniform in [-1, 1), or like activations (N(0,
+    /// --activation-scale²) with --outlier-channels channels per KV head --outlier-magnitude
+    /// times larger).
     #[arg(long, value_enum, default_value_t = ValuesArg::Uniform)]
     values: ValuesArg,
+    #[arg(long, default_value_t = 1.0)]
+    activation_scale: f32,
     #[arg(long, default_value_t = 2)]
     outlier_channels: usize,
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 10.0)]
     outlier_magnitude: f32,
     /// Softmax scale; default 1/sqrt(head dim).
     #[arg(long)]
@@ -140,6 +143,7 @@ pub fn run(args: Args) -> CmdResult {
         values: match args.values {
             ValuesArg::Uniform => Values::Uniform,
             ValuesArg::Activations => Values::Activations {
+                scale: args.activation_scale,
                 channels: args.outlier_channels,
                 magnitude: args.outlier_magnitude,
             },
