@@ -455,6 +455,7 @@ __device__ __forceinline__ void decode_attention(
 
   // Each thread normalises and writes 16 bytes' worth of output elements of one query head.
   constexpr int OUT = kVec16Elems<T>;
+  const float v_scale_head = v_scale[kv_head];
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM / OUT; i += kThreads) {
     const int g = i / (HEAD_DIM / OUT), d0 = i % (HEAD_DIM / OUT) * OUT;
     float mx = -INFINITY;
@@ -475,7 +476,7 @@ __device__ __forceinline__ void decode_attention(
       }
     }
     // An empty share writes zeros; the V scale comes in here (p . (v * s) = (p . v) * s).
-    const float inv = sum != 0.f ? v_scale[kv_head] / sum : 0.f;
+    const float inv = sum != 0.f ? v_scale_head / sum : 0.f;
 #pragma unroll
     for (int e = 0; e < OUT; ++e) value[e] *= inv;
     const int head = kv_head * GROUP + g;
