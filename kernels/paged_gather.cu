@@ -102,11 +102,15 @@ __device__ __forceinline__ void gather_sum_partial(
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            float kf[kElems], vf[kElems];
-            Vec16<S>::unpack(kr[u], kf);  // a zero vector is +0 in every storage
-            Vec16<S>::unpack(vr[u], vf);
+            // One vector unpacked at a time: fp8 on sm_80 converts in software, and K and V
+            // unpacked together spilled at the 64 registers 4 CTAs of 256 threads leave.
+            float f[kElems];
+            Vec16<S>::unpack(kr[u], f);  // a zero vector is +0 in every storage
 #pragma unroll
-            for (int i = 0; i < kElems; i++) acc += kf[i] + vf[i];
+            for (int i = 0; i < kElems; i++) acc += f[i];
+            Vec16<S>::unpack(vr[u], f);
+#pragma unroll
+            for (int i = 0; i < kElems; i++) acc += f[i];
         }
     }
     const float sum = block_sum(acc);

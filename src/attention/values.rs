@@ -155,7 +155,7 @@ pub fn scales_for(dtype: Dtype, tensor: &Tensor, scales: Scales, fixed: f32) -> 
     let Some(format) = dtype.fp8() else {
         return vec![1.0; heads];
     };
-    let max = format.max_finite() as f32;
+    let max = format.max_finite();
     let floor = f32::MIN_POSITIVE; // an all-zero tensor still gets a usable scale
     match scales {
         Scales::Fixed(..) => vec![fixed; heads],

@@ -69,11 +69,11 @@ pub fn write_slots_quantised<T: KvElem, KV: KvElem>(
             slot as usize / spec.block_size,
             slot as usize % spec.block_size,
         );
-        for head in 0..spec.num_kv_heads {
+        for (head, &head_scale) in scale.iter().enumerate().take(spec.num_kv_heads) {
             let src = (token * spec.num_kv_heads + head) * spec.head_dim;
             let dst = spec.elem_offset(block, head, offset, 0);
             for d in 0..spec.head_dim {
-                pool[dst + d] = KV::from_f32(new[src + d].to_f32() / scale[head]);
+                pool[dst + d] = KV::from_f32(new[src + d].to_f32() / head_scale);
             }
         }
     }

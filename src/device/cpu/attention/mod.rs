@@ -67,8 +67,8 @@ pub fn decode_attention<T: KvElem>(
     decode_attention_scaled(shape, q, k, v, &ones, &ones, lens, rows, out);
 }
 
-/// [`decode_attention`] over K and V stored as `KV` (fp8, say) with per-KV-head scales: K = stored
-/// * `k_scale[head]`, V = stored * `v_scale[head]`. The K scale folds into the score scale, the V
+/// [`decode_attention`] over K and V stored as `KV` (fp8, say) with per-KV-head scales: K is
+/// stored times `k_scale[head]`, V stored times `v_scale[head]`. The K scale folds into the score scale, the V
 /// scale into the output, as the kernels do.
 #[allow(clippy::too_many_arguments)]
 pub fn decode_attention_scaled<T: KvElem, KV: KvElem>(
