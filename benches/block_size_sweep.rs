@@ -74,7 +74,7 @@ fn bench_cpu(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("gather_copy", bs), &bs, |b, _| {
             b.iter(|| gather_copy(&spec, &k[..elems], &table, &mut out[..elems]))
         });
-        let p = batch.problem::<f16>(&spec, 7).unwrap();
+        let p = batch.problem::<f16, f16>(&spec, 7).unwrap();
         let rows = PagedRows {
             spec: &p.spec,
             table: &p.table,
@@ -137,7 +137,7 @@ fn bench_gpu(c: &mut Criterion, dev: &CudaDevice) {
                 })
             })
         });
-        let p = batch.problem::<f16>(&spec, 7).unwrap();
+        let p = batch.problem::<f16, f16>(&spec, 7).unwrap();
         let plan = dev.attention_plan(&p.data()).expect("occupancy query");
         let mut dp = dev
             .upload_attention(&p.data(), plan)

@@ -38,12 +38,12 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 3;        // ring slots per warp
 constexpr int kLoadsPerTile = 4;  // 16-byte segments of K (and of V) each lane copies per tile
 constexpr int kMaxGroup = 8;      // query heads per KV head
-constexpr int kMaxTileTokens = 16;  // table words staged per tile (head dim 64 in f16)
+constexpr int kMaxTileTokens = 32;  // table words staged per tile (head dim 64 in fp8)
 
 // Dynamic shared memory of a CTA, which the launchers pass (src/attention/mod.rs:
 // ATTENTION_SMEM_BYTES; a launch with less traps):
 //   ring  [kWarps][kStages][2: K, V][kLoadsPerTile][32 lanes] 16-byte segments      48 KiB
-//   words [kWarps][kStages][kMaxTileTokens] block-table words                        768 B
+//   words [kWarps][kStages][kMaxTileTokens] block-table words                        1.5 KiB
 // More than the 48 KiB a CTA may declare statically: the launcher opts the kernel in.
 constexpr int kRingBytes = kWarps * kStages * 2 * kLoadsPerTile * 32 * 16;
 constexpr int kWordBytes = kWarps * kStages * kMaxTileTokens * 4;
@@ -63,16 +63,52 @@ __host__ __device__ constexpr int min_blocks_per_sm(int head_dim, int group) {
 #endif
 }
 
-// How a warp covers token rows of HEAD_DIM elements of T with 16-byte segments.
-template <class T, int HEAD_DIM>
+// ---- how K and V are stored ---------------------------------------------------------------------
+// KvFormat<KV>: the stored element, and what one lane reads of a row to compute on (Vec, kVec
+// elements). 16-bit and f32 rows are read 16 bytes a lane; fp8 rows 8 bytes (8 elements), so that a
+// lane computes on 8 elements whatever the storage and q and the accumulators keep their registers.
+// fp8 codes are read unscaled: k_scale folds into q, v_scale into the output.
+template <class KV>
+struct KvFormat {
+  using Elem = KV;
+  using Vec = uint4;
+  static constexpr int kVec = kVec16Elems<KV>;
+  __device__ __forceinline__ static void unpack(const Vec& v, float (&out)[kVec]) {
+    unpack16<KV>(v, out);
+  }
+};
+
+template <__nv_fp8_interpretation_t F>
+struct KvFormat<Fp8<F>> {
+  using Elem = unsigned char;
+  using Vec = uint2;
+  static constexpr int kVec = 8;
+  __device__ __forceinline__ static void unpack(const Vec& v, float (&out)[kVec]) {
+    unpack8_fp8<F>(v, out);
+  }
+};
+
+// How a warp covers a tile: kLoadsPerTile copies of 16 bytes a lane (2 KiB of K, 2 KiB of V) fill
+// kTokens rows laid end to end in its ring slot; the compute reads them back kVec elements a lane,
+// kRowsPerStep rows per step, kSteps steps, one online-softmax update per kLoadsPerTile steps. For
+// 16-bit and f32 storage a lane reads back exactly what it copied; for fp8 it reads what other lanes
+// copied (kCrossLane), so the warp synchronises between copying and reading a slot.
+template <class KV, int HEAD_DIM>
 struct TileShape {
-  static constexpr int kVec = kVec16Elems<T>;              // elements per segment
-  static constexpr int kLanesPerRow = HEAD_DIM / kVec;     // lanes covering one row
-  static constexpr int kRowsPerCopy = 32 / kLanesPerRow;   // rows one warp-wide copy covers
-  static constexpr int kTokens = kLoadsPerTile * kRowsPerCopy;  // tokens per tile
-  static_assert(HEAD_DIM % kVec == 0 && kLanesPerRow >= 1 && kLanesPerRow <= 32 &&
-                    32 % kLanesPerRow == 0,
-                "a row is 1 to 32 lanes' 16-byte segments");
+  using Format = KvFormat<KV>;
+  static constexpr int kRowBytes = HEAD_DIM * (int)sizeof(typename Format::Elem);
+  static constexpr int kTileBytes = kLoadsPerTile * 32 * 16;
+  static constexpr int kTokens = kTileBytes / kRowBytes;
+  static constexpr int kVec = Format::kVec;
+  static constexpr int kLanesPerRow = kRowBytes / (int)sizeof(typename Format::Vec);
+  static constexpr int kRowsPerStep = 32 / kLanesPerRow;
+  static constexpr int kSteps = kTokens / kRowsPerStep;
+  static constexpr int kUpdates = kSteps / kLoadsPerTile;
+  static constexpr bool kCrossLane = sizeof(typename Format::Vec) != 16;
+  static_assert(kRowBytes % 16 == 0 && kTileBytes % kRowBytes == 0, "whole rows per tile");
+  static_assert(kLanesPerRow >= 1 && kLanesPerRow <= 32 && 32 % kLanesPerRow == 0,
+                "a row is 1 to 32 lanes' vectors");
+  static_assert(kSteps % kLoadsPerTile == 0, "whole softmax updates per tile");
   static_assert(kTokens <= kMaxTileTokens, "a tile's table words fit their slot");
 };
 
@@ -174,21 +210,28 @@ struct Outputs {
   float scale;
 };
 
-template <class T, int HEAD_DIM, int GROUP, class Rows>
+// T: q and the output; KV: how K and V are stored (T itself, or Fp8<F>).
+template <class T, class KV, int HEAD_DIM, int GROUP, class Rows>
 __device__ __forceinline__ void decode_attention(
     GPTR(T) out,             // [num_seqs, num_heads, HEAD_DIM]; written when num_partitions == 1
     GPTR(float) part_out,    // [num_seqs, num_heads, num_partitions, HEAD_DIM]; when > 1
     GPTR(float) part_max,    // [num_seqs, num_heads, num_partitions] (log2 domain)
     GPTR(float) part_sum,    // [num_seqs, num_heads, num_partitions]
     GPTR(const T) q,         // [num_seqs, num_heads, HEAD_DIM]
-    GPTR(const T) k_cache,   // laid out as Rows says
-    GPTR(const T) v_cache,   // laid out as Rows says
-    GPTR(const int) seq_lens,  // [num_seqs]
+    GPTR(const typename KvFormat<KV>::Elem) k_cache,  // laid out as Rows says
+    GPTR(const typename KvFormat<KV>::Elem) v_cache,  // laid out as Rows says
+    GPTR(const float) k_scale,  // [num_kv_heads]: K = stored * k_scale (1 unless quantised)
+    GPTR(const float) v_scale,  // [num_kv_heads]
+    GPTR(const int) seq_lens,   // [num_seqs]
     const Rows rows, const Outputs o) {
   static_assert(GROUP >= 1 && GROUP <= kMaxGroup, "GQA group of 1 to 8 query heads");
-  using Shape = TileShape<T, HEAD_DIM>;
-  constexpr int VEC = Shape::kVec, LANES = Shape::kLanesPerRow, ROWS = Shape::kRowsPerCopy;
-  constexpr int TILE = Shape::kTokens;
+  using Shape = TileShape<KV, HEAD_DIM>;
+  using Format = typename Shape::Format;
+  using Elem = typename Format::Elem;
+  using Vec = typename Format::Vec;
+  constexpr int VEC = Shape::kVec, LANES = Shape::kLanesPerRow, ROWS = Shape::kRowsPerStep;
+  constexpr int TILE = Shape::kTokens, ROW_BYTES = Shape::kRowBytes;
+  static_assert(VEC * sizeof(T) == 16, "a lane's q segment is one 16-byte vector of T");
 
   const int kv_head = blockIdx.x;
   const int seq = blockIdx.y;
@@ -196,8 +239,8 @@ __device__ __forceinline__ void decode_attention(
   const int num_heads = gridDim.x * GROUP;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int row_lane = lane % LANES;  // which segment of a row this lane copies and computes
-  const int row_group = lane / LANES;  // which of a copy's rows
+  const int row_lane = lane % LANES;  // which segment of a row this lane computes on
+  const int row_group = lane / LANES;  // which of a step's rows
   const int len = seq_lens[seq];
   const int start = part * o.partition_size;
   const int end = min(len, start + o.partition_size);
@@ -212,15 +255,17 @@ __device__ __forceinline__ void decode_attention(
 
   DYNAMIC_SHARED(unsigned char, smem);
   if (dynamic_smem_bytes() < (unsigned)kSmemBytes) __trap();  // launched with too little
-  uint4(*ring)[kStages][2][kLoadsPerTile][32] =  // also the merge buffer after the loop
-      reinterpret_cast<uint4(*)[kStages][2][kLoadsPerTile][32]>(smem);
+  // [warp][slot][K or V][kTileBytes]: a tile's rows end to end; also the merge buffer afterwards.
+  unsigned char(*ring)[kStages][2][Shape::kTileBytes] =
+      reinterpret_cast<unsigned char(*)[kStages][2][Shape::kTileBytes]>(smem);
   int(*words)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
       reinterpret_cast<int(*)[kMaxTileTokens]>(smem + kRingBytes) + warp * kStages;
 
-  // q of this lane's segment, for every query head of the group, in the exp2 domain.
+  // q of this lane's segment, for every query head of the group, in the exp2 domain and with the
+  // K scale folded in (q . (k * s) = (q * s) . k).
   float qf[GROUP][VEC];
   {
-    const float qscale = o.scale * 1.4426950408889634f;  // log2(e)
+    const float qscale = o.scale * 1.4426950408889634f * k_scale[kv_head];  // log2(e)
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
       const int64_t at = ((int64_t)seq * num_heads + kv_head * GROUP + g) * HEAD_DIM + row_lane * VEC;
@@ -243,16 +288,20 @@ __device__ __forceinline__ void decode_attention(
   const auto issue = [&](int i) {
     const int slot = issue_slot;
     issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
+    // Other lanes read this slot's bytes (tile i - kStages) in the last iteration: all done first.
+    if constexpr (Shape::kCrossLane) __syncwarp();
     if (i < num_tiles) {
       const int t0 = wstart + i * TILE;
 #pragma unroll
       for (int u = 0; u < kLoadsPerTile; ++u) {
+        const int byte = u * 512 + lane * 16;  // of the tile's rows laid end to end
         // Past the end a lane copies the last token's row (always a real row) and ignores it.
-        const int t = min(t0 + u * ROWS + row_group, wend - 1);
+        const int t = min(t0 + byte / ROW_BYTES, wend - 1);
         const int word = Rows::kStaged ? words[slot][t - t0] : 0;
-        const int64_t at = rows.resolve(word, seq, kv_head, t) + row_lane * VEC;
-        cp_async16(&ring[warp][slot][0][u][lane], k_cache + at);
-        cp_async16(&ring[warp][slot][1][u][lane], v_cache + at);
+        const int64_t at =
+            rows.resolve(word, seq, kv_head, t) + (byte % ROW_BYTES) / (int)sizeof(Elem);
+        cp_async16(&ring[warp][slot][0][byte], k_cache + at);
+        cp_async16(&ring[warp][slot][1][byte], v_cache + at);
       }
     }
     if constexpr (Rows::kStaged) {
@@ -271,11 +320,11 @@ __device__ __forceinline__ void decode_attention(
     for (int e = 0; e < VEC; ++e) acc[g][e] = 0.f;
   }
 
-  // Which copy (token row) each score this lane holds after the row sum belongs to.
-  int held_copy[row_sums_per_lane<kLoadsPerTile * GROUP, LANES>()];
+  // Which step of an update (token row) each score this lane holds after the row sum belongs to.
+  int held_step[row_sums_per_lane<kLoadsPerTile * GROUP, LANES>()];
 #pragma unroll
   for (int j = 0; j < row_sums_per_lane<kLoadsPerTile * GROUP, LANES>(); ++j)
-    held_copy[j] = held_index<kLoadsPerTile * GROUP, LANES>(j, row_lane) / GROUP;
+    held_step[j] = held_index<kLoadsPerTile * GROUP, LANES>(j, row_lane) / GROUP;
 
   if constexpr (Rows::kStaged) {  // the first kStages tiles' words, before any tile is issued
 #pragma unroll
@@ -289,70 +338,84 @@ __device__ __forceinline__ void decode_attention(
   for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
     issue(i + kStages - 1);
     PAGEDKV_ATTENTION_RING_WAIT();
-    if constexpr (Rows::kStaged) __syncwarp();  // tile i + kStages's words, for every lane
-    const int t0 = wstart + i * TILE + row_group;
+    // Tile i + kStages's words, and for fp8 tile i's rows, were copied by other lanes.
+    if constexpr (Rows::kStaged || Shape::kCrossLane) __syncwarp();
 
-    // Scores of this lane's tokens: partial dots over its segment, summed over the row's lanes,
-    // then every sum gathered back to every lane of the row.
-    constexpr int NS = kLoadsPerTile * GROUP;  // scores per row group: [copy][query head]
-    float partial[NS];
 #pragma unroll
-    for (int u = 0; u < kLoadsPerTile; ++u) {
-      float kf[VEC];
-      unpack16<T>(ld_vec<uint4>(&ring[warp][slot][0][u][lane]), kf);
-#pragma unroll
-      for (int g = 0; g < GROUP; ++g) {
-        float dot = 0.f;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) dot += qf[g][e] * kf[e];
-        partial[u * GROUP + g] = dot;
-      }
-    }
-    row_sum_transposing<NS, NS, LANES / 2>(partial, lane);
-    constexpr int HELD = row_sums_per_lane<NS, LANES>();
-#pragma unroll
-    for (int j = 0; j < HELD; ++j)  // a token past the end scores -inf: weight 0
-      if (t0 + held_copy[j] * ROWS >= wend) partial[j] = -INFINITY;
-    float s[kLoadsPerTile][GROUP];
-#pragma unroll
-    for (int u = 0; u < kLoadsPerTile; ++u)
-#pragma unroll
-      for (int g = 0; g < GROUP; ++g) {
-        const int x = u * GROUP + g;
-        s[u][g] = __shfl_sync(0xffffffffu, partial[x % HELD], holder_lane<NS, LANES>(x), LANES);
-      }
+    for (int h = 0; h < Shape::kUpdates; ++h) {
+      // This update's rows: step u of it is row (h * kLoadsPerTile + u) * ROWS + row_group.
+      const int first_row = h * kLoadsPerTile * ROWS + row_group;
+      const auto at = [&](int kv, int u) {  // this lane's vector of row `first_row + u * ROWS`
+        return ld_vec<Vec>(&ring[warp][slot][kv][(first_row + u * ROWS) * ROW_BYTES +
+                                                 row_lane * (int)sizeof(Vec)]);
+      };
 
-    // Online softmax over the tile: the max is the warp's (uniform), the sum each row group's.
-#pragma unroll
-    for (int g = 0; g < GROUP; ++g) {
-      float mx = s[0][g];
-#pragma unroll
-      for (int u = 1; u < kLoadsPerTile; ++u) mx = fmaxf(mx, s[u][g]);
-#pragma unroll
-      for (int off = LANES; off < 32; off *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-      if (mx > m[g]) {  // every tile has a valid token, so mx is finite; alpha is 0 the first time
-        const float alpha = fast_exp2(m[g] - mx);
-        l[g] *= alpha;
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[g][e] *= alpha;
-        m[g] = mx;
-      }
+      // Scores of this lane's tokens: partial dots over its segment, summed over the row's lanes,
+      // then every sum gathered back to every lane of the row.
+      constexpr int NS = kLoadsPerTile * GROUP;  // scores per row group: [step][query head]
+      float partial[NS];
 #pragma unroll
       for (int u = 0; u < kLoadsPerTile; ++u) {
-        s[u][g] = fast_exp2(s[u][g] - m[g]);  // 0 for the tokens past the end
-        l[g] += s[u][g];
+        float kf[VEC];
+        Format::unpack(at(0, u), kf);
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+          float dot = 0.f;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) dot += qf[g][e] * kf[e];
+          partial[u * GROUP + g] = dot;
+        }
       }
-    }
+      row_sum_transposing<NS, NS, LANES / 2>(partial, lane);
+      constexpr int HELD = row_sums_per_lane<NS, LANES>();
+      const int t0 = wstart + i * TILE + first_row;
+#pragma unroll
+      for (int j = 0; j < HELD; ++j)  // a token past the end scores -inf: weight 0
+        if (t0 + held_step[j] * ROWS >= wend) partial[j] = -INFINITY;
+      float s[kLoadsPerTile][GROUP];
+#pragma unroll
+      for (int u = 0; u < kLoadsPerTile; ++u)
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g) {
+          const int x = u * GROUP + g;
+          s[u][g] = __shfl_sync(0xffffffffu, partial[x % HELD], holder_lane<NS, LANES>(x), LANES);
+        }
 
-    // p . v over the tile's rows of this lane's segment.
+      // Online softmax: the max is the warp's (uniform), the sum each row group's. The first row
+      // of a tile is always valid, so the first update's max is finite; a later update whose
+      // tokens are all past the end has max -inf and changes nothing (its weights are 0).
 #pragma unroll
-    for (int u = 0; u < kLoadsPerTile; ++u) {
-      float vf[VEC];
-      unpack16<T>(ld_vec<uint4>(&ring[warp][slot][1][u][lane]), vf);
+      for (int g = 0; g < GROUP; ++g) {
+        float mx = s[0][g];
 #pragma unroll
-      for (int g = 0; g < GROUP; ++g)
+        for (int u = 1; u < kLoadsPerTile; ++u) mx = fmaxf(mx, s[u][g]);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[g][e] += s[u][g] * vf[e];
+        for (int off = LANES; off < 32; off *= 2)
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        if (mx > m[g]) {  // alpha is 0 the first time (m = -inf)
+          const float alpha = fast_exp2(m[g] - mx);
+          l[g] *= alpha;
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[g][e] *= alpha;
+          m[g] = mx;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadsPerTile; ++u) {
+          s[u][g] = fast_exp2(s[u][g] - m[g]);  // 0 for the tokens past the end
+          l[g] += s[u][g];
+        }
+      }
+
+      // p . v over the update's rows of this lane's segment.
+#pragma unroll
+      for (int u = 0; u < kLoadsPerTile; ++u) {
+        float vf[VEC];
+        Format::unpack(at(1, u), vf);
+#pragma unroll
+        for (int g = 0; g < GROUP; ++g)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[g][e] += s[u][g] * vf[e];
+      }
     }
   }
 
@@ -392,6 +455,7 @@ __device__ __forceinline__ void decode_attention(
 
   // Each thread normalises and writes 16 bytes' worth of output elements of one query head.
   constexpr int OUT = kVec16Elems<T>;
+  const float v_scale_head = v_scale[kv_head];
   for (int i = threadIdx.x; i < GROUP * HEAD_DIM / OUT; i += kThreads) {
     const int g = i / (HEAD_DIM / OUT), d0 = i % (HEAD_DIM / OUT) * OUT;
     float mx = -INFINITY;
@@ -411,7 +475,8 @@ __device__ __forceinline__ void decode_attention(
         for (int e = 0; e < OUT; ++e) value[e] += a * merged[(w * GROUP + g) * HEAD_DIM + d0 + e];
       }
     }
-    const float inv = sum != 0.f ? 1.f / sum : 0.f;  // an empty share writes zeros
+    // An empty share writes zeros; the V scale comes in here (p . (v * s) = (p . v) * s).
+    const float inv = sum != 0.f ? v_scale_head / sum : 0.f;
 #pragma unroll
     for (int e = 0; e < OUT; ++e) value[e] *= inv;
     const int head = kv_head * GROUP + g;
@@ -463,47 +528,67 @@ __device__ __forceinline__ void merge_partitions(
 
 // The entry points, their argument order stated once here: the launchers (src/device/cuda/
 // attention.rs on a GPU, src/emu/attention.rs on the emulator) pass arguments in this order and
-// refer here. Buffer shapes are on attn::decode_attention and attn::merge_partitions above.
-#define PAGEDKV_DEFINE_PAGED_ATTENTION(kernel, T, D, G)                                       \
+// refer here. Buffer shapes are on attn::decode_attention and attn::merge_partitions above. T is the
+// type of q and the output, KV how K and V are stored, E the stored element (T, or unsigned char
+// for fp8).
+#define PAGEDKV_DEFINE_PAGED_ATTENTION(kernel, T, KV, E, D, G)                                \
   extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G)) \
       kernel(GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,   \
-             GPTR(const T) q, GPTR(const T) k_cache, GPTR(const T) v_cache,                   \
+             GPTR(const T) q, GPTR(const E) k_cache, GPTR(const E) v_cache,                   \
+             GPTR(const float) k_scale, GPTR(const float) v_scale,                            \
              GPTR(const int) block_tables, GPTR(const int) seq_lens, int table_stride,        \
              int log2_block_size, int num_partitions, int partition_size, float scale) {      \
     const attn::PagedRows rows{block_tables, table_stride,                                   \
                                PagedLayout{(int)gridDim.x, log2_block_size, D}};              \
-    attn::decode_attention<T, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache,   \
-                                    seq_lens, rows,                                           \
-                                    attn::Outputs{num_partitions, partition_size, scale});    \
+    attn::decode_attention<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache,        \
+                                        v_cache, k_scale, v_scale, seq_lens, rows,            \
+                                        attn::Outputs{num_partitions, partition_size, scale}); \
   }
 
-#define PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION(kernel, T, D, G)                                  \
+#define PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION(kernel, T, KV, E, D, G)                           \
   extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G)) \
       kernel(GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,   \
-             GPTR(const T) q, GPTR(const T) k_cache, GPTR(const T) v_cache,                   \
+             GPTR(const T) q, GPTR(const E) k_cache, GPTR(const E) v_cache,                   \
+             GPTR(const float) k_scale, GPTR(const float) v_scale,                            \
              GPTR(const int) seq_lens, int max_len, int num_partitions, int partition_size,   \
              float scale) {                                                                   \
     const attn::ContiguousRows rows{max_len, (int)gridDim.x, D};                              \
-    attn::decode_attention<T, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache,   \
-                                    seq_lens, rows,                                           \
-                                    attn::Outputs{num_partitions, partition_size, scale});    \
+    attn::decode_attention<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache,        \
+                                        v_cache, k_scale, v_scale, seq_lens, rows,            \
+                                        attn::Outputs{num_partitions, partition_size, scale}); \
   }
 
 #define PAGEDKV_DEFINE_MERGE_PARTITIONS(kernel, T, D)                                         \
-  extern "C" __global__ void __launch_bounds__(128) kernel(GPTR(T) out, GPTR(const float) part_out,                  \
-                                    GPTR(const float) part_max, GPTR(const float) part_sum,   \
-                                    int num_partitions) {                                     \
+  extern "C" __global__ void __launch_bounds__(128)                                           \
+      kernel(GPTR(T) out, GPTR(const float) part_out, GPTR(const float) part_max,             \
+             GPTR(const float) part_sum, int num_partitions) {                                \
     attn::merge_partitions<T, D>(out, part_out, part_max, part_sum, num_partitions);          \
   }
 
-// The instances, stated once: every (dtype, head dim) the kernels are built for, and for each the
-// GQA groups. Entry points are named paged_attention_f16_d128_g4, contiguous_attention_..., and
-// merge_partitions_f16_d128 (one per dtype and head dim); the Rust side finds them by name in the
-// table build.rs generates from these files (src/launch/instances.rs), never from a list of its
-// own. f32 is a test dtype: head dim 128 only, to keep the build short.
+// The instances, stated once. Entry points are named paged_attention_{q}_d{D}_g{G} when K and V are
+// stored as q is, paged_attention_{q}_kv{storage}_d{D}_g{G} otherwise (fp8), the same with
+// contiguous_, and merge_partitions_{q}_d{D} (one per q dtype and head dim); the Rust side finds
+// them by name in the table build.rs generates from these files (src/launch/instances.rs), never
+// from a list of its own. f32 is a test dtype: head dim 128 only, to keep the build short.
+// Y(name, T, D): K and V stored as T.
 #define PAGEDKV_FOR_EACH_ATTENTION_DTYPE_AND_DIM(Y)                                        \
   Y(f16, __half, 64) Y(f16, __half, 128) Y(f16, __half, 256)                                \
   Y(bf16, __nv_bfloat16, 64) Y(bf16, __nv_bfloat16, 128) Y(bf16, __nv_bfloat16, 256)        \
   Y(f32, float, 128)
-#define PAGEDKV_FOR_EACH_ATTENTION_GROUP(X, name, T, D) \
-  X(name, T, D, 1) X(name, T, D, 2) X(name, T, D, 4) X(name, T, D, 8)
+// Y(name, T, KV, D): fp8 K and V (e4m3, e5m2) read with q in f16 or bf16.
+#define PAGEDKV_FOR_EACH_FP8_ATTENTION_DTYPE_AND_DIM(Y)                                    \
+  Y(f16_kvfp8_e4m3, __half, Fp8<__NV_E4M3>, 64)                                      \
+  Y(f16_kvfp8_e4m3, __half, Fp8<__NV_E4M3>, 128)                                     \
+  Y(f16_kvfp8_e4m3, __half, Fp8<__NV_E4M3>, 256)                                     \
+  Y(bf16_kvfp8_e4m3, __nv_bfloat16, Fp8<__NV_E4M3>, 64)                              \
+  Y(bf16_kvfp8_e4m3, __nv_bfloat16, Fp8<__NV_E4M3>, 128)                             \
+  Y(bf16_kvfp8_e4m3, __nv_bfloat16, Fp8<__NV_E4M3>, 256)                             \
+  Y(f16_kvfp8_e5m2, __half, Fp8<__NV_E5M2>, 64)                                      \
+  Y(f16_kvfp8_e5m2, __half, Fp8<__NV_E5M2>, 128)                                     \
+  Y(f16_kvfp8_e5m2, __half, Fp8<__NV_E5M2>, 256)                                     \
+  Y(bf16_kvfp8_e5m2, __nv_bfloat16, Fp8<__NV_E5M2>, 64)                              \
+  Y(bf16_kvfp8_e5m2, __nv_bfloat16, Fp8<__NV_E5M2>, 128)                             \
+  Y(bf16_kvfp8_e5m2, __nv_bfloat16, Fp8<__NV_E5M2>, 256)
+// X(name, T, KV, E, D, G) for every GQA group.
+#define PAGEDKV_FOR_EACH_ATTENTION_GROUP(X, name, T, KV, E, D) \
+  X(name, T, KV, E, D, 1) X(name, T, KV, E, D, 2) X(name, T, KV, E, D, 4) X(name, T, KV, E, D, 8)

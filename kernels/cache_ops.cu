@@ -38,6 +38,47 @@ WRITE_KV_SLOTS(f16, __half)
 WRITE_KV_SLOTS(bf16, __nv_bfloat16)
 WRITE_KV_SLOTS(f32, float)
 
+// Writes token i's K/V into an fp8 cache (format F), quantised with the KV head's scale as vLLM
+// does: code = fp8(x / scale), round to nearest even, saturating. The same geometry as
+// write_kv_slots.
+template <__nv_fp8_interpretation_t F, class T>
+__device__ __forceinline__ void quantize_kv_slots(
+    GPTR(unsigned char) k_cache,  // [num_blocks, num_kv_heads, block_size, head_dim] fp8 codes
+    GPTR(unsigned char) v_cache,  // [num_blocks, num_kv_heads, block_size, head_dim] fp8 codes
+    GPTR(const T) k_new,          // [num_tokens, num_kv_heads, head_dim]
+    GPTR(const T) v_new,          // [num_tokens, num_kv_heads, head_dim]
+    GPTR(const int64_t) slots,    // [num_tokens]; negative = skip; no two alike
+    GPTR(const float) k_scale,    // [num_kv_heads]
+    GPTR(const float) v_scale,    // [num_kv_heads]
+    int num_kv_heads, int head_dim, int log2_block_size) {
+  const PagedLayout layout{num_kv_heads, log2_block_size, head_dim};
+  const int token = blockIdx.x;
+  const int64_t slot = slots[token];
+  if (slot < 0) return;
+  const int elems = num_kv_heads * head_dim;
+  for (int i = threadIdx.x; i < elems; i += blockDim.x) {
+    const int head = i / head_dim, dim = i % head_dim;
+    const int64_t dst = layout.slot_row(slot, head) + dim;
+    k_cache[dst] = float_to_fp8<F>(to_float(k_new[(int64_t)token * elems + i]) / k_scale[head]);
+    v_cache[dst] = float_to_fp8<F>(to_float(v_new[(int64_t)token * elems + i]) / v_scale[head]);
+  }
+}
+
+#define QUANTIZE_KV_SLOTS(name, T, fmt, F)                                                     \
+  extern "C" __global__ void __launch_bounds__(128) quantize_kv_slots_##name##_to_##fmt(       \
+      GPTR(unsigned char) k_cache, GPTR(unsigned char) v_cache, GPTR(const T) k_new,           \
+      GPTR(const T) v_new, GPTR(const int64_t) slots, GPTR(const float) k_scale,               \
+      GPTR(const float) v_scale, int num_kv_heads, int head_dim, int log2_block_size) {        \
+    quantize_kv_slots<F, T>(k_cache, v_cache, k_new, v_new, slots, k_scale, v_scale,           \
+                            num_kv_heads, head_dim, log2_block_size);                          \
+  }
+QUANTIZE_KV_SLOTS(f16, __half, fp8_e4m3, __NV_E4M3)
+QUANTIZE_KV_SLOTS(bf16, __nv_bfloat16, fp8_e4m3, __NV_E4M3)
+QUANTIZE_KV_SLOTS(f32, float, fp8_e4m3, __NV_E4M3)
+QUANTIZE_KV_SLOTS(f16, __half, fp8_e5m2, __NV_E5M2)
+QUANTIZE_KV_SLOTS(bf16, __nv_bfloat16, fp8_e5m2, __NV_E5M2)
+QUANTIZE_KV_SLOTS(f32, float, fp8_e5m2, __NV_E5M2)
+
 // Block pair p = blockIdx.y: block pairs[p][0] of src -> block pairs[p][1] of dst, in 16-byte
 // vectors; blockIdx.x strides over the block's vectors. A block is always a multiple of 16 bytes
 // (head_dim is a multiple of 16).

@@ -195,6 +195,53 @@ __device__ __forceinline__ uint4 pack16_fp8(const float (&in)[kFp8Vec16Elems], f
     }
     return make_uint4(words[0], words[1], words[2], words[3]);
 }
+// Eight fp8 codes in a uint2 (byte i is element i), as floats, unscaled.
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ void unpack8_fp8(const uint2& v, float (&out)[8]) {
+    const unsigned words[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+#pragma unroll
+        for (int pair = 0; pair < 2; pair++) {
+            const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+                static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * pair)), F);
+            out[4 * i + 2 * pair] = fp8_half_to_float(__half_raw{h.x});
+            out[4 * i + 2 * pair + 1] = fp8_half_to_float(__half_raw{h.y});
+        }
+    }
+}
+// ---- element storage ------------------------------------------------------------------------------
+// A cache stores elements of type S (__half, __nv_bfloat16, float) or fp8 codes of format F (the
+// tag Fp8<F>, one unsigned char each). Stored<S> is the element type a pointer into it has;
+// Vec16<S> reads 16 bytes of it as floats (fp8 unscaled).
+template <__nv_fp8_interpretation_t F>
+struct Fp8 {};
+
+template <class S>
+struct StoredType {
+    using type = S;
+};
+template <__nv_fp8_interpretation_t F>
+struct StoredType<Fp8<F>> {
+    using type = unsigned char;
+};
+template <class S>
+using Stored = typename StoredType<S>::type;
+
+template <class S>
+struct Vec16 {
+    static constexpr int kElems = kVec16Elems<S>;
+    __device__ __forceinline__ static void unpack(const uint4& v, float (&out)[kElems]) {
+        unpack16<S>(v, out);
+    }
+};
+template <__nv_fp8_interpretation_t F>
+struct Vec16<Fp8<F>> {
+    static constexpr int kElems = kFp8Vec16Elems;
+    __device__ __forceinline__ static void unpack(const uint4& v, float (&out)[kElems]) {
+        unpack16_fp8<F>(v, 1.0f, out);
+    }
+};
 // ---- end of fp8 -----------------------------------------------------------------------------------
 
 // ---- vector loads and stores ----------------------------------------------------------------

@@ -67,10 +67,11 @@ __device__ __forceinline__ void gather_copy(
     }
 }
 
-template <class T>
+// S: how the pool stores elements (T, or Fp8<F>: codes summed unscaled).
+template <class S>
 __device__ __forceinline__ void gather_sum_partial(
-    GPTR(const T) k_pool,          // [num_blocks, num_kv_heads, block_size, head_dim]
-    GPTR(const T) v_pool,          // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(const Stored<S>) k_pool,  // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(const Stored<S>) v_pool,  // [num_blocks, num_kv_heads, block_size, head_dim]
     GPTR(const int) block_tables,  // [num_seqs, table_stride]
     GPTR(const int) seq_lens,      // [num_seqs]
     GPTR(float) partials,          // [num_seqs, num_kv_heads, gridDim.x]
@@ -80,7 +81,9 @@ __device__ __forceinline__ void gather_sum_partial(
     const int first = blockIdx.x * tokens_per_cta;
     const int len = seq_lens[seq];
     if (first >= len) return;  // uniform over the CTA: no thread reaches block_sum's barriers
-    const int vecs_per_token = head_dim / kVec16Elems<T>;
+    using T = Stored<S>;
+    constexpr int kElems = Vec16<S>::kElems;
+    const int vecs_per_token = head_dim / kElems;
     const int num_vecs = min(tokens_per_cta, len - first) * vecs_per_token;
     GPTR(const int) table_row = block_tables + static_cast<long long>(seq) * table_stride;
     float acc = 0.0f;
@@ -99,11 +102,15 @@ __device__ __forceinline__ void gather_sum_partial(
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; u++) {
-            float kf[kVec16Elems<T>], vf[kVec16Elems<T>];
-            unpack16<T>(kr[u], kf);
-            unpack16<T>(vr[u], vf);
+            // One vector unpacked at a time: fp8 on sm_80 converts in software, and K and V
+            // unpacked together spilled at the 64 registers 4 CTAs of 256 threads leave.
+            float f[kElems];
+            Vec16<S>::unpack(kr[u], f);  // a zero vector is +0 in every storage
 #pragma unroll
-            for (int i = 0; i < kVec16Elems<T>; i++) acc += kf[i] + vf[i];
+            for (int i = 0; i < kElems; i++) acc += f[i];
+            Vec16<S>::unpack(vr[u], f);
+#pragma unroll
+            for (int i = 0; i < kElems; i++) acc += f[i];
         }
     }
     const float sum = block_sum(acc);
@@ -111,7 +118,8 @@ __device__ __forceinline__ void gather_sum_partial(
         partials[(static_cast<long long>(seq) * num_kv_heads + head) * gridDim.x + blockIdx.x] = sum;
 }
 
-#define PAGED_GATHER_KERNELS(T, SUFFIX)                                                            \
+// S: how the pool stores elements (T, or Fp8<F>); T: the element type of its pointers.
+#define PAGED_GATHER_KERNELS(S, T, SUFFIX)                                                         \
     extern "C" __global__ void PAGEDKV_GATHER_BOUNDS paged_gather_copy_##SUFFIX(                   \
         GPTR(const T) pool,            /* [num_blocks, num_kv_heads, block_size, head_dim] */      \
         GPTR(const int) block_tables,  /* [num_seqs, table_stride] */                              \
@@ -130,13 +138,15 @@ __device__ __forceinline__ void gather_sum_partial(
         GPTR(const int) seq_lens,      /* [num_seqs] */                                            \
         GPTR(float) partials,          /* [num_seqs, num_kv_heads, gridDim.x] */                   \
         int num_kv_heads, int log2_block_size, int head_dim, int table_stride, int tokens_per_cta) {\
-        gather_sum_partial<T>(k_pool, v_pool, block_tables, seq_lens, partials, num_kv_heads,      \
+        gather_sum_partial<S>(k_pool, v_pool, block_tables, seq_lens, partials, num_kv_heads,      \
                               log2_block_size, head_dim, table_stride, tokens_per_cta);            \
     }
 
-PAGED_GATHER_KERNELS(__half, f16)
-PAGED_GATHER_KERNELS(__nv_bfloat16, bf16)
-PAGED_GATHER_KERNELS(float, f32)
+PAGED_GATHER_KERNELS(__half, __half, f16)
+PAGED_GATHER_KERNELS(__nv_bfloat16, __nv_bfloat16, bf16)
+PAGED_GATHER_KERNELS(float, float, f32)
+PAGED_GATHER_KERNELS(Fp8<__NV_E4M3>, unsigned char, fp8_e4m3)
+PAGED_GATHER_KERNELS(Fp8<__NV_E5M2>, unsigned char, fp8_e5m2)
 
 // out[s, h] = the sum of the partials of sequence s's ceil(len / tokens_per_cta) chunks, in order.
 // Grid: ceil(num_seqs * num_kv_heads / blockDim.x) 1-D blocks of MERGE_THREADS = 128 threads

@@ -8,17 +8,18 @@ use pagedkv::attention::{
     attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cuda::{CudaDevice, Layout};
-use pagedkv::kv::{Dtype, KvElem};
-use pagedkv::launch::instances::attention_instances;
+use pagedkv::kv::{Fp8E4m3, Fp8E5m2, KvElem};
+use pagedkv::launch::instances::{attention_instances, AttentionInstance};
 use rand::{Rng, SeedableRng};
 
 fn gpu() -> CudaDevice {
     CudaDevice::open(0).unwrap_or_else(|e| panic!("a GPU test run without a GPU: {e}"))
 }
 
-fn run<T>(dev: &CudaDevice, p: &Problem<T>, plan: SplitPlan, layout: Layout) -> Vec<T>
+fn run<T, KV>(dev: &CudaDevice, p: &Problem<T, KV>, plan: SplitPlan, layout: Layout) -> Vec<T>
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+    KV: KvElem + cudarc::driver::DeviceRepr,
 {
     let mut dp = dev.upload_attention(&p.data(), plan).unwrap();
     dev.poison_output(&mut dp).unwrap();
@@ -26,16 +27,17 @@ where
     dev.download(&dp.out).unwrap()
 }
 
-/// Every instance kernels/attention.cuh builds for `T` (the list build.rs reads from it).
-fn check<T>(dev: &CudaDevice, bound: f64, seed: u64)
+/// Every instance kernels/attention.cuh builds for q `T` and K/V `KV` (the list build.rs reads
+/// from it); against the oracle over the stored K and V the bound is q's dtype's.
+fn check<T, KV>(dev: &CudaDevice, seed: u64)
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+    KV: KvElem + cudarc::driver::DeviceRepr,
 {
+    let bound = tolerance(T::DTYPE);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    for i in attention_instances()
-        .into_iter()
-        .filter(|i| i.dtype == T::DTYPE)
-    {
+    let ours = |i: &AttentionInstance| i.dtype == T::DTYPE && i.kv_dtype == KV::DTYPE;
+    for i in attention_instances().into_iter().filter(ours) {
         let (hd, group) = (i.head_dim, i.group);
         {
             for log_bs in [0, 4, 8, rng.random_range(0..=8)] {
@@ -49,7 +51,7 @@ where
                     head_dim: hd,
                     scale: 0.1,
                 };
-                let p = Problem::<T>::new(shape, 1 << log_bs, &lens, rng.random()).unwrap();
+                let p = Problem::<T, KV>::new(shape, 1 << log_bs, &lens, rng.random()).unwrap();
                 let reference = attention_f64(&p);
                 let auto = dev.attention_plan(&p.data()).unwrap();
                 let forced = SplitPlan {
@@ -63,7 +65,12 @@ where
                 for plan in [whole, auto, forced] {
                     let paged = run(dev, &p, plan, Layout::Paged);
                     let contiguous = run(dev, &p, plan, Layout::Contiguous);
-                    let what = format!("{:?} d{hd} g{group} bs{} {plan:?}", T::DTYPE, 1 << log_bs);
+                    let what = format!(
+                        "q {:?}, K/V {:?} d{hd} g{group} bs{} {plan:?}",
+                        T::DTYPE,
+                        KV::DTYPE,
+                        1 << log_bs
+                    );
                     let e = relative_error(&paged, &reference);
                     assert!(e <= bound, "{what}: error {e:.2e}");
                     assert_eq!(
@@ -81,9 +88,13 @@ where
 #[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn gpu_attention_matches_the_oracle() {
     let dev = gpu();
-    check::<f16>(&dev, tolerance(Dtype::F16), 1);
-    check::<bf16>(&dev, tolerance(Dtype::Bf16), 2);
-    check::<f32>(&dev, tolerance(Dtype::F32), 3);
+    check::<f16, f16>(&dev, 1);
+    check::<bf16, bf16>(&dev, 2);
+    check::<f32, f32>(&dev, 3);
+    check::<f16, Fp8E4m3>(&dev, 4);
+    check::<bf16, Fp8E4m3>(&dev, 5);
+    check::<f16, Fp8E5m2>(&dev, 6);
+    check::<bf16, Fp8E5m2>(&dev, 7);
 }
 
 #[test]

@@ -144,3 +144,67 @@ fn gpu_swap_round_trips_intact() {
     assert!(r.data_intact);
     assert!(r.swap_out.batched_gbps > 0.0 && r.swap_in.limit_gbps > 0.0);
 }
+
+/// New K/V in f16, bf16 and f32 quantised into fp8 pools on the GPU: bit for bit what the CPU
+/// reference writes (the GPU's cvt instructions against cuda_fp8.h's rounding, as
+/// tests/fp8_reference.rs pins the reference), values far past the largest code saturating.
+#[test]
+#[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
+fn gpu_quantised_slot_writes_match_the_cpu() {
+    use half::bf16;
+    use pagedkv::kv::{Fp8E4m3, Fp8E5m2, KvElem};
+    fn one<T, KV>(dev: &CudaDevice, rng: &mut rand::rngs::StdRng)
+    where
+        T: KvElem + cudarc::driver::DeviceRepr,
+        KV: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+    {
+        let spec = KvSpec::new(4, 128, 16, KV::DTYPE).unwrap();
+        let num_blocks = 7;
+        let mut slots: Vec<i64> = (0..(num_blocks * 16) as i64).collect();
+        slots.shuffle(rng);
+        slots.truncate(50);
+        slots.push(-1);
+        let n = slots.len() * spec.elems_per_token();
+        let new: Vec<T> = (0..n)
+            .map(|i| {
+                let x: f32 = rng.random_range(-1.0..1.0);
+                T::from_f32(if i % 101 == 0 { x * 1e6 } else { x })
+            })
+            .collect();
+        let scale = [0.003f32, 1.0 / 448.0, 0.5, 1e-4];
+        let mut want = vec![KV::default(); spec.pool_elems(num_blocks).unwrap()];
+        cache_ops::write_slots_quantised(&spec, &mut want, &new, &scale, &slots).unwrap();
+        let st = &dev.stream;
+        let (mut k, mut v) = (
+            st.alloc_zeros::<KV>(want.len()).unwrap(),
+            st.alloc_zeros::<KV>(want.len()).unwrap(),
+        );
+        let new_dev = st.clone_htod(&new).unwrap();
+        let scale_dev = st.clone_htod(&scale).unwrap();
+        dev.quantize_kv_slots(
+            &spec,
+            num_blocks,
+            &mut k,
+            &mut v,
+            &new_dev,
+            &new_dev,
+            &slots,
+            (&scale_dev, &scale_dev),
+        )
+        .unwrap();
+        let got_k = st.clone_dtoh(&k).unwrap();
+        let got_v = st.clone_dtoh(&v).unwrap();
+        let what = format!("{:?} -> {:?}", T::DTYPE, KV::DTYPE);
+        let bytes = |x: &[KV]| bytemuck::cast_slice::<KV, u8>(x).to_vec();
+        assert!(bytes(&got_k) == bytes(&want), "{what}: K");
+        assert!(bytes(&got_v) == bytes(&want), "{what}: V");
+    }
+    let dev = gpu();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+    one::<f16, Fp8E4m3>(&dev, &mut rng);
+    one::<bf16, Fp8E4m3>(&dev, &mut rng);
+    one::<f32, Fp8E4m3>(&dev, &mut rng);
+    one::<f16, Fp8E5m2>(&dev, &mut rng);
+    one::<bf16, Fp8E5m2>(&dev, &mut rng);
+    one::<f32, Fp8E5m2>(&dev, &mut rng);
+}

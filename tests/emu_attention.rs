@@ -7,10 +7,10 @@ use half::{bf16, f16};
 use pagedkv::attention::{
     attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
-use pagedkv::device::cpu::attention::{decode_attention as cpu_attention, PagedRows};
+use pagedkv::device::cpu::attention::{decode_attention_scaled as cpu_attention, PagedRows};
 use pagedkv::emu::attention::{decode_attention, decode_attention_with, Layout};
 use pagedkv::emu::{EmuElem, EmuError, Schedule};
-use pagedkv::kv::{Dtype, KvElem};
+use pagedkv::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
 use pagedkv::launch::instances::attention_instances;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -21,8 +21,9 @@ fn bits<T: KvElem>(x: &[T]) -> &[u8] {
     bytemuck::cast_slice(x)
 }
 
-/// One instance: a random problem, run paged and contiguous, whole and split.
-fn check_instance<T: KvElem + EmuElem>(
+/// One instance: a random problem, run paged and contiguous, whole and split; q of `T`, K and V
+/// stored as `KV` (fp8 with calibrated scales, or `T`).
+fn check_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
     head_dim: usize,
     group: usize,
     block_size: usize,
@@ -45,7 +46,7 @@ fn check_instance<T: KvElem + EmuElem>(
         head_dim,
         scale: rng.random_range(0.05..0.3),
     };
-    let p = Problem::<T>::new(shape, block_size, &lens, rng.random()).unwrap();
+    let p = Problem::<T, KV>::new(shape, block_size, &lens, rng.random()).unwrap();
     let reference = attention_f64(&p);
     let schedule = SCHEDULES[rng.random_range(0..SCHEDULES.len())];
     let whole = SplitPlan {
@@ -57,8 +58,9 @@ fn check_instance<T: KvElem + EmuElem>(
         partition_size: CHUNK,
     };
     let what = format!(
-        "{:?} d{head_dim} g{group} bs{block_size} lens {lens:?}",
-        T::DTYPE
+        "q {:?}, K/V {:?}, d{head_dim} g{group} bs{block_size} lens {lens:?}",
+        T::DTYPE,
+        KV::DTYPE
     );
 
     let paged = decode_attention(&p.data(), Layout::Paged, whole, schedule).unwrap();
@@ -89,6 +91,8 @@ fn check_instance<T: KvElem + EmuElem>(
         &p.q,
         &p.k,
         &p.v,
+        &p.k_scale,
+        &p.v_scale,
         &p.lens,
         &PagedRows {
             spec: &p.spec,
@@ -104,41 +108,60 @@ fn check_instance<T: KvElem + EmuElem>(
     );
 }
 
-/// Every instance kernels/attention.cuh builds for `T` (the list build.rs reads from it).
-fn every_instance<T: KvElem + EmuElem>(bound: f64, seed: u64) {
+/// Every instance kernels/attention.cuh builds for q `T` and K/V `KV` (the list build.rs reads
+/// from it); against the oracle over the stored K and V the bound is q's dtype's.
+fn every_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut block_sizes = (0..=8).map(|l| 1usize << l).cycle();
     let instances: Vec<_> = attention_instances()
         .into_iter()
-        .filter(|i| i.dtype == T::DTYPE)
+        .filter(|i| i.dtype == T::DTYPE && i.kv_dtype == KV::DTYPE)
         .collect();
-    assert!(!instances.is_empty(), "no {:?} instance built", T::DTYPE);
+    assert!(
+        !instances.is_empty(),
+        "no {:?}/{:?} instance built",
+        T::DTYPE,
+        KV::DTYPE
+    );
     for i in instances {
         let bs = block_sizes.next().unwrap();
-        check_instance::<T>(i.head_dim, i.group, bs, &mut rng, bound);
+        check_instance::<T, KV>(i.head_dim, i.group, bs, &mut rng, tolerance(T::DTYPE));
     }
 }
 
 #[test]
 fn f16_instances_match_the_oracle() {
-    every_instance::<f16>(tolerance(Dtype::F16), 1);
+    every_instance::<f16, f16>(1);
 }
 
 #[test]
 fn bf16_instances_match_the_oracle() {
-    every_instance::<bf16>(tolerance(Dtype::Bf16), 2);
+    every_instance::<bf16, bf16>(2);
 }
 
 #[test]
 fn f32_instances_match_the_oracle() {
-    every_instance::<f32>(tolerance(Dtype::F32), 3);
+    every_instance::<f32, f32>(3);
+}
+
+#[test]
+fn fp8_e4m3_instances_match_the_oracle() {
+    every_instance::<f16, Fp8E4m3>(5);
+    every_instance::<bf16, Fp8E4m3>(6);
+}
+
+#[test]
+fn fp8_e5m2_instances_match_the_oracle() {
+    every_instance::<f16, Fp8E5m2>(7);
+    every_instance::<bf16, Fp8E5m2>(8);
 }
 
 #[test]
 fn every_block_size_reads_through_the_table() {
     let mut rng = StdRng::seed_from_u64(4);
     for log_bs in 0..=8 {
-        check_instance::<f16>(128, 4, 1 << log_bs, &mut rng, tolerance(Dtype::F16));
+        check_instance::<f16, f16>(128, 4, 1 << log_bs, &mut rng, tolerance(Dtype::F16));
+        check_instance::<f16, Fp8E4m3>(128, 4, 1 << log_bs, &mut rng, tolerance(Dtype::F16));
     }
 }
 

@@ -205,3 +205,60 @@ fn planned_launchers_match_the_reference_and_refuse_double_writes() {
         pagedkv::emu::cache_ops::copy_blocks(64, &src, &mut dst, &[[1, 2], [0, 2]]).unwrap_err();
     assert!(err.to_string().contains("both write block 2"), "{err}");
 }
+
+/// New K/V in f16, bf16 or f32 quantised into fp8 pools on the emulator: bit for bit what the
+/// reference writes (fp8(x / scale), round to nearest even, saturating), scales per KV head,
+/// including values far past the largest code (saturated, not wrapped or NaN).
+fn quantised_writes<T: KvElem + EmuElem, KV: KvElem + EmuElem>(rng: &mut StdRng) {
+    for bs in [1usize, 16, 64] {
+        let spec = KvSpec::new(2, 32, bs, KV::DTYPE).unwrap();
+        let num_blocks = 5;
+        let mut slots: Vec<i64> = (0..(num_blocks * bs) as i64).collect();
+        slots.shuffle(rng);
+        slots.truncate(11.min(slots.len()));
+        slots.push(-1);
+        let n = slots.len() * spec.elems_per_token();
+        // Mostly within the scaled range, a few far beyond it, to saturate.
+        let values = |rng: &mut StdRng| -> Vec<T> {
+            (0..n)
+                .map(|i| {
+                    let x: f32 = rng.random_range(-1.0..1.0);
+                    T::from_f32(if i % 97 == 0 { x * 1e6 } else { x })
+                })
+                .collect()
+        };
+        let (k_new, v_new) = (values(rng), values(rng));
+        let k_scale = [0.0021f32, 1.0 / 448.0];
+        let v_scale = [0.5f32, 0.013];
+        let start: Vec<KV> = (0..spec.pool_elems(num_blocks).unwrap())
+            .map(|_| KV::from_f32(rng.random_range(-1.0..1.0)))
+            .collect();
+        let (mut k_want, mut v_want) = (start.clone(), start.clone());
+        cache_ops::write_slots_quantised(&spec, &mut k_want, &k_new, &k_scale, &slots).unwrap();
+        cache_ops::write_slots_quantised(&spec, &mut v_want, &v_new, &v_scale, &slots).unwrap();
+        let (mut k, mut v) = (start.clone(), start);
+        pagedkv::emu::cache_ops::quantize_kv_slots(
+            &spec, &mut k, &mut v, &k_new, &v_new, &slots, &k_scale, &v_scale,
+        )
+        .unwrap();
+        let what = format!("{:?} -> {:?}, block size {bs}", T::DTYPE, KV::DTYPE);
+        assert_eq!(bits(&k), bits(&k_want), "{what}: K");
+        assert_eq!(bits(&v), bits(&v_want), "{what}: V");
+        assert!(
+            k.iter().all(|x| x.to_f32().is_finite()),
+            "{what}: a saturating write gave a non-finite code"
+        );
+    }
+}
+
+#[test]
+fn quantised_slot_writes_match_the_reference() {
+    use pagedkv::kv::{Fp8E4m3, Fp8E5m2};
+    let mut rng = StdRng::seed_from_u64(15);
+    quantised_writes::<f16, Fp8E4m3>(&mut rng);
+    quantised_writes::<bf16, Fp8E4m3>(&mut rng);
+    quantised_writes::<f32, Fp8E4m3>(&mut rng);
+    quantised_writes::<f16, Fp8E5m2>(&mut rng);
+    quantised_writes::<bf16, Fp8E5m2>(&mut rng);
+    quantised_writes::<f32, Fp8E5m2>(&mut rng);
+}

@@ -17,6 +17,7 @@ const TESTED: &[(&str, &str)] = &[
     ("paged_gather_sum_partial_", "tests/emu_gather.rs"),
     ("paged_gather_sum_merge", "tests/emu_gather.rs"),
     ("write_kv_slots_", "tests/emu_cache_ops.rs"),
+    ("quantize_kv_slots_", "tests/emu_cache_ops.rs"),
     ("copy_blocks", "tests/emu_cache_ops.rs"),
     ("stream_copy", "tests/emu_cache_ops.rs"),
     ("stream_read", "tests/emu_cache_ops.rs"),

@@ -165,6 +165,13 @@ fn gather_f32_matches_the_cpu_reference() {
 }
 
 #[test]
+fn gather_fp8_matches_the_cpu_reference() {
+    // Copies move the codes; sums add the decoded (unscaled) values.
+    sweep::<pagedkv::kv::Fp8E4m3>(4);
+    sweep::<pagedkv::kv::Fp8E5m2>(5);
+}
+
+#[test]
 fn a_block_table_entry_outside_the_pool_is_an_out_of_bounds_error() {
     let spec = KvSpec::new(2, 16, 4, Dtype::F16).unwrap();
     let table = BlockTable::from_rows(&[vec![0, 3]], &[6], 4).unwrap();

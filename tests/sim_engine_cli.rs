@@ -78,6 +78,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
         vec!["--model", "gpt-9"],
         vec!["--model", "llama-3-70b"],
         vec!["--gpu", "v100"],
+        vec!["--kv-cache-dtype", "int4"],
         vec!["--profile", "/nonexistent/p.json"],
         vec!["--rate-scale", "0"],
         vec!["--poisson", "0"],
@@ -238,6 +239,37 @@ fn json_plots_and_several_block_sizes() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["runs"][0]["completed"], 100);
     assert_eq!(v["tp"], 2);
+    // An fp8 KV cache stores a token in half the bytes: the same memory holds twice the blocks
+    // (one fewer or more from rounding), and under pressure no fewer requests a second.
+    let run = |dtype: &str| {
+        let out = engine(&[
+            "--requests",
+            "300",
+            "--kv-cache-dtype",
+            dtype,
+            "--gpu-memory-utilization",
+            "0.6",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["model"]["dtype"], dtype);
+        let r = &v["runs"][0];
+        (
+            r["num_gpu_blocks"].as_u64().unwrap(),
+            r["requests_per_time"].as_f64().unwrap(),
+        )
+    };
+    let ((f16_blocks, f16_rate), (fp8_blocks, fp8_rate)) = (run("f16"), run("fp8_e4m3"));
+    assert!(
+        fp8_blocks.abs_diff(2 * f16_blocks) <= 1,
+        "{f16_blocks} vs {fp8_blocks}"
+    );
+    assert!(fp8_rate >= f16_rate * 0.999, "{f16_rate} vs {fp8_rate}");
     // Multi-turn conversations share prefixes: the cache finds some.
     let out = engine(&["--multiturn", "20", "--requests", "300", "--json"]);
     assert!(

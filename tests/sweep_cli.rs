@@ -58,6 +58,14 @@ fn bad_input_is_one_line_and_exit_code_2() {
         vec!["--trace".into(), "/nonexistent/trace.csv".into()],
         vec!["--trace".into(), bad_trace.display().to_string()],
         vec!["--trace".into(), empty.display().to_string()],
+        vec![
+            "--dtype".into(),
+            "f16".into(),
+            "--kv-dtype".into(),
+            "fp8_e4m3".into(),
+        ],
+        vec!["--kv-dtype".into(), "int4".into()],
+        vec!["--kv-dtype".into(), "f16,fp8_e4m3,f16".into()],
         // A 1 MiB probe holds fewer than 256 tokens of 32 KV heads.
         vec![
             "--probe-mib".into(),
@@ -330,6 +338,42 @@ fn out_dir_gets_csv_json_and_plots_and_no_bandwidth_still_recommends() {
         .max();
     assert_eq!(v["proxy_recommended_block_size"].as_u64(), want);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn one_sweep_per_kv_dtype_and_whether_the_pick_moves() {
+    let mut args = vec!["--quick", "--json", "--kv-dtype", "f16,fp8_e4m3"];
+    args.extend(TINY);
+    let out = sweep(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reports = v["kv_dtypes"].as_array().unwrap();
+    let per = v["summary"]["per_dtype"].as_array().unwrap();
+    assert_eq!((reports.len(), per.len()), (2, 2));
+    for (r, (p, dtype)) in reports.iter().zip(per.iter().zip(["f16", "fp8_e4m3"])) {
+        assert_eq!(r["model"]["dtype"], dtype);
+        assert_eq!(p["kv_dtype"], dtype);
+        assert_eq!(p["recommended_block_size"], r["recommended_block_size"]);
+        assert_eq!(r["recommended_block_size"].as_u64(), Some(e2e_pick(r)));
+        // The probes read the dtype asked for.
+        assert!(r["rows"][0]["attention_gbps"].as_f64().unwrap() > 0.0);
+    }
+    let bytes = |i: usize| per[i]["kv_bytes_per_token"].as_u64().unwrap();
+    assert_eq!(bytes(0), 2 * bytes(1));
+    // The same pool holds about twice the requests (whole blocks, so not exactly).
+    let conc = |i: usize| per[i]["concurrent_requests_at_16"].as_f64().unwrap();
+    assert!(
+        (conc(1) / conc(0) - 2.0).abs() < 0.1,
+        "{} vs {}",
+        conc(0),
+        conc(1)
+    );
+    let moves = per[0]["recommended_block_size"] != per[1]["recommended_block_size"];
+    assert_eq!(v["summary"]["recommendation_moves"], moves);
 }
 
 /// The end-to-end rule from the JSON: a block size beats 16 when its pessimistic run is no worse

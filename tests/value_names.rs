@@ -72,5 +72,8 @@ fn command_line_display_and_json_names_agree() {
     assert_eq!(all_agree::<Class>(), ["interactive", "batch"]);
     assert_eq!(cli_and_json_agree::<Pattern>(), ["uniform", "loop"]);
     assert_eq!(cli_and_json_agree::<SleepMode>(), ["offload", "discard"]);
-    assert_eq!(all_agree::<Dtype>(), ["f16", "bf16", "f32"]);
+    assert_eq!(
+        all_agree::<Dtype>(),
+        ["f16", "bf16", "f32", "fp8_e4m3", "fp8_e5m2"]
+    );
 }

@@ -4,8 +4,10 @@
 mod oracle;
 mod problem;
 mod run;
+mod values;
 
 pub use crate::launch::{split_plan, AttentionData, AttentionShape, SplitPlan, CHUNK, FULL_WAVE};
-pub use oracle::{attention_f64, relative_error, tolerance};
-pub use problem::{Problem, ProblemError};
+pub use oracle::{attention_f64, attention_f64_exact, relative_error, tolerance};
+pub use problem::{Problem, ProblemError, ProblemOptions};
 pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
+pub use values::{Scales, Values};

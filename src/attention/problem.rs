@@ -1,18 +1,23 @@
 //! A random decode-attention problem: queries, a paged pool with shuffled physical blocks, its
 //! block table, and the same K/V laid out contiguously for the baseline.
 //!
+//! `Problem<T>` stores K and V as q is (f16, bf16, f32); `Problem<T, KV>` with an fp8 `KV`
+//! (`Fp8E4m3`, `Fp8E5m2`) stores them quantised with per-KV-head scales (vLLM's convention:
+//! stored = fp8(x / scale), read = float(code) * scale), chosen by [`ProblemOptions::scales`].
+//!
 //! K and V (both layouts) lie in memory advised for transparent huge pages where the kernel offers
 //! them, as the CPU memory limit's does ([`huge_vec`]).
 //!
 //! Every slot no token owns — the tail of each sequence's last block, the contiguous rows past a
-//! sequence's length — holds NaN, so a kernel that reads past a sequence cannot pass a check.
+//! sequence's length — holds NaN (the NaN code in fp8), so a kernel that reads past a sequence
+//! cannot pass a check.
 
+use super::values::{scales_for, Scales, Tensor, Values};
 use super::AttentionShape;
 use crate::device::cpu::pages::huge_vec;
 use crate::kv::{BlockTable, KvElem, KvSpec, SpecError, TableError};
 use crate::launch::AttentionData;
 use rand::{seq::SliceRandom, Rng, SeedableRng};
-use rayon::prelude::*;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -25,9 +30,33 @@ pub enum ProblemError {
     Group(usize, usize),
     #[error("the batch is empty")]
     Empty,
+    #[error("queries are {0}: q and the output must be f16, bf16 or f32 (only K and V are fp8)")]
+    QueryDtype(crate::kv::Dtype),
+    #[error("scale {0} is not a positive finite number")]
+    Scale(f32),
 }
 
-pub struct Problem<T> {
+/// How a problem's K and V are drawn and stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProblemOptions {
+    pub values: Values,
+    /// Scales of an fp8 cache (ignored otherwise).
+    pub scales: Scales,
+    /// Keep K and V unquantised too (contiguous, f32), for the accuracy of a quantised cache.
+    pub keep_exact: bool,
+}
+
+impl Default for ProblemOptions {
+    fn default() -> Self {
+        ProblemOptions {
+            values: Values::Uniform,
+            scales: Scales::Calibrated,
+            keep_exact: false,
+        }
+    }
+}
+
+pub struct Problem<T, KV = T> {
     pub shape: AttentionShape,
     pub spec: KvSpec,
     pub lens: Vec<i32>,
@@ -35,36 +64,37 @@ pub struct Problem<T> {
     pub q: Vec<T>,
     pub num_blocks: usize,
     /// `[num_blocks, num_kv_heads, block_size, head_dim]`
-    pub k: Vec<T>,
-    pub v: Vec<T>,
+    pub k: Vec<KV>,
+    pub v: Vec<KV>,
     pub table: BlockTable,
     /// Longest sequence: the row length of the contiguous cache.
     pub max_len: usize,
     /// `[num_seqs, num_kv_heads, max_len, head_dim]`
-    pub k_contiguous: Vec<T>,
-    pub v_contiguous: Vec<T>,
+    pub k_contiguous: Vec<KV>,
+    pub v_contiguous: Vec<KV>,
+    /// `[num_kv_heads]`: K = stored * k_scale (all 1 unless KV is fp8).
+    pub k_scale: Vec<f32>,
+    pub v_scale: Vec<f32>,
+    /// K and V before quantisation, `[num_seqs, num_kv_heads, max_len, head_dim]`, when kept.
+    pub exact: Option<(Vec<f32>, Vec<f32>)>,
 }
 
-/// Uniform values in [-1, 1), in parallel, reproducible for a seed whatever the thread count.
-fn random_values<T: KvElem>(n: usize, seed: u64) -> Vec<T> {
-    const CHUNK: usize = 1 << 16;
-    let mut v = huge_vec(n, T::default());
-    v.par_chunks_mut(CHUNK).enumerate().for_each(|(i, c)| {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(
-            seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        );
-        c.iter_mut()
-            .for_each(|x| *x = T::from_f32(rng.random_range(-1.0..1.0)));
-    });
-    v
-}
-
-impl<T: KvElem> Problem<T> {
+impl<T: KvElem, KV: KvElem> Problem<T, KV> {
     pub fn new(
         shape: AttentionShape,
         block_size: usize,
         lens: &[usize],
         seed: u64,
+    ) -> Result<Self, ProblemError> {
+        Self::with_options(shape, block_size, lens, seed, ProblemOptions::default())
+    }
+
+    pub fn with_options(
+        shape: AttentionShape,
+        block_size: usize,
+        lens: &[usize],
+        seed: u64,
+        opts: ProblemOptions,
     ) -> Result<Self, ProblemError> {
         if lens.is_empty() {
             return Err(ProblemError::Empty);
@@ -72,7 +102,15 @@ impl<T: KvElem> Problem<T> {
         if shape.num_kv_heads == 0 || !shape.num_heads.is_multiple_of(shape.num_kv_heads) {
             return Err(ProblemError::Group(shape.num_heads, shape.num_kv_heads));
         }
-        let spec = KvSpec::new(shape.num_kv_heads, shape.head_dim, block_size, T::DTYPE)?;
+        if T::DTYPE.fp8().is_some() {
+            return Err(ProblemError::QueryDtype(T::DTYPE));
+        }
+        if let Scales::Fixed(k, v) = opts.scales {
+            if let Some(bad) = [k, v].into_iter().find(|s| !(s.is_finite() && *s > 0.0)) {
+                return Err(ProblemError::Scale(bad));
+            }
+        }
+        let spec = KvSpec::new(shape.num_kv_heads, shape.head_dim, block_size, KV::DTYPE)?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let blocks_per_seq: Vec<usize> = lens.iter().map(|&l| spec.blocks_for(l)).collect();
         let num_blocks = blocks_per_seq.iter().sum::<usize>().max(1);
@@ -87,11 +125,36 @@ impl<T: KvElem> Problem<T> {
         let table = BlockTable::from_rows(&rows, lens, block_size)?;
         let hd = shape.head_dim;
         let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
-        let q = random_values(lens.len() * shape.num_heads * hd, rng.random());
-        let contiguous_elems = lens.len() * shape.num_kv_heads * max_len * hd;
-        let mut k_contiguous = random_values::<T>(contiguous_elems, rng.random());
-        let mut v_contiguous = random_values::<T>(contiguous_elems, rng.random());
-        let nan = T::from_f32(f32::NAN);
+        let q_tensor = Tensor {
+            values: Values::Uniform,
+            seed: rng.random(),
+            num_kv_heads: 1,
+            max_len: 1,
+            head_dim: 1,
+            elems: lens.len() * shape.num_heads * hd,
+        };
+        let q = q_tensor.store::<T>(&[1.0]);
+        let tensor = |seed| Tensor {
+            values: opts.values,
+            seed,
+            num_kv_heads: shape.num_kv_heads,
+            max_len,
+            head_dim: hd,
+            elems: lens.len() * shape.num_kv_heads * max_len * hd,
+        };
+        let (k_tensor, v_tensor) = (tensor(rng.random()), tensor(rng.random()));
+        let (fixed_k, fixed_v) = match opts.scales {
+            Scales::Fixed(k, v) => (k, v),
+            _ => (1.0, 1.0),
+        };
+        let k_scale = scales_for(KV::DTYPE, &k_tensor, opts.scales, fixed_k);
+        let v_scale = scales_for(KV::DTYPE, &v_tensor, opts.scales, fixed_v);
+        let mut k_contiguous = k_tensor.store::<KV>(&k_scale);
+        let mut v_contiguous = v_tensor.store::<KV>(&v_scale);
+        let mut exact = opts
+            .keep_exact
+            .then(|| (k_tensor.exact(), v_tensor.exact()));
+        let nan = KV::from_f32(f32::NAN);
         // The contiguous rows are the source of truth; the pool receives the same rows.
         let pool_elems = spec.pool_elems(num_blocks)?;
         let mut k = huge_vec(pool_elems, nan);
@@ -109,6 +172,10 @@ impl<T: KvElem> Problem<T> {
                     } else {
                         k_contiguous[src..src + hd].fill(nan);
                         v_contiguous[src..src + hd].fill(nan);
+                        if let Some((ek, ev)) = exact.as_mut() {
+                            ek[src..src + hd].fill(f32::NAN);
+                            ev[src..src + hd].fill(f32::NAN);
+                        }
                     }
                 }
             }
@@ -125,11 +192,14 @@ impl<T: KvElem> Problem<T> {
             max_len,
             k_contiguous,
             v_contiguous,
+            k_scale,
+            v_scale,
+            exact,
         })
     }
 
     /// The problem as the launchers take it.
-    pub fn data(&self) -> AttentionData<'_, T> {
+    pub fn data(&self) -> AttentionData<'_, T, KV> {
         AttentionData {
             shape: self.shape,
             spec: &self.spec,
@@ -142,12 +212,14 @@ impl<T: KvElem> Problem<T> {
             k_contiguous: &self.k_contiguous,
             v_contiguous: &self.v_contiguous,
             max_len: self.max_len,
+            k_scale: &self.k_scale,
+            v_scale: &self.v_scale,
         }
     }
 
     /// Bytes of K and V that one decode step must read: every token of every sequence, once.
     pub fn kv_bytes(&self) -> usize {
         let tokens: usize = self.lens.iter().map(|&l| l as usize).sum();
-        tokens * self.spec.elems_per_token() * 2 * std::mem::size_of::<T>()
+        tokens * self.spec.elems_per_token() * 2 * std::mem::size_of::<KV>()
     }
 }

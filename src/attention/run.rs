@@ -1,10 +1,13 @@
 //! Runs one problem on a device: paged and contiguous, each checked against the oracle, timed,
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
-use super::{attention_f64, relative_error, AttentionShape, Problem, ProblemError, SplitPlan};
-use crate::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
+use super::{
+    attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
+    ProblemOptions, SplitPlan,
+};
+use crate::device::cpu::attention::{decode_attention_scaled, ContiguousRows, PagedRows};
 use crate::device::{cpu, Device, DeviceError, Limits};
-use crate::kv::{Dtype, KvElem};
+use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
 use crate::stats::median;
 use crate::timing::median_secs;
 use half::{bf16, f16};
@@ -19,6 +22,10 @@ pub enum RunError {
     Device(#[from] DeviceError),
     #[error("memory-limit buffer: {0}")]
     Memory(#[from] std::io::Error),
+    #[error(
+        "q in {0} with K and V in {1}: K/V are stored as q is, or in fp8 with q in f16 or bf16"
+    )]
+    Dtypes(Dtype, Dtype),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +38,16 @@ pub struct MeasureOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct AttentionReport {
     pub device: String,
+    /// q and the output.
     pub dtype: Dtype,
+    /// How K and V are stored: `dtype`, or fp8 with the scales below.
+    pub kv_dtype: Dtype,
+    /// `[num_kv_heads]`: K = stored * k_scale (1 unless fp8).
+    pub k_scale: Vec<f32>,
+    pub v_scale: Vec<f32>,
+    /// For an fp8 cache: the paged output's relative error against the oracle over K and V
+    /// before quantisation (the accuracy fp8 costs); NaN otherwise or when not checked.
+    pub quantised_rel_error: f64,
     pub batch: usize,
     pub num_heads: usize,
     pub num_kv_heads: usize,
@@ -62,32 +78,38 @@ pub struct AttentionReport {
     pub paged_over_contiguous: f64,
 }
 
-/// Measures a problem built from `lens` with the dtype chosen at run time.
+/// Measures a problem built from `lens` with q of `dtype` and K/V stored as `kv_dtype` (the same,
+/// or fp8 with q in f16 or bf16), both chosen at run time.
+#[allow(clippy::too_many_arguments)]
 pub fn measure_dtype(
     device: &Device,
     dtype: Dtype,
+    kv_dtype: Dtype,
     shape: AttentionShape,
     block_size: usize,
     lens: &[usize],
     seed: u64,
+    problem: ProblemOptions,
     opts: MeasureOptions,
 ) -> Result<AttentionReport, RunError> {
-    match dtype {
-        Dtype::F16 => measure(
-            device,
-            &Problem::<f16>::new(shape, block_size, lens, seed)?,
-            opts,
-        ),
-        Dtype::Bf16 => measure(
-            device,
-            &Problem::<bf16>::new(shape, block_size, lens, seed)?,
-            opts,
-        ),
-        Dtype::F32 => measure(
-            device,
-            &Problem::<f32>::new(shape, block_size, lens, seed)?,
-            opts,
-        ),
+    macro_rules! run {
+        ($t:ty, $kv:ty) => {
+            measure(
+                device,
+                &Problem::<$t, $kv>::with_options(shape, block_size, lens, seed, problem)?,
+                opts,
+            )
+        };
+    }
+    match (dtype, kv_dtype) {
+        (Dtype::F16, Dtype::F16) => run!(f16, f16),
+        (Dtype::Bf16, Dtype::Bf16) => run!(bf16, bf16),
+        (Dtype::F32, Dtype::F32) => run!(f32, f32),
+        (Dtype::F16, Dtype::Fp8E4m3) => run!(f16, Fp8E4m3),
+        (Dtype::F16, Dtype::Fp8E5m2) => run!(f16, Fp8E5m2),
+        (Dtype::Bf16, Dtype::Fp8E4m3) => run!(bf16, Fp8E4m3),
+        (Dtype::Bf16, Dtype::Fp8E5m2) => run!(bf16, Fp8E5m2),
+        (q, kv) => Err(RunError::Dtypes(q, kv)),
     }
 }
 
@@ -101,13 +123,14 @@ struct Timed<T> {
     copies: usize,
 }
 
-pub fn measure<T>(
+pub fn measure<T, KV>(
     device: &Device,
-    p: &Problem<T>,
+    p: &Problem<T, KV>,
     opts: MeasureOptions,
 ) -> Result<AttentionReport, RunError>
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+    KV: KvElem + cudarc::driver::DeviceRepr,
 {
     let timed = match device {
         Device::Cpu => run_cpu(p, opts)?,
@@ -122,12 +145,20 @@ where
     } else {
         (f64::NAN, f64::NAN)
     };
+    let quantised_err = match (opts.check, attention_f64_exact(p)) {
+        (true, Some(exact)) => relative_error(&timed.paged_out, &exact),
+        _ => f64::NAN,
+    };
     let kv = p.kv_bytes() as f64;
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
     Ok(AttentionReport {
         device: device.name(),
         dtype: T::DTYPE,
+        kv_dtype: KV::DTYPE,
+        k_scale: p.k_scale.clone(),
+        v_scale: p.v_scale.clone(),
+        quantised_rel_error: quantised_err,
         batch: p.lens.len(),
         num_heads: p.shape.num_heads,
         num_kv_heads: p.shape.num_kv_heads,
@@ -155,7 +186,10 @@ where
     })
 }
 
-fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, RunError> {
+fn run_cpu<T: KvElem, KV: KvElem>(
+    p: &Problem<T, KV>,
+    opts: MeasureOptions,
+) -> Result<Timed<T>, RunError> {
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
@@ -168,23 +202,28 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, 
         max_len: p.max_len,
         head_dim: p.shape.head_dim,
     };
+    let (ks, vs) = (&p.k_scale, &p.v_scale);
     let paged_s = median_secs(1, opts.iters, || {
-        decode_attention(
+        decode_attention_scaled(
             &p.shape,
             &p.q,
             &p.k,
             &p.v,
+            ks,
+            vs,
             &p.lens,
             &paged_rows,
             &mut paged_out,
         )
     });
     let contiguous_s = median_secs(1, opts.iters, || {
-        decode_attention(
+        decode_attention_scaled(
             &p.shape,
             &p.q,
             &p.k_contiguous,
             &p.v_contiguous,
+            ks,
+            vs,
             &p.lens,
             &contiguous_rows,
             &mut contiguous_out,
@@ -205,13 +244,14 @@ fn run_cpu<T: KvElem>(p: &Problem<T>, opts: MeasureOptions) -> Result<Timed<T>, 
     })
 }
 
-fn run_cuda<T>(
+fn run_cuda<T, KV>(
     dev: &crate::device::cuda::CudaDevice,
-    p: &Problem<T>,
+    p: &Problem<T, KV>,
     opts: MeasureOptions,
 ) -> Result<Timed<T>, RunError>
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+    KV: KvElem + cudarc::driver::DeviceRepr,
 {
     use crate::device::cuda::Layout;
     let plan = dev.attention_plan(&p.data())?;

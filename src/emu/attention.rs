@@ -11,27 +11,27 @@ pub use crate::launch::Layout;
 
 /// Runs decode attention on the emulator and returns the output, `[num_seqs, num_heads,
 /// head_dim]`, which starts as NaN so an element the kernel misses shows.
-pub fn decode_attention<T: KvElem + EmuElem>(
-    data: &AttentionData<'_, T>,
+pub fn decode_attention<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    data: &AttentionData<'_, T, KV>,
     layout: Layout,
     plan: SplitPlan,
     schedule: Schedule,
 ) -> Result<Vec<T>, EmuError> {
-    let l = AttentionLaunch::new(T::DTYPE, data, layout, plan)
+    let l = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, layout, plan)
         .map_err(|e| EmuError::InvalidLaunch(e.to_string()))?;
     run(data, layout, &l, &l.attention.kernel, schedule)
 }
 
 /// [`decode_attention`] through a kernel of the same signature under another name: the mutants of
 /// kernels/emu/selftest/attention_mutant_*.cu, which the tests show the emulator catches.
-pub fn decode_attention_with<T: KvElem + EmuElem>(
-    data: &AttentionData<'_, T>,
+pub fn decode_attention_with<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    data: &AttentionData<'_, T, KV>,
     layout: Layout,
     kernel: &str,
     plan: SplitPlan,
     schedule: Schedule,
 ) -> Result<Vec<T>, EmuError> {
-    let l = AttentionLaunch::new(T::DTYPE, data, layout, plan)
+    let l = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, layout, plan)
         .map_err(|e| EmuError::InvalidLaunch(e.to_string()))?;
     run(data, layout, &l, kernel, schedule)
 }
@@ -44,8 +44,8 @@ fn launch<'a>(k: &KernelLaunch, name: &str, schedule: Schedule) -> Launch<'a> {
         .schedule(schedule)
 }
 
-fn run<T: KvElem + EmuElem>(
-    data: &AttentionData<'_, T>,
+fn run<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    data: &AttentionData<'_, T, KV>,
     layout: Layout,
     l: &AttentionLaunch,
     kernel: &str,
@@ -66,11 +66,15 @@ fn run<T: KvElem + EmuElem>(
         Layout::Paged => common
             .buf(data.k)
             .buf(data.v)
+            .buf(data.k_scale)
+            .buf(data.v_scale)
             .buf(&data.table.entries)
             .buf(data.lens),
         Layout::Contiguous => common
             .buf(data.k_contiguous)
             .buf(data.v_contiguous)
+            .buf(data.k_scale)
+            .buf(data.v_scale)
             .buf(data.lens),
     };
     bound.scalars(&l.attention.scalars).run()?;

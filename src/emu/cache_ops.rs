@@ -36,6 +36,38 @@ pub fn write_kv_slots<T: KvElem + EmuElem>(
         .run()
 }
 
+/// [`write_kv_slots`] into fp8 pools (`KV`) from new K/V of `T`, quantised with per-KV-head scales
+/// (`quantize_kv_slots_*`).
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_kv_slots<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    spec: &KvSpec,
+    k_cache: &mut [KV],
+    v_cache: &mut [KV],
+    k_new: &[T],
+    v_new: &[T],
+    slots: &[i64],
+    k_scale: &[f32],
+    v_scale: &[f32],
+) -> Result<(), EmuError> {
+    check_slots(spec, k_cache.len() / spec.elems_per_block(), slots).map_err(invalid)?;
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let plan = SlotWrites::new(spec, T::DTYPE, slots.len()).map_err(invalid)?;
+    Launch::new(&plan.kernel)
+        .grid(plan.grid)
+        .block(plan.threads)
+        .buf_mut(k_cache)
+        .buf_mut(v_cache)
+        .buf(k_new)
+        .buf(v_new)
+        .buf(slots)
+        .buf(k_scale)
+        .buf(v_scale)
+        .i32s(&plan.scalars)
+        .run()
+}
+
 /// Copies block `pairs[i][0]` of `src` to block `pairs[i][1]` of `dst` (blocks of `block_bytes`),
 /// as `copy_blocks` does on a GPU, one launch per 65,535 pairs.
 pub fn copy_blocks(

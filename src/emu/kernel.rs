@@ -89,3 +89,5 @@ macro_rules! emu_elem {
     ($($t:ty => $e:ident),*) => { $(impl EmuElem for $t { const ELEM: Elem = Elem::$e; })* };
 }
 emu_elem!(f16 => F16, bf16 => Bf16, f32 => F32, i32 => I32, u32 => U32, i64 => I64, u64 => U64, u8 => U8);
+// fp8 elements are bytes to a kernel (`GPTR(const unsigned char)`).
+emu_elem!(crate::kv::Fp8E4m3 => U8, crate::kv::Fp8E5m2 => U8);

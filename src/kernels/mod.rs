@@ -11,7 +11,7 @@ pub const ATTENTION_THREADS: u32 = 128;
 /// Dynamic shared memory every decode-attention launch passes: `attn::kSmemBytes` in
 /// kernels/attention.cuh (the cp.async ring and the staged block-table words). A launch with less
 /// traps, so a mismatch fails every emulated attention test.
-pub const ATTENTION_SMEM_BYTES: u32 = 49_920;
+pub const ATTENTION_SMEM_BYTES: u32 = 50_688;
 
 /// One `kernels/NAME.cu`, compiled into a fatbin.
 #[derive(Debug, Clone, Copy)]

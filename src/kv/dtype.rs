@@ -21,6 +21,14 @@ pub enum Dtype {
     F16,
     Bf16,
     F32,
+    /// fp8 e4m3 with a scale (vLLM's `fp8` / `fp8_e4m3`): K and V only, q stays f16 or bf16.
+    #[serde(rename = "fp8_e4m3")]
+    #[value(name = "fp8_e4m3")]
+    Fp8E4m3,
+    /// fp8 e5m2 with a scale (vLLM's `fp8_e5m2`).
+    #[serde(rename = "fp8_e5m2")]
+    #[value(name = "fp8_e5m2")]
+    Fp8E5m2,
 }
 
 impl Dtype {
@@ -28,6 +36,7 @@ impl Dtype {
         match self {
             Dtype::F16 | Dtype::Bf16 => 2,
             Dtype::F32 => 4,
+            Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => 1,
         }
     }
 
@@ -36,6 +45,17 @@ impl Dtype {
             Dtype::F16 => "f16",
             Dtype::Bf16 => "bf16",
             Dtype::F32 => "f32",
+            Dtype::Fp8E4m3 => "fp8_e4m3",
+            Dtype::Fp8E5m2 => "fp8_e5m2",
+        }
+    }
+
+    /// The fp8 format of a quantised dtype; None for f16, bf16, f32.
+    pub const fn fp8(self) -> Option<super::Fp8Format> {
+        match self {
+            Dtype::Fp8E4m3 => Some(super::Fp8Format::E4M3),
+            Dtype::Fp8E5m2 => Some(super::Fp8Format::E5M2),
+            _ => None,
         }
     }
 }
@@ -96,3 +116,32 @@ impl KvElem for f32 {
         dst.copy_from_slice(src);
     }
 }
+
+/// An fp8 element of format `F` (cuda_fp8.h's byte code): `to_f32` decodes it unscaled,
+/// `from_f32` encodes with round-to-nearest-even and saturation, as CUDA does; the caller divides
+/// by the scale first (vLLM's convention: stored = fp8(x / scale)).
+macro_rules! fp8_elem {
+    ($name:ident, $dtype:ident, $format:expr) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+        #[repr(transparent)]
+        pub struct $name(pub u8);
+
+        impl KvElem for $name {
+            const DTYPE: Dtype = Dtype::$dtype;
+            fn to_f32(self) -> f32 {
+                $format.decode(self.0)
+            }
+            fn from_f32(x: f32) -> Self {
+                $name($format.encode(x))
+            }
+        }
+    };
+}
+fp8_elem!(Fp8E4m3, Fp8E4m3, super::Fp8Format::E4M3);
+fp8_elem!(Fp8E5m2, Fp8E5m2, super::Fp8Format::E5M2);
+
+// SAFETY: one plain byte, as a kernel reads it (`unsigned char`); all-zero is the code of +0.
+unsafe impl cudarc::driver::DeviceRepr for Fp8E4m3 {}
+unsafe impl cudarc::driver::DeviceRepr for Fp8E5m2 {}
+unsafe impl cudarc::driver::ValidAsZeroBits for Fp8E4m3 {}
+unsafe impl cudarc::driver::ValidAsZeroBits for Fp8E5m2 {}

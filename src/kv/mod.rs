@@ -12,7 +12,7 @@ mod spec;
 mod table;
 
 pub use allocator::{AllocError, Append, BlockAllocator, BlockCopy, SeqId, Usage};
-pub use dtype::{Dtype, KvElem};
+pub use dtype::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
 pub use fp8::Fp8Format;
 pub use pool::{HostPool, PoolData};
 pub use spec::{KvSpec, SpecError, MAX_BLOCK_SIZE, MAX_HEAD_DIM};

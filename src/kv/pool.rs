@@ -1,6 +1,6 @@
 //! One layer's K and V pools in host memory, laid out as [`KvSpec::elem_offset`] says.
 
-use super::{Dtype, KvElem, KvSpec, SpecError};
+use super::{Dtype, Fp8E4m3, Fp8E5m2, KvElem, KvSpec, SpecError};
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
@@ -10,6 +10,8 @@ pub enum PoolData {
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
     F32(Vec<f32>),
+    Fp8E4m3(Vec<Fp8E4m3>),
+    Fp8E5m2(Vec<Fp8E5m2>),
 }
 
 impl PoolData {
@@ -18,6 +20,8 @@ impl PoolData {
             Dtype::F16 => PoolData::F16(vec![f16::ZERO; n]),
             Dtype::Bf16 => PoolData::Bf16(vec![bf16::ZERO; n]),
             Dtype::F32 => PoolData::F32(vec![0.0; n]),
+            Dtype::Fp8E4m3 => PoolData::Fp8E4m3(vec![Fp8E4m3::default(); n]),
+            Dtype::Fp8E5m2 => PoolData::Fp8E5m2(vec![Fp8E5m2::default(); n]),
         }
     }
 
@@ -26,6 +30,8 @@ impl PoolData {
             PoolData::F16(v) => v.len(),
             PoolData::Bf16(v) => v.len(),
             PoolData::F32(v) => v.len(),
+            PoolData::Fp8E4m3(v) => v.len(),
+            PoolData::Fp8E5m2(v) => v.len(),
         }
     }
 
@@ -38,6 +44,8 @@ impl PoolData {
             PoolData::F16(v) => bytemuck::cast_slice(v),
             PoolData::Bf16(v) => bytemuck::cast_slice(v),
             PoolData::F32(v) => bytemuck::cast_slice(v),
+            PoolData::Fp8E4m3(v) => bytemuck::cast_slice(v),
+            PoolData::Fp8E5m2(v) => bytemuck::cast_slice(v),
         }
     }
 
@@ -47,6 +55,8 @@ impl PoolData {
             PoolData::F16(v) => v[i].to_f32(),
             PoolData::Bf16(v) => v[i].to_f32(),
             PoolData::F32(v) => v[i],
+            PoolData::Fp8E4m3(v) => v[i].to_f32(),
+            PoolData::Fp8E5m2(v) => v[i].to_f32(),
         }
     }
 
@@ -60,6 +70,8 @@ impl PoolData {
             PoolData::F16(v) => fill(v, rng),
             PoolData::Bf16(v) => fill(v, rng),
             PoolData::F32(v) => fill(v, rng),
+            PoolData::Fp8E4m3(v) => fill(v, rng),
+            PoolData::Fp8E5m2(v) => fill(v, rng),
         }
     }
 }

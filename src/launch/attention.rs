@@ -32,9 +32,10 @@ pub enum Layout {
     Contiguous,
 }
 
-/// What one decode step reads, in host memory, laid out as the kernels take it.
+/// What one decode step reads, in host memory, laid out as the kernels take it: q (and the output)
+/// of `T`, K and V stored as `KV` (`T` itself, or fp8 with scales).
 #[derive(Debug, Clone, Copy)]
-pub struct AttentionData<'a, T> {
+pub struct AttentionData<'a, T, KV = T> {
     pub shape: AttentionShape,
     pub spec: &'a KvSpec,
     /// `[num_seqs]`
@@ -42,14 +43,17 @@ pub struct AttentionData<'a, T> {
     /// `[num_seqs, num_heads, head_dim]`
     pub q: &'a [T],
     /// The paged pools, `[num_blocks, num_kv_heads, block_size, head_dim]`.
-    pub k: &'a [T],
-    pub v: &'a [T],
+    pub k: &'a [KV],
+    pub v: &'a [KV],
     pub num_blocks: usize,
     pub table: &'a BlockTable,
     /// The contiguous caches, `[num_seqs, num_kv_heads, max_len, head_dim]`.
-    pub k_contiguous: &'a [T],
-    pub v_contiguous: &'a [T],
+    pub k_contiguous: &'a [KV],
+    pub v_contiguous: &'a [KV],
     pub max_len: usize,
+    /// `[num_kv_heads]`: K = stored * k_scale, V = stored * v_scale (1 unless quantised).
+    pub k_scale: &'a [f32],
+    pub v_scale: &'a [f32],
 }
 
 /// A scalar argument of a kernel.
@@ -85,40 +89,65 @@ pub struct AttentionLaunch {
     pub partial_elems: usize,
 }
 
-/// The instance name of decode attention for `layout`: e.g. `paged_attention_f16_d128_g4`.
-pub fn kernel_name(layout: Layout, dtype: Dtype, head_dim: usize, group: usize) -> String {
+/// The instance name of decode attention for `layout` with q of `dtype` and K/V stored as
+/// `kv_dtype`: `paged_attention_f16_d128_g4`, or `paged_attention_f16_kvfp8_e4m3_d128_g4`.
+pub fn kernel_name(
+    layout: Layout,
+    dtype: Dtype,
+    kv_dtype: Dtype,
+    head_dim: usize,
+    group: usize,
+) -> String {
     let prefix = match layout {
         Layout::Paged => "paged",
         Layout::Contiguous => "contiguous",
     };
-    format!("{prefix}_attention_{}_d{head_dim}_g{group}", dtype.name())
+    let kv = if kv_dtype == dtype {
+        String::new()
+    } else {
+        format!("_kv{}", kv_dtype.name())
+    };
+    format!(
+        "{prefix}_attention_{}{kv}_d{head_dim}_g{group}",
+        dtype.name()
+    )
 }
 
-fn module(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Paged => "paged_attention",
-        Layout::Contiguous => "contiguous_attention",
+/// The kernels/*.cu file of an instance: fp8 storage has files of its own.
+pub fn module(layout: Layout, kv_dtype: Dtype) -> &'static str {
+    match (layout, kv_dtype.fp8().is_some()) {
+        (Layout::Paged, false) => "paged_attention",
+        (Layout::Paged, true) => "paged_attention_fp8",
+        (Layout::Contiguous, false) => "contiguous_attention",
+        (Layout::Contiguous, true) => "contiguous_attention_fp8",
     }
 }
 
-/// Ok when kernels/attention.cuh instantiates `dtype` x `head_dim` x `group`.
-pub fn check_instance(dtype: Dtype, head_dim: usize, group: usize) -> Result<(), LaunchError> {
-    let name = kernel_name(Layout::Paged, dtype, head_dim, group);
-    if instances::compiled("paged_attention", &name) {
+/// Ok when kernels/attention.cuh instantiates q `dtype`, K/V `kv_dtype`, `head_dim` and `group`.
+pub fn check_instance(
+    dtype: Dtype,
+    kv_dtype: Dtype,
+    head_dim: usize,
+    group: usize,
+) -> Result<(), LaunchError> {
+    let name = kernel_name(Layout::Paged, dtype, kv_dtype, head_dim, group);
+    if instances::compiled(module(Layout::Paged, kv_dtype), &name) {
         return Ok(());
     }
     Err(LaunchError::NoInstance(format!(
-        "no attention kernel for {dtype} head dim {head_dim} with {group} query heads per KV head \
-         (built for {dtype}: {})",
-        instances::describe(dtype)
+        "no attention kernel for q {dtype}, K/V {kv_dtype}, head dim {head_dim} with {group} query \
+         heads per KV head (built for q {dtype}, K/V {kv_dtype}: {})",
+        instances::describe(dtype, kv_dtype)
     )))
 }
 
 impl AttentionLaunch {
-    /// The launches of one step over `data` with `split`; `T` is the element type of q and KV.
-    pub fn new<T>(
+    /// The launches of one step over `data` with `split`: q of `dtype`, K and V stored as
+    /// `kv_dtype`.
+    pub fn new<T, KV>(
         dtype: Dtype,
-        data: &AttentionData<'_, T>,
+        kv_dtype: Dtype,
+        data: &AttentionData<'_, T, KV>,
         layout: Layout,
         split: SplitPlan,
     ) -> Result<AttentionLaunch, LaunchError> {
@@ -130,7 +159,15 @@ impl AttentionLaunch {
             )));
         }
         let (hd, group) = (s.head_dim, s.group());
-        check_instance(dtype, hd, group)?;
+        check_instance(dtype, kv_dtype, hd, group)?;
+        if data.k_scale.len() != s.num_kv_heads || data.v_scale.len() != s.num_kv_heads {
+            return Err(LaunchError::Geometry(format!(
+                "{} K and {} V scales for {} KV heads",
+                data.k_scale.len(),
+                data.v_scale.len(),
+                s.num_kv_heads
+            )));
+        }
         let seqs = data.lens.len();
         // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
         if seqs > 65_535 || split.num_partitions > 65_535 {
@@ -153,8 +190,8 @@ impl AttentionLaunch {
             Scalar::F32(s.scale),
         ]);
         let attention = KernelLaunch {
-            module: module(layout),
-            kernel: kernel_name(layout, dtype, hd, group),
+            module: module(layout, kv_dtype),
+            kernel: kernel_name(layout, dtype, kv_dtype, hd, group),
             grid: (
                 to_u32("KV heads", s.num_kv_heads)?,
                 seqs as u32,
@@ -193,6 +230,8 @@ mod tests {
     use super::*;
     use crate::kv::BlockTable;
 
+    const ONES: [f32; 2] = [1.0; 2];
+
     fn data<'a>(
         spec: &'a KvSpec,
         table: &'a BlockTable,
@@ -215,6 +254,8 @@ mod tests {
             k_contiguous: &[],
             v_contiguous: &[],
             max_len: 40,
+            k_scale: &ONES,
+            v_scale: &ONES,
         }
     }
 
@@ -228,7 +269,7 @@ mod tests {
             num_partitions: 1,
             partition_size: 40,
         };
-        let l = AttentionLaunch::new(Dtype::F16, &d, Layout::Paged, whole).unwrap();
+        let l = AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Paged, whole).unwrap();
         assert_eq!(l.attention.kernel, "paged_attention_f16_d128_g4");
         assert_eq!(l.attention.grid, (2, 2, 1));
         assert_eq!(
@@ -246,7 +287,8 @@ mod tests {
             num_partitions: 3,
             partition_size: 128,
         };
-        let l = AttentionLaunch::new(Dtype::F16, &d, Layout::Contiguous, split).unwrap();
+        let l =
+            AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Contiguous, split).unwrap();
         assert_eq!(l.attention.kernel, "contiguous_attention_f16_d128_g4");
         assert_eq!(l.attention.scalars[0], Scalar::I32(40));
         let m = l.merge.unwrap();
@@ -266,7 +308,24 @@ mod tests {
             num_partitions: 1,
             partition_size: 5,
         };
-        let e = AttentionLaunch::new(Dtype::F16, &d, Layout::Paged, whole).unwrap_err();
+        let e = AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Paged, whole).unwrap_err();
         assert!(e.to_string().contains("head dims 64, 128, 256"), "{e}");
+        // fp8 K and V get their own files and names.
+        let d = data(&spec, &table, &lens);
+        let mut d128 = d;
+        d128.shape.head_dim = 128;
+        let l = AttentionLaunch::new(
+            Dtype::Bf16,
+            Dtype::Fp8E5m2,
+            &d128,
+            Layout::Contiguous,
+            whole,
+        )
+        .unwrap();
+        assert_eq!(l.attention.module, "contiguous_attention_fp8");
+        assert_eq!(
+            l.attention.kernel,
+            "contiguous_attention_bf16_kvfp8_e5m2_d128_g4"
+        );
     }
 }

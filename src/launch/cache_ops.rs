@@ -157,9 +157,26 @@ pub struct SlotWrites {
 }
 
 impl SlotWrites {
+    /// New K/V of `dtype` into a pool of `spec.dtype`: `write_kv_slots_{dtype}` when they are the
+    /// same; into an fp8 pool `quantize_kv_slots_{dtype}_to_{fp8}`, whose buffers gain
+    /// (k_scale, v_scale) `[num_kv_heads]` after the slots.
     pub fn new(spec: &KvSpec, dtype: Dtype, tokens: usize) -> Result<SlotWrites, LaunchError> {
+        let kernel = if spec.dtype == dtype {
+            format!("write_kv_slots_{}", dtype.name())
+        } else if spec.dtype.fp8().is_some() && dtype.fp8().is_none() {
+            format!(
+                "quantize_kv_slots_{}_to_{}",
+                dtype.name(),
+                spec.dtype.name()
+            )
+        } else {
+            return Err(LaunchError::NoInstance(format!(
+                "new K/V in {dtype} cannot be written into a {} pool",
+                spec.dtype
+            )));
+        };
         Ok(SlotWrites {
-            kernel: format!("write_kv_slots_{}", dtype.name()),
+            kernel,
             grid: to_u32("tokens", tokens)?,
             threads: THREADS,
             scalars: [
@@ -216,6 +233,16 @@ mod tests {
         assert!(BlockCopies::new(16, 0).unwrap().launches.is_empty());
         assert_eq!(BlockCopies::new(1 << 20, 1).unwrap().ctas_per_block, 64);
         assert!(BlockCopies::new(24, 1).is_err());
+    }
+
+    #[test]
+    fn writes_into_an_fp8_pool_quantise() {
+        let spec = KvSpec::new(2, 64, 16, Dtype::Fp8E5m2).unwrap();
+        let w = SlotWrites::new(&spec, Dtype::Bf16, 3).unwrap();
+        assert_eq!(w.kernel, "quantize_kv_slots_bf16_to_fp8_e5m2");
+        assert!(SlotWrites::new(&spec, Dtype::Fp8E4m3, 3).is_err());
+        let f16_pool = KvSpec::new(2, 64, 16, Dtype::F16).unwrap();
+        assert!(SlotWrites::new(&f16_pool, Dtype::F32, 3).is_err());
     }
 
     #[test]

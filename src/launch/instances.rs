@@ -13,56 +13,60 @@ pub fn compiled(module: &str, name: &str) -> bool {
         .any(|k| k.module == module && k.name == name)
 }
 
-/// One (dtype, head dim, GQA group) decode attention is built for.
+/// One (q dtype, K/V storage, head dim, GQA group) decode attention is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AttentionInstance {
     pub dtype: Dtype,
+    pub kv_dtype: Dtype,
     pub head_dim: usize,
     pub group: usize,
 }
 
 /// Every decode-attention instance, from the names of the paged kernels
-/// (`paged_attention_{dtype}_d{head_dim}_g{group}`), sorted.
+/// (`paged_attention_{dtype}[_kv{kv_dtype}]_d{head_dim}_g{group}`), sorted.
 pub fn attention_instances() -> Vec<AttentionInstance> {
     let mut v: Vec<AttentionInstance> = COMPILED_KERNELS
         .iter()
-        .filter(|k| k.module == "paged_attention")
+        .filter(|k| k.module.starts_with("paged_attention"))
         .filter_map(|k| parse_attention(k.name))
         .collect();
     v.sort();
     v
 }
 
+fn dtype_named(name: &str) -> Option<Dtype> {
+    <Dtype as clap::ValueEnum>::value_variants()
+        .iter()
+        .copied()
+        .find(|d| d.name() == name)
+}
+
 fn parse_attention(name: &str) -> Option<AttentionInstance> {
     let rest = name.strip_prefix("paged_attention_")?;
-    let mut parts = rest.split('_');
-    let dtype_name = parts.next()?;
-    let dtype = *<Dtype as clap::ValueEnum>::value_variants()
-        .iter()
-        .find(|d| d.name() == dtype_name)?;
-    let head_dim = parts.next()?.strip_prefix('d')?.parse().ok()?;
-    let group = parts.next()?.strip_prefix('g')?.parse().ok()?;
-    parts.next().is_none().then_some(AttentionInstance {
+    let (types, shape) = rest.split_at(rest.rfind("_d")?);
+    let (dtype, kv_dtype) = match types.split_once("_kv") {
+        Some((q, kv)) => (dtype_named(q)?, dtype_named(kv)?),
+        None => (dtype_named(types)?, dtype_named(types)?),
+    };
+    let (d, g) = shape.strip_prefix("_d")?.split_once("_g")?;
+    Some(AttentionInstance {
         dtype,
-        head_dim,
-        group,
+        kv_dtype,
+        head_dim: d.parse().ok()?,
+        group: g.parse().ok()?,
     })
 }
 
-/// The head dims and groups built for `dtype`, for messages: "head dims 64, 128; groups 1, 2".
-pub fn describe(dtype: Dtype) -> String {
-    let all = attention_instances();
-    let mut dims: Vec<usize> = all
-        .iter()
-        .filter(|i| i.dtype == dtype)
-        .map(|i| i.head_dim)
+/// The head dims and groups built for q `dtype` and K/V `kv_dtype`, for messages: "head dims 64,
+/// 128; groups 1, 2".
+pub fn describe(dtype: Dtype, kv_dtype: Dtype) -> String {
+    let all: Vec<AttentionInstance> = attention_instances()
+        .into_iter()
+        .filter(|i| i.dtype == dtype && i.kv_dtype == kv_dtype)
         .collect();
+    let mut dims: Vec<usize> = all.iter().map(|i| i.head_dim).collect();
     dims.dedup();
-    let mut groups: Vec<usize> = all
-        .iter()
-        .filter(|i| i.dtype == dtype)
-        .map(|i| i.group)
-        .collect();
+    let mut groups: Vec<usize> = all.iter().map(|i| i.group).collect();
     groups.sort();
     groups.dedup();
     let list = |v: &[usize]| {
@@ -84,8 +88,18 @@ mod tests {
             parse_attention("paged_attention_bf16_d256_g8"),
             Some(AttentionInstance {
                 dtype: Dtype::Bf16,
+                kv_dtype: Dtype::Bf16,
                 head_dim: 256,
                 group: 8
+            })
+        );
+        assert_eq!(
+            parse_attention("paged_attention_f16_kvfp8_e5m2_d64_g2"),
+            Some(AttentionInstance {
+                dtype: Dtype::F16,
+                kv_dtype: Dtype::Fp8E5m2,
+                head_dim: 64,
+                group: 2
             })
         );
         for bad in [
@@ -93,6 +107,7 @@ mod tests {
             "paged_attention_f16_d128",
             "paged_attention_f16_d128_g4_x",
             "paged_attention_f8_d128_g4",
+            "paged_attention_f16_kvf8_d128_g4",
         ] {
             assert_eq!(parse_attention(bad), None, "{bad}");
         }
@@ -104,9 +119,19 @@ mod tests {
         assert!(!all.is_empty());
         for i in &all {
             let (d, hd, g) = (i.dtype.name(), i.head_dim, i.group);
+            let kv = if i.kv_dtype == i.dtype {
+                String::new()
+            } else {
+                format!("_kv{}", i.kv_dtype.name())
+            };
+            let module = if kv.is_empty() {
+                "contiguous_attention"
+            } else {
+                "contiguous_attention_fp8"
+            };
             assert!(compiled(
-                "contiguous_attention",
-                &format!("contiguous_attention_{d}_d{hd}_g{g}")
+                module,
+                &format!("contiguous_attention_{d}{kv}_d{hd}_g{g}")
             ));
             assert!(compiled(
                 "paged_attention",

@@ -9,7 +9,7 @@
 
 use super::bandwidth::ProbeError;
 use crate::attention::{AttentionShape, Problem};
-use crate::device::cpu::attention::{decode_attention, PagedRows};
+use crate::device::cpu::attention::{decode_attention_scaled, PagedRows};
 use crate::device::cpu::pages::{HostBuf, Pages};
 use crate::kv::{KvElem, KvSpec};
 use crate::timing::median_secs;
@@ -46,9 +46,13 @@ impl AttentionBatch {
         }
     }
 
-    /// The problem at `spec`'s block size.
-    pub fn problem<T: KvElem>(&self, spec: &KvSpec, seed: u64) -> Result<Problem<T>, ProbeError> {
-        Problem::<T>::new(self.shape(spec), spec.block_size, &self.lens, seed)
+    /// The problem at `spec`'s block size, q of `T`, K and V stored as `KV` (`spec.dtype`).
+    pub fn problem<T: KvElem, KV: KvElem>(
+        &self,
+        spec: &KvSpec,
+        seed: u64,
+    ) -> Result<Problem<T, KV>, ProbeError> {
+        Problem::<T, KV>::new(self.shape(spec), spec.block_size, &self.lens, seed)
             .map_err(|e| ProbeError::Attention(e.to_string()))
     }
 }
@@ -66,28 +70,29 @@ pub fn check_finite<T: KvElem>(out: &[T], what: &str) -> Result<(), ProbeError> 
 
 /// The CPU decode attention over `batch` at `spec`'s shape, K and V pools in memory with `pages`;
 /// GB/s of K and V read (the median of `reps` runs after a warm-up).
-pub fn cpu_attention_gbps<T: KvElem>(
+pub fn cpu_attention_gbps<T: KvElem, KV: KvElem>(
     spec: &KvSpec,
     batch: &AttentionBatch,
     pages: Pages,
     reps: usize,
     seed: u64,
 ) -> Result<f64, ProbeError> {
-    let p = batch.problem::<T>(spec, seed)?;
+    let p = batch.problem::<T, KV>(spec, seed)?;
     // The pools move into buffers of the probe's page size, so the TLB's share shows here too.
     let bytes = std::mem::size_of_val(p.k.as_slice());
     let map = || HostBuf::new(bytes, pages).map_err(|source| ProbeError::Memory { bytes, source });
     let (mut k, mut v) = (map()?, map()?);
-    k.as_mut_slice::<T>().copy_from_slice(&p.k);
-    v.as_mut_slice::<T>().copy_from_slice(&p.v);
+    k.as_mut_slice::<KV>().copy_from_slice(&p.k);
+    v.as_mut_slice::<KV>().copy_from_slice(&p.v);
     let rows = PagedRows {
         spec: &p.spec,
         table: &p.table,
     };
     let mut out = vec![T::from_f32(f32::NAN); p.q.len()];
-    let (k, v) = (k.as_slice::<T>(), v.as_slice::<T>());
+    let (k, v) = (k.as_slice::<KV>(), v.as_slice::<KV>());
+    let (ks, vs) = (&p.k_scale, &p.v_scale);
     let seconds = median_secs(1, reps, || {
-        decode_attention(&p.shape, &p.q, k, v, &p.lens, &rows, &mut out)
+        decode_attention_scaled(&p.shape, &p.q, k, v, ks, vs, &p.lens, &rows, &mut out)
     });
     check_finite(&out, "CPU paged attention")?;
     Ok(p.kv_bytes() as f64 / seconds / 1e9)
@@ -109,7 +114,7 @@ mod tests {
         };
         let s = batch.shape(&spec);
         assert_eq!((s.num_heads, s.num_kv_heads, s.head_dim), (8, 2, 32));
-        let p = batch.problem::<f32>(&spec, 3).unwrap();
+        let p = batch.problem::<f32, f32>(&spec, 3).unwrap();
         assert_eq!(p.kv_bytes(), (5 + 37) * 2 * 32 * 2 * 4);
         // The kernel the probe times agrees with the f64 oracle on the probe's own problem.
         let mut out = vec![f32::NAN; p.q.len()];
@@ -117,16 +122,18 @@ mod tests {
             spec: &p.spec,
             table: &p.table,
         };
-        decode_attention(&p.shape, &p.q, &p.k, &p.v, &p.lens, &rows, &mut out);
+        crate::device::cpu::attention::decode_attention(
+            &p.shape, &p.q, &p.k, &p.v, &p.lens, &rows, &mut out,
+        );
         assert!(relative_error(&out, &attention_f64(&p)) < tolerance(Dtype::F32));
-        let gbps = cpu_attention_gbps::<f32>(&spec, &batch, Pages::Small, 1, 3).unwrap();
+        let gbps = cpu_attention_gbps::<f32, f32>(&spec, &batch, Pages::Small, 1, 3).unwrap();
         assert!(gbps.is_finite() && gbps > 0.0);
         let bad = AttentionBatch {
             num_heads: 3,
             ..batch
         };
         assert!(matches!(
-            bad.problem::<f32>(&spec, 1),
+            bad.problem::<f32, f32>(&spec, 1),
             Err(ProbeError::Attention(_))
         ));
     }

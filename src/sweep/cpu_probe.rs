@@ -18,7 +18,7 @@ use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOpt
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cpu::pages::{HostBuf, Pages};
 use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
-use crate::kv::{BlockTable, Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
+use crate::kv::{BlockTable, Dtype, Fp8E4m3, Fp8E5m2, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use crate::timing::median_secs;
 use half::{bf16, f16};
 use rand::{seq::SliceRandom, SeedableRng};
@@ -83,6 +83,8 @@ impl CpuProbe {
                     Dtype::F16 => fill::<f16>(buf.as_mut_slice(), seed),
                     Dtype::Bf16 => fill::<bf16>(buf.as_mut_slice(), seed),
                     Dtype::F32 => fill::<f32>(buf.as_mut_slice(), seed),
+                    Dtype::Fp8E4m3 => fill::<Fp8E4m3>(buf.as_mut_slice(), seed),
+                    Dtype::Fp8E5m2 => fill::<Fp8E5m2>(buf.as_mut_slice(), seed),
                 }
             }
             b.dtype = Some(dtype);
@@ -187,6 +189,8 @@ impl BandwidthProbe for CpuProbe {
             Dtype::F16 => self.measure_limits::<f16>(),
             Dtype::Bf16 => self.measure_limits::<bf16>(),
             Dtype::F32 => self.measure_limits::<f32>(),
+            Dtype::Fp8E4m3 => self.measure_limits::<Fp8E4m3>(),
+            Dtype::Fp8E5m2 => self.measure_limits::<Fp8E5m2>(),
         }
     }
 
@@ -195,6 +199,8 @@ impl BandwidthProbe for CpuProbe {
             Dtype::F16 => self.measure_gather::<f16>(spec),
             Dtype::Bf16 => self.measure_gather::<bf16>(spec),
             Dtype::F32 => self.measure_gather::<f32>(spec),
+            Dtype::Fp8E4m3 => self.measure_gather::<Fp8E4m3>(spec),
+            Dtype::Fp8E5m2 => self.measure_gather::<Fp8E5m2>(spec),
         }
     }
 
@@ -204,9 +210,12 @@ impl BandwidthProbe for CpuProbe {
         };
         let (pages, reps, seed) = (self.pages, self.opts.reps, self.opts.seed);
         let gbps = match spec.dtype {
-            Dtype::F16 => cpu_attention_gbps::<f16>(spec, batch, pages, reps, seed),
-            Dtype::Bf16 => cpu_attention_gbps::<bf16>(spec, batch, pages, reps, seed),
-            Dtype::F32 => cpu_attention_gbps::<f32>(spec, batch, pages, reps, seed),
+            Dtype::F16 => cpu_attention_gbps::<f16, f16>(spec, batch, pages, reps, seed),
+            Dtype::Bf16 => cpu_attention_gbps::<bf16, bf16>(spec, batch, pages, reps, seed),
+            Dtype::F32 => cpu_attention_gbps::<f32, f32>(spec, batch, pages, reps, seed),
+            // An fp8 cache is read with q in f16 (the models' dtype: q is never quantised).
+            Dtype::Fp8E4m3 => cpu_attention_gbps::<f16, Fp8E4m3>(spec, batch, pages, reps, seed),
+            Dtype::Fp8E5m2 => cpu_attention_gbps::<f16, Fp8E5m2>(spec, batch, pages, reps, seed),
         }?;
         Ok(Some(gbps))
     }

@@ -18,12 +18,12 @@ use super::attention_probe::{check_finite, AttentionBatch};
 use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 use super::cpu_probe::{fill, shuffled_table};
 use crate::attention::{relative_error, tolerance, Problem};
-use crate::device::cpu::attention::{decode_attention, PagedRows};
+use crate::device::cpu::attention::{decode_attention_scaled, PagedRows};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cuda::gather::{GatherError, GatherPool};
 use crate::device::cuda::{CudaDevice, DeviceProblem, Layout};
 use crate::device::DeviceError;
-use crate::kv::{Dtype, KvElem, KvSpec, MAX_BLOCK_SIZE};
+use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use crate::launch::attention::check_instance;
 use crate::launch::gather::GatherGeometry;
 use crate::stats::median;
@@ -169,10 +169,10 @@ impl GpuProbe {
     }
 
     /// Runs `layout` once on a poisoned output and compares it with the CPU implementation.
-    fn check_attention<T: GpuElem>(
+    fn check_attention<T: GpuElem, KV: GpuElem>(
         &self,
-        p: &Problem<T>,
-        dp: &mut DeviceProblem<T>,
+        p: &Problem<T, KV>,
+        dp: &mut DeviceProblem<T, KV>,
         layout: Layout,
         reference: &[f64],
     ) -> Result<(), ProbeError> {
@@ -193,16 +193,18 @@ impl GpuProbe {
         Ok(())
     }
 
-    fn measure_attention<T: GpuElem>(
+    /// Attention with q of `T`, K and V stored as `KV` (`spec.dtype`).
+    fn measure_attention<T: GpuElem, KV: GpuElem>(
         &mut self,
         spec: &KvSpec,
         batch: &AttentionBatch,
     ) -> Result<Option<f64>, ProbeError> {
         let group = batch.num_heads / spec.num_kv_heads.max(1);
-        if check_instance(T::DTYPE, spec.head_dim, group).is_err() {
+        if check_instance(T::DTYPE, KV::DTYPE, spec.head_dim, group).is_err() {
             let note = format!(
-                "no GPU attention kernel for {} head dim {} with {group} query heads per KV head: attention not measured",
+                "no GPU attention kernel for q {}, K/V {} head dim {} with {group} query heads per KV head: attention not measured",
                 T::DTYPE,
+                KV::DTYPE,
                 spec.head_dim
             );
             if !self.notes.contains(&note) {
@@ -212,7 +214,7 @@ impl GpuProbe {
         }
         let iters = self.iters();
         let dev = self.dev.clone();
-        let p = batch.problem::<T>(spec, self.opts.seed)?;
+        let p = batch.problem::<T, KV>(spec, self.opts.seed)?;
         let plan = dev.attention_plan(&p.data())?;
         let mut dp = dev.upload_attention(&p.data(), plan)?;
         let mut cpu_out = vec![T::from_f32(f32::NAN); p.q.len()];
@@ -220,7 +222,18 @@ impl GpuProbe {
             spec: &p.spec,
             table: &p.table,
         };
-        decode_attention(&p.shape, &p.q, &p.k, &p.v, &p.lens, &rows, &mut cpu_out);
+        let (ks, vs) = (&p.k_scale, &p.v_scale);
+        decode_attention_scaled(
+            &p.shape,
+            &p.q,
+            &p.k,
+            &p.v,
+            ks,
+            vs,
+            &p.lens,
+            &rows,
+            &mut cpu_out,
+        );
         let reference: Vec<f64> = cpu_out.iter().map(|x| x.to_f32() as f64).collect();
         self.check_attention(&p, &mut dp, Layout::Paged, &reference)?;
         let paged_ms = dev.time_ms(3, iters, || dev.launch_attention(&mut dp, Layout::Paged))?;
@@ -275,6 +288,8 @@ impl BandwidthProbe for GpuProbe {
             Dtype::F16 => self.measure_gather::<f16>(spec),
             Dtype::Bf16 => self.measure_gather::<bf16>(spec),
             Dtype::F32 => self.measure_gather::<f32>(spec),
+            Dtype::Fp8E4m3 => self.measure_gather::<Fp8E4m3>(spec),
+            Dtype::Fp8E5m2 => self.measure_gather::<Fp8E5m2>(spec),
         }
     }
 
@@ -283,9 +298,12 @@ impl BandwidthProbe for GpuProbe {
             return Ok(None);
         };
         match spec.dtype {
-            Dtype::F16 => self.measure_attention::<f16>(spec, &batch),
-            Dtype::Bf16 => self.measure_attention::<bf16>(spec, &batch),
-            Dtype::F32 => self.measure_attention::<f32>(spec, &batch),
+            Dtype::F16 => self.measure_attention::<f16, f16>(spec, &batch),
+            Dtype::Bf16 => self.measure_attention::<bf16, bf16>(spec, &batch),
+            Dtype::F32 => self.measure_attention::<f32, f32>(spec, &batch),
+            // An fp8 cache is read with q in f16 (q is never quantised).
+            Dtype::Fp8E4m3 => self.measure_attention::<f16, Fp8E4m3>(spec, &batch),
+            Dtype::Fp8E5m2 => self.measure_attention::<f16, Fp8E5m2>(spec, &batch),
         }
     }
 }

@@ -36,7 +36,10 @@ pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
 pub use model::ModelShape;
 pub use replay::DurationModel;
 pub use run::{run_sweep, NoProgress, Phase, Progress};
-pub use summary::{comparison_line, end_to_end_line, limit_medians, LimitMedians, SweepReport};
+pub use summary::{
+    comparison_line, end_to_end_line, kv_dtype_summary, limit_medians, KvDtypeSummary,
+    LimitMedians, SweepReport,
+};
 
 use crate::device::DeviceError;
 use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};

@@ -191,3 +191,67 @@ pub fn limit_medians(report: &SweepReport) -> Vec<LimitMedians> {
         })
         .collect()
 }
+
+/// What changes from one KV cache dtype to the next (`sweep --kv-dtype f16,fp8_e4m3`).
+#[derive(Debug, Clone, Serialize)]
+pub struct KvDtypeSummary {
+    /// Per dtype: the recommended block size and the concurrent requests at vLLM's 16.
+    pub per_dtype: Vec<KvDtypeRow>,
+    /// Whether any dtype's recommendation differs from the first's.
+    pub recommendation_moves: bool,
+    /// The sentence the text report ends with.
+    pub line: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KvDtypeRow {
+    pub kv_dtype: crate::kv::Dtype,
+    pub kv_bytes_per_token: u64,
+    pub recommended_block_size: Option<usize>,
+    pub concurrent_requests_at_16: Option<f64>,
+}
+
+/// The summary of one sweep per KV dtype, the first the reference.
+pub fn kv_dtype_summary(reports: &[SweepReport]) -> KvDtypeSummary {
+    let per_dtype: Vec<KvDtypeRow> = reports
+        .iter()
+        .map(|r| KvDtypeRow {
+            kv_dtype: r.model.dtype,
+            kv_bytes_per_token: r.model.kv_bytes_per_token(),
+            recommended_block_size: r.recommended_block_size,
+            concurrent_requests_at_16: r
+                .rows
+                .iter()
+                .find(|row| row.block_size == VLLM_DEFAULT_BLOCK_SIZE)
+                .map(|row| row.concurrent_requests),
+        })
+        .collect();
+    let first = per_dtype.first().and_then(|r| r.recommended_block_size);
+    let moves = per_dtype.iter().any(|r| r.recommended_block_size != first);
+    let parts: Vec<String> = per_dtype
+        .iter()
+        .map(|r| {
+            let block = r
+                .recommended_block_size
+                .map_or("none".to_string(), |b| b.to_string());
+            let conc = r.concurrent_requests_at_16.map_or(String::new(), |c| {
+                format!(", {c:.0} concurrent requests at 16")
+            });
+            format!(
+                "{} → {block} ({} KiB per token{conc})",
+                r.kv_dtype,
+                r.kv_bytes_per_token / 1024
+            )
+        })
+        .collect();
+    let verdict = if moves {
+        "the recommended block size moves"
+    } else {
+        "the recommended block size does not move"
+    };
+    KvDtypeSummary {
+        line: format!("per KV cache dtype: {}; {verdict}", parts.join("; ")),
+        per_dtype,
+        recommendation_moves: moves,
+    }
+}

@@ -4,4 +4,4 @@
 #define PAGEDKV_ATTENTION_RING_WAIT() ((void)0)
 #include "attention.cuh"
 
-PAGEDKV_DEFINE_PAGED_ATTENTION(mutant_no_wait_paged_attention_f16_d128_g4, __half, 128, 4)
+PAGEDKV_DEFINE_PAGED_ATTENTION(mutant_no_wait_paged_attention_f16_d128_g4, __half, __half, __half, 128, 4)

@@ -4,4 +4,4 @@
 #define PAGEDKV_ATTENTION_RING_WAIT() cp_async_wait<attn::kStages>()
 #include "attention.cuh"
 
-PAGEDKV_DEFINE_PAGED_ATTENTION(mutant_short_wait_paged_attention_f16_d128_g4, __half, 128, 4)
+PAGEDKV_DEFINE_PAGED_ATTENTION(mutant_short_wait_paged_attention_f16_d128_g4, __half, __half, __half, 128, 4)

@@ -3,7 +3,8 @@
 
 use crate::{count, CheckFailed, CmdResult};
 use pagedkv::attention::{
-    measure_dtype, tolerance, AttentionReport, AttentionShape, MeasureOptions,
+    measure_dtype, tolerance, AttentionReport, AttentionShape, MeasureOptions, ProblemOptions,
+    Scales, Values,
 };
 use pagedkv::device::{Device, DeviceChoice};
 use pagedkv::kv::Dtype;
@@ -40,8 +41,33 @@ pub struct Args {
     head_dim: usize,
     #[arg(long, default_value_t = 16)]
     block_size: usize,
+    /// How K and V are stored (vLLM's kv_cache_dtype): as q (f16, bf16, f32), or fp8_e4m3 /
+    /// fp8_e5m2 with a scale per tensor (or per KV head) and q in --q-dtype.
     #[arg(long, value_enum, default_value_t = Dtype::F16)]
     dtype: Dtype,
+    /// q and the output with an fp8 cache (f16 or bf16); otherwise they are --dtype.
+    #[arg(long, value_enum, default_value_t = Dtype::F16)]
+    q_dtype: Dtype,
+    /// fp8 K scale (K = stored * scale); default: calibrated from the values' largest magnitude.
+    #[arg(long, requires = "v_scale", value_parser = positive_scale)]
+    k_scale: Option<f32>,
+    /// fp8 V scale; default: calibrated.
+    #[arg(long, requires = "k_scale", value_parser = positive_scale)]
+    v_scale: Option<f32>,
+    /// Calibrate one fp8 scale per KV head rather than one per tensor.
+    #[arg(long, conflicts_with = "k_scale")]
+    scale_per_head: bool,
+    /// How K and V values are drawn: uniform in [-1, 1), or like activations (N(0,
+    /// --activation-scale²) with --outlier-channels channels per KV head --outlier-magnitude
+    /// times larger).
+    #[arg(long, value_enum, default_value_t = ValuesArg::Uniform)]
+    values: ValuesArg,
+    #[arg(long, default_value_t = 1.0)]
+    activation_scale: f32,
+    #[arg(long, default_value_t = 2)]
+    outlier_channels: usize,
+    #[arg(long, default_value_t = 10.0)]
+    outlier_magnitude: f32,
     /// Softmax scale; default 1/sqrt(head dim).
     #[arg(long)]
     scale: Option<f32>,
@@ -55,6 +81,19 @@ pub struct Args {
     no_check: bool,
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ValuesArg {
+    Uniform,
+    Activations,
+}
+
+fn positive_scale(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("{s} is not a positive finite number")),
+    }
 }
 
 /// The first `batch` requests' contexts (prompt + output tokens), each capped at `max_context`.
@@ -98,13 +137,34 @@ pub fn run(args: Args) -> CmdResult {
         iters,
         check: !args.no_check,
     };
+    let quantised = args.dtype.fp8().is_some();
+    let q_dtype = if quantised { args.q_dtype } else { args.dtype };
+    let problem = ProblemOptions {
+        values: match args.values {
+            ValuesArg::Uniform => Values::Uniform,
+            ValuesArg::Activations => Values::Activations {
+                scale: args.activation_scale,
+                channels: args.outlier_channels,
+                magnitude: args.outlier_magnitude,
+            },
+        },
+        scales: match (args.k_scale, args.v_scale, args.scale_per_head) {
+            (Some(k), Some(v), _) => Scales::Fixed(k, v),
+            (_, _, true) => Scales::CalibratedPerHead,
+            _ => Scales::Calibrated,
+        },
+        // What fp8 costs is measured against K and V before quantisation.
+        keep_exact: quantised && opts.check,
+    };
     let report = measure_dtype(
         &device,
+        q_dtype,
         args.dtype,
         shape,
         args.block_size,
         &lens,
         args.seed,
+        problem,
         opts,
     )?;
     if args.json {
@@ -112,23 +172,60 @@ pub fn run(args: Args) -> CmdResult {
     } else {
         print_report(&report);
     }
-    let bound = tolerance(args.dtype);
-    // NaN errors fail too: only a finite error within the bound passes.
+    // Against the oracle over the stored values the kernels round as q's dtype does; NaN errors
+    // fail too: only a finite error within the bound passes.
+    let bound = tolerance(q_dtype);
     let within = report.max_rel_error.is_finite() && report.max_rel_error <= bound;
     if !args.no_check && !within {
         return Err(Box::new(CheckFailed(format!(
-            "relative error {:.3e} exceeds {bound:.0e} for {}",
-            report.max_rel_error, args.dtype
+            "relative error {:.3e} exceeds {bound:.0e} for {q_dtype}",
+            report.max_rel_error
         ))));
+    }
+    // What the fp8 cache costs against the unquantised values, when its scale was calibrated (a
+    // given scale may saturate on purpose: reported, not judged).
+    let calibrated = args.k_scale.is_none();
+    if quantised && !args.no_check && calibrated {
+        let bound = tolerance(args.dtype);
+        let e = report.quantised_rel_error;
+        if !(e.is_finite() && e <= bound) {
+            return Err(Box::new(CheckFailed(format!(
+                "{} cache: relative error {e:.3e} against the unquantised values exceeds {bound:.0e}",
+                args.dtype
+            ))));
+        }
     }
     Ok(())
 }
 
 fn print_report(r: &AttentionReport) {
+    let kv = if r.kv_dtype == r.dtype {
+        String::new()
+    } else {
+        format!(", K/V {}", r.kv_dtype)
+    };
     println!(
-        "{}: batch {}, {} query / {} KV heads, head dim {}, {}, block size {}, longest context {}, {} partition(s)",
+        "{}: batch {}, {} query / {} KV heads, head dim {}, {}{kv}, block size {}, longest context {}, {} partition(s)",
         r.device, r.batch, r.num_heads, r.num_kv_heads, r.head_dim, r.dtype, r.block_size, r.max_context, r.partitions
     );
+    if r.kv_dtype.fp8().is_some() {
+        let range = |s: &[f32]| {
+            let (lo, hi) = s
+                .iter()
+                .fold((f32::MAX, 0f32), |(a, b), &x| (a.min(x), b.max(x)));
+            if lo == hi {
+                format!("{lo:.4e}")
+            } else {
+                format!("{lo:.4e} .. {hi:.4e}")
+            }
+        };
+        println!(
+            "K scale {}, V scale {}; relative error against the unquantised values {:.3e}",
+            range(&r.k_scale),
+            range(&r.v_scale),
+            r.quantised_rel_error
+        );
+    }
     let mut t = Table::new([
         "kernel",
         "time us",

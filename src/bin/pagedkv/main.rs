@@ -173,7 +173,7 @@ mod tests {
         );
         assert_eq!(
             err(&["t", "--dtype", "f8"]),
-            "invalid value 'f8' for '--dtype <dtype>' [possible values: f16, bf16, f32]"
+            "invalid value 'f8' for '--dtype <dtype>' [possible values: f16, bf16, f32, fp8_e4m3, fp8_e5m2]"
         );
         let m = parse(&["t", "--tp", "64", "--reps", "1000000"]).unwrap();
         assert_eq!(m.get_one::<usize>("tp"), Some(&64));

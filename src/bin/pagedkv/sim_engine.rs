@@ -5,6 +5,7 @@
 use crate::{count, CmdResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagedkv::kv::model::{self, ModelShape};
+use pagedkv::kv::Dtype;
 use pagedkv::report::Table;
 use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
 use pagedkv::sim::engine::output;
@@ -133,6 +134,11 @@ pub struct Args {
     /// Model preset.
     #[arg(long, default_value = "llama-3-8b")]
     model: String,
+    /// How the KV cache stores K and V (vLLM's --kv-cache-dtype): f16/bf16 ("auto"), or
+    /// fp8_e4m3 / fp8_e5m2 at one byte per element: twice the tokens in the same pool, half the
+    /// KV bytes a step reads.
+    #[arg(long, value_enum, default_value_t = Dtype::F16)]
+    kv_cache_dtype: Dtype,
     /// h200, h100, a100 [default: the preset's].
     #[arg(long)]
     gpu: Option<String>,
@@ -360,7 +366,10 @@ fn settings(
         engine: e,
         num_gpu_blocks_override: override_blocks,
         gpu_memory_utilization: util,
-        model: model_shape(&args.model)?,
+        model: ModelShape {
+            dtype: args.kv_cache_dtype,
+            ..model_shape(&args.model)?
+        },
         gpu: g,
         tp: args.tp,
         profile,
@@ -476,8 +485,9 @@ fn print_text(
         println!("clock: steps (every step one unit)");
     } else {
         println!(
-            "model: {} on {} × {} ({} GB/s, {} TFLOP/s), step overhead {} ms; attention efficiency from {} ({}){}",
+            "model: {} (KV cache {}) on {} × {} ({} GB/s, {} TFLOP/s), step overhead {} ms; attention efficiency from {} ({}){}",
             s.model.name,
+            s.model.dtype,
             s.tp,
             s.gpu.name,
             s.gpu.hbm_gbps,

@@ -36,8 +36,13 @@ pub struct Args {
     #[arg(long)]
     head_dim: Option<usize>,
     /// KV cache element type.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, conflicts_with = "kv_dtype")]
     dtype: Option<Dtype>,
+    /// Sweep once per KV cache dtype (e.g. f16,fp8_e4m3) and say whether the recommended block
+    /// size moves: fp8 halves a token's bytes, so a block of 16 holds half as many contiguous
+    /// bytes and the pool twice the tokens.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    kv_dtype: Vec<Dtype>,
     /// Override the preset's parameter count, in billions (weights take 2 bytes each).
     #[arg(long)]
     params_b: Option<f64>,
@@ -204,7 +209,14 @@ impl Progress for Bars {
 }
 
 pub fn run(args: Args) -> CmdResult {
-    let report = run_sweep(&args.config(), &Bars(Mutex::new(None)))?;
+    if args.kv_dtype.len() > 1 {
+        return run_per_kv_dtype(args);
+    }
+    let mut config = args.config();
+    if let Some(&d) = args.kv_dtype.first() {
+        config.model.dtype = Some(d);
+    }
+    let report = run_sweep(&config, &Bars(Mutex::new(None)))?;
     if let Some(dir) = &args.out {
         output::write_all(&report, dir)?;
     }
@@ -212,6 +224,44 @@ pub fn run(args: Args) -> CmdResult {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_text(&report, args.out.as_ref());
+    }
+    Ok(())
+}
+
+/// One sweep per --kv-dtype (the first is the reference), each report as usual (under
+/// `--out DIR/<dtype>`), then whether the recommended block size moves.
+fn run_per_kv_dtype(args: Args) -> CmdResult {
+    for (i, d) in args.kv_dtype.iter().enumerate() {
+        if args.kv_dtype[..i].contains(d) {
+            return Err(format!("--kv-dtype names {d} twice").into());
+        }
+    }
+    let mut reports = Vec::new();
+    for &dtype in &args.kv_dtype {
+        let mut config = args.config();
+        config.model.dtype = Some(dtype);
+        let report = run_sweep(&config, &Bars(Mutex::new(None)))?;
+        if let Some(dir) = &args.out {
+            output::write_all(&report, &dir.join(dtype.name()))?;
+        }
+        if !args.json {
+            println!("=== KV cache {dtype}");
+            print_text(&report, args.out.as_ref());
+            println!();
+        }
+        reports.push(report);
+    }
+    let summary = sweep::kv_dtype_summary(&reports);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "kv_dtypes": reports,
+                "summary": summary,
+            }))?
+        );
+    } else {
+        println!("{}", summary.line);
     }
     Ok(())
 }

@@ -40,6 +40,46 @@ pub fn write_slots<T: KvElem>(
     Ok(())
 }
 
+/// [`write_slots`] into an fp8 pool (`KV` an fp8 element) from new K/V of `T`, quantised with the
+/// KV head's scale as vLLM does: code = fp8(x / scale[head]) (`kernels/cache_ops.cu`'s
+/// `quantize_kv_slots_*`).
+pub fn write_slots_quantised<T: KvElem, KV: KvElem>(
+    spec: &KvSpec,
+    pool: &mut [KV],
+    new: &[T],
+    scale: &[f32],
+    slots: &[i64],
+) -> Result<(), CacheOpError> {
+    let per_token = spec.elems_per_token();
+    let want = slots.len() * per_token;
+    if new.len() != want {
+        return Err(CacheOpError::Shape {
+            got: new.len(),
+            want,
+            tokens: slots.len(),
+        });
+    }
+    assert_eq!(scale.len(), spec.num_kv_heads, "one scale per KV head");
+    check_slots(spec, pool.len() / spec.elems_per_block(), slots)?;
+    for (token, &slot) in slots.iter().enumerate() {
+        if slot < 0 {
+            continue;
+        }
+        let (block, offset) = (
+            slot as usize / spec.block_size,
+            slot as usize % spec.block_size,
+        );
+        for (head, &head_scale) in scale.iter().enumerate().take(spec.num_kv_heads) {
+            let src = (token * spec.num_kv_heads + head) * spec.head_dim;
+            let dst = spec.elem_offset(block, head, offset, 0);
+            for d in 0..spec.head_dim {
+                pool[dst + d] = KV::from_f32(new[src + d].to_f32() / head_scale);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Copies whole blocks: block `pairs[i][0]` of `src` into block `pairs[i][1]` of `dst`.
 pub fn copy_blocks<T: Copy>(
     block_elems: usize,

@@ -5,7 +5,7 @@
 use super::{CudaDevice, DeviceError};
 use crate::kernels::ATTENTION_SMEM_BYTES;
 use crate::kv::KvElem;
-use crate::launch::attention::{check_instance, kernel_name};
+use crate::launch::attention::{check_instance, kernel_name, module};
 use crate::launch::{split_plan, AttentionData, AttentionLaunch, KernelLaunch, Layout, Scalar};
 use crate::launch::{LaunchError, SplitPlan};
 use cudarc::driver::sys::CUfunction_attribute;
@@ -21,15 +21,17 @@ impl From<LaunchError> for DeviceError {
 
 /// A problem's buffers on the device, and its two launches; the output is poisoned with NaN before
 /// every checked launch.
-pub struct DeviceProblem<T: DeviceRepr> {
+pub struct DeviceProblem<T: DeviceRepr, KV: DeviceRepr = T> {
     pub plan: SplitPlan,
     paged: AttentionLaunch,
     contiguous: AttentionLaunch,
     q: CudaSlice<T>,
-    k: CudaSlice<T>,
-    v: CudaSlice<T>,
-    k_contiguous: CudaSlice<T>,
-    v_contiguous: CudaSlice<T>,
+    k: CudaSlice<KV>,
+    v: CudaSlice<KV>,
+    k_contiguous: CudaSlice<KV>,
+    v_contiguous: CudaSlice<KV>,
+    k_scale: CudaSlice<f32>,
+    v_scale: CudaSlice<f32>,
     table: CudaSlice<i32>,
     lens: CudaSlice<i32>,
     pub out: CudaSlice<T>,
@@ -58,14 +60,14 @@ impl CudaDevice {
 
     /// The split-K plan for `data` on this GPU, from the driver's occupancy query for the kernel
     /// instance it runs (`launch::split` has the rule).
-    pub fn attention_plan<T: KvElem>(
+    pub fn attention_plan<T: KvElem, KV: KvElem>(
         &self,
-        data: &AttentionData<'_, T>,
+        data: &AttentionData<'_, T, KV>,
     ) -> Result<SplitPlan, DeviceError> {
         let s = &data.shape;
-        check_instance(T::DTYPE, s.head_dim, s.group())?;
-        let name = kernel_name(Layout::Paged, T::DTYPE, s.head_dim, s.group());
-        let f = self.attention_function("paged_attention", &name)?;
+        check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
+        let name = kernel_name(Layout::Paged, T::DTYPE, KV::DTYPE, s.head_dim, s.group());
+        let f = self.attention_function(module(Layout::Paged, KV::DTYPE), &name)?;
         // The driver call works on the current context: attention_function made it current.
         let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
             crate::kernels::ATTENTION_THREADS,
@@ -82,16 +84,20 @@ impl CudaDevice {
     }
 
     /// Uploads a problem; the block table is validated against the pool first.
-    pub fn upload_attention<T: KvElem + DeviceRepr + ValidAsZeroBits>(
+    pub fn upload_attention<T, KV>(
         &self,
-        data: &AttentionData<'_, T>,
+        data: &AttentionData<'_, T, KV>,
         plan: SplitPlan,
-    ) -> Result<DeviceProblem<T>, DeviceError> {
+    ) -> Result<DeviceProblem<T, KV>, DeviceError>
+    where
+        T: KvElem + DeviceRepr + ValidAsZeroBits,
+        KV: KvElem + DeviceRepr,
+    {
         data.table
             .validate(data.num_blocks)
             .map_err(|e| DeviceError::Invalid(e.to_string()))?;
-        let paged = AttentionLaunch::new(T::DTYPE, data, Layout::Paged, plan)?;
-        let contiguous = AttentionLaunch::new(T::DTYPE, data, Layout::Contiguous, plan)?;
+        let paged = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, Layout::Paged, plan)?;
+        let contiguous = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, Layout::Contiguous, plan)?;
         for l in [&paged, &contiguous] {
             self.attention_function(l.attention.module, &l.attention.kernel)?;
         }
@@ -104,6 +110,8 @@ impl CudaDevice {
             v: st.clone_htod(data.v)?,
             k_contiguous: st.clone_htod(data.k_contiguous)?,
             v_contiguous: st.clone_htod(data.v_contiguous)?,
+            k_scale: st.clone_htod(data.k_scale)?,
+            v_scale: st.clone_htod(data.v_scale)?,
             table: st.clone_htod(&data.table.entries)?,
             lens: st.clone_htod(data.lens)?,
             out: st.alloc_zeros(paged.out_elems.max(1))?,
@@ -116,9 +124,9 @@ impl CudaDevice {
     }
 
     /// Fills the output with NaN (all bits set), so an element the kernel misses shows.
-    pub fn poison_output<T: DeviceRepr>(
+    pub fn poison_output<T: DeviceRepr, KV: DeviceRepr>(
         &self,
-        dp: &mut DeviceProblem<T>,
+        dp: &mut DeviceProblem<T, KV>,
     ) -> Result<(), DeviceError> {
         use cudarc::driver::DevicePtrMut;
         let bytes = dp.out.num_bytes();
@@ -132,9 +140,9 @@ impl CudaDevice {
     }
 
     /// Launches decode attention (and the merge when split) on the device stream.
-    pub fn launch_attention<T: KvElem + DeviceRepr>(
+    pub fn launch_attention<T: KvElem + DeviceRepr, KV: DeviceRepr>(
         &self,
-        dp: &mut DeviceProblem<T>,
+        dp: &mut DeviceProblem<T, KV>,
         layout: Layout,
     ) -> Result<(), DeviceError> {
         let l = match layout {
@@ -149,9 +157,14 @@ impl CudaDevice {
             .arg(&mut dp.part_sum)
             .arg(&dp.q);
         match layout {
-            Layout::Paged => b.arg(&dp.k).arg(&dp.v).arg(&dp.table).arg(&dp.lens),
-            Layout::Contiguous => b.arg(&dp.k_contiguous).arg(&dp.v_contiguous).arg(&dp.lens),
+            Layout::Paged => b.arg(&dp.k).arg(&dp.v),
+            Layout::Contiguous => b.arg(&dp.k_contiguous).arg(&dp.v_contiguous),
         };
+        b.arg(&dp.k_scale).arg(&dp.v_scale);
+        if layout == Layout::Paged {
+            b.arg(&dp.table);
+        }
+        b.arg(&dp.lens);
         push_scalars(&mut b, &l.attention.scalars);
         // SAFETY: the buffers follow the kernel's signature (kernels/attention.cuh) and the plan
         // gives its scalars; the table was validated against the pool at upload and the outputs

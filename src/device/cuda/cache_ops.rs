@@ -260,6 +260,60 @@ impl CudaDevice {
         v_new: &CudaSlice<T>,
         slots: &[i64],
     ) -> Result<(), DeviceError> {
+        let pools = (k_cache, v_cache);
+        self.slot_writes(spec, num_blocks, pools, (k_new, v_new), slots, None)
+    }
+
+    /// [`Self::write_kv_slots`] into fp8 pools (`KV`, `spec.dtype`) from new K/V of `T`,
+    /// quantised with per-KV-head scales (`[num_kv_heads]` each, on the device).
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantize_kv_slots<T: KvElem + DeviceRepr, KV: KvElem + DeviceRepr>(
+        &self,
+        spec: &KvSpec,
+        num_blocks: usize,
+        k_cache: &mut CudaSlice<KV>,
+        v_cache: &mut CudaSlice<KV>,
+        k_new: &CudaSlice<T>,
+        v_new: &CudaSlice<T>,
+        slots: &[i64],
+        scales: (&CudaSlice<f32>, &CudaSlice<f32>),
+    ) -> Result<(), DeviceError> {
+        if KV::DTYPE.fp8().is_none() || T::DTYPE.fp8().is_some() {
+            return Err(DeviceError::Invalid(format!(
+                "quantising writes take new K/V in f16, bf16 or f32 into fp8 pools, not {} into {}",
+                T::DTYPE,
+                KV::DTYPE
+            )));
+        }
+        if scales.0.len() != spec.num_kv_heads || scales.1.len() != spec.num_kv_heads {
+            return Err(DeviceError::Invalid(format!(
+                "{} K and {} V scales for {} KV heads",
+                scales.0.len(),
+                scales.1.len(),
+                spec.num_kv_heads
+            )));
+        }
+        let pools = (k_cache, v_cache);
+        self.slot_writes(spec, num_blocks, pools, (k_new, v_new), slots, Some(scales))
+    }
+
+    /// Checks, then launches `write_kv_slots_*` or (with scales) `quantize_kv_slots_*`.
+    fn slot_writes<T: KvElem + DeviceRepr, KV: KvElem + DeviceRepr>(
+        &self,
+        spec: &KvSpec,
+        num_blocks: usize,
+        (k_cache, v_cache): (&mut CudaSlice<KV>, &mut CudaSlice<KV>),
+        (k_new, v_new): (&CudaSlice<T>, &CudaSlice<T>),
+        slots: &[i64],
+        scales: Option<(&CudaSlice<f32>, &CudaSlice<f32>)>,
+    ) -> Result<(), DeviceError> {
+        if spec.dtype != KV::DTYPE {
+            return Err(DeviceError::Invalid(format!(
+                "{} pools for a {} spec",
+                KV::DTYPE,
+                spec.dtype
+            )));
+        }
         let pool_elems = num_blocks * spec.elems_per_block();
         let new_elems = slots.len() * spec.elems_per_token();
         if k_cache.len() < pool_elems || v_cache.len() < pool_elems {
@@ -295,12 +349,16 @@ impl CudaDevice {
             .arg(k_new)
             .arg(v_new)
             .arg(&slots_dev);
+        if let Some((k_scale, v_scale)) = scales {
+            b.arg(k_scale).arg(v_scale);
+        }
         for s in &plan.scalars {
             b.arg(s);
         }
         // SAFETY: the signature is write_kv_slots_<dtype>(k_cache, v_cache, k_new, v_new, slots,
-        // num_kv_heads, head_dim, log2_block_size); slots (in range, none twice) and sizes were
-        // checked above.
+        // num_kv_heads, head_dim, log2_block_size), or quantize_kv_slots_<dtype>_to_<fp8> with
+        // (k_scale, v_scale) after the slots (kernels/cache_ops.cu; the plan picked the kernel from
+        // the same dtypes); slots (in range, none twice), sizes and scales were checked above.
         unsafe { b.launch(cfg)? };
         Ok(())
     }

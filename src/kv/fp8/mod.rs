@@ -178,6 +178,14 @@ fn round_shift_rne(m: u32, shift: u32) -> u32 {
     kept + u32::from(rest > half || (rest == half && kept & 1 == 1))
 }
 
+/// Every code's value in `format` (unscaled), for table lookups: 1 KiB per format, built once.
+pub fn decode_table(format: Fp8Format) -> &'static [f32; 256] {
+    static TABLES: [std::sync::OnceLock<[f32; 256]>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    let i = format as usize;
+    TABLES[i].get_or_init(|| std::array::from_fn(|code| format.decode(code as u8)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

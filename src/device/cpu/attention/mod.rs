@@ -63,7 +63,30 @@ pub fn decode_attention<T: KvElem>(
     rows: &impl RowLocator,
     out: &mut [T],
 ) {
+    let ones = vec![1.0; shape.num_kv_heads];
+    decode_attention_scaled(shape, q, k, v, &ones, &ones, lens, rows, out);
+}
+
+/// [`decode_attention`] over K and V stored as `KV` (fp8, say) with per-KV-head scales: K is
+/// stored times `k_scale[head]`, V stored times `v_scale[head]`. The K scale folds into the score scale, the V
+/// scale into the output, as the kernels do.
+#[allow(clippy::too_many_arguments)]
+pub fn decode_attention_scaled<T: KvElem, KV: KvElem>(
+    shape: &AttentionShape,
+    q: &[T],
+    k: &[KV],
+    v: &[KV],
+    k_scale: &[f32],
+    v_scale: &[f32],
+    lens: &[i32],
+    rows: &impl RowLocator,
+    out: &mut [T],
+) {
     let (hd, heads, kv_heads) = (shape.head_dim, shape.num_heads, shape.num_kv_heads);
+    assert!(
+        k_scale.len() == kv_heads && v_scale.len() == kv_heads,
+        "one K and one V scale per KV head"
+    );
     assert_eq!(q.len(), lens.len() * heads * hd, "query shape");
     assert_eq!(out.len(), q.len(), "output shape");
     let group = shape.group();
@@ -85,7 +108,9 @@ pub fn decode_attention<T: KvElem>(
             let q_s = &q[task.seq * heads * hd..(task.seq + 1) * heads * hd];
             // A thread of the pool takes tasks in order, so the next task is most often its own.
             let next = tasks.get(i + 1);
-            partition::attend_partition(kernels, shape, q_s, k, v, rows, task, next, partial);
+            partition::attend_partition(
+                kernels, shape, q_s, k, v, k_scale, rows, task, next, partial,
+            );
         });
     out.par_chunks_mut(group_elems)
         .enumerate()
@@ -93,7 +118,7 @@ pub fn decode_attention<T: KvElem>(
             let (seq, head) = (pair / kv_heads, pair % kv_heads);
             let parts = (first[seq]..first[seq + 1])
                 .map(|t| &partials[t * task_len + head * partial_len..][..partial_len]);
-            merge(parts, group, hd, out_g);
+            merge(parts, group, hd, v_scale[head], out_g);
         });
 }
 
@@ -103,6 +128,7 @@ fn merge<'a, T: KvElem>(
     parts: impl Iterator<Item = &'a [f32]> + Clone,
     group: usize,
     hd: usize,
+    v_scale: f32,
     out_g: &mut [T],
 ) {
     let mut row = vec![0f32; hd];
@@ -121,7 +147,7 @@ fn merge<'a, T: KvElem>(
                 *r += a * w;
             }
         }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        let inv = if sum > 0.0 { v_scale / sum } else { 0.0 };
         for (o, r) in out_g[g * hd..(g + 1) * hd].iter_mut().zip(&row) {
             *o = T::from_f32(r * inv);
         }

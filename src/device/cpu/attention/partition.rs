@@ -24,12 +24,13 @@ pub const STEP: usize = 32;
 /// During its last step the first step of `next_task` is requested: a thread that takes the
 /// tasks in order (as rayon's split of a range does) starts the next one without a wait.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn attend_partition<T: KvElem>(
+pub(super) fn attend_partition<T: KvElem, KV: KvElem>(
     kernels: Kernels,
     shape: &AttentionShape,
     q_s: &[T],
-    k: &[T],
-    v: &[T],
+    k: &[KV],
+    v: &[KV],
+    k_scale: &[f32],
     rows: &impl RowLocator,
     task: &Task,
     next_task: Option<&Task>,
@@ -66,7 +67,8 @@ pub(super) fn attend_partition<T: KvElem>(
             let (maxs, sums) = stats.split_at_mut(group);
             for (g0, g) in group_runs(group) {
                 let q_run = &q[(head * group + g0) * hd..(head * group + g0 + g) * hd];
-                kernels.scores(q_run, g, k, here, shape.scale, &mut s, &mut ahead);
+                let scale = shape.scale * k_scale[head];
+                kernels.scores(q_run, g, k, here, scale, &mut s, &mut ahead);
                 let rescale =
                     kernels.softmax(&mut s, g, n, &mut maxs[g0..g0 + g], &mut sums[g0..g0 + g]);
                 let acc_run = &mut acc[g0 * hd..(g0 + g) * hd];

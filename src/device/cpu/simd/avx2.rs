@@ -11,6 +11,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::Ahead;
+use crate::kv::fp8::decode_table;
 use crate::kv::{Dtype, KvElem};
 use std::arch::x86_64::*;
 
@@ -21,7 +22,8 @@ pub fn available() -> bool {
         && std::is_x86_feature_detected!("f16c")
 }
 
-/// Eight elements at `p` widened to f32 (exactly: f16 and bf16 are subsets of f32).
+/// Eight elements at `p` widened to f32 (exactly: f16 and bf16 are subsets of f32, and every fp8
+/// code is a float; fp8 is decoded unscaled, through a table of its 256 codes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load8<T: KvElem>(p: *const T) -> __m256 {
@@ -33,6 +35,11 @@ unsafe fn load8<T: KvElem>(p: *const T) -> __m256 {
             _mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))
         }
         Dtype::F32 => _mm256_loadu_ps(p.cast()),
+        Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => {
+            let table = decode_table(T::DTYPE.fp8().expect("an fp8 dtype"));
+            let codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.cast()));
+            _mm256_i32gather_ps::<4>(table.as_ptr(), codes)
+        }
     }
 }
 

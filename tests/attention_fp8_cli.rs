@@ -1,0 +1,112 @@
+//! `pagedkv attention --dtype fp8_e4m3|fp8_e5m2`: K and V in fp8 with scales, q in --q-dtype, on
+//! the CPU; the JSON reports the scales and the error against the unquantised values, a
+//! calibrated cache passes, given scales that saturate are reported, and bad input exits 2.
+
+mod cli;
+
+use pagedkv::attention::tolerance;
+use pagedkv::kv::Dtype;
+
+const SMALL: [&str; 12] = [
+    "--device",
+    "cpu",
+    "--heads",
+    "8",
+    "--kv-heads",
+    "2",
+    "--batch",
+    "3",
+    "--context",
+    "300",
+    "--iters",
+    "1",
+];
+
+fn attention(extra: &[&str]) -> std::process::Output {
+    cli::pagedkv(&[&["attention", "--json"], &SMALL[..], extra].concat())
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn an_fp8_cache_reports_its_scales_and_what_it_costs() {
+    for (dtype, q) in [("fp8_e4m3", "bf16"), ("fp8_e5m2", "f16")] {
+        let v = json(&attention(&["--dtype", dtype, "--q-dtype", q]));
+        assert_eq!(v["kv_dtype"], dtype);
+        assert_eq!(v["dtype"], q);
+        // Half the bytes of an f16 cache: one byte per element.
+        assert_eq!(v["kv_bytes"].as_u64(), Some(3 * 300 * 2 * 128 * 2));
+        let scales = v["k_scale"].as_array().unwrap();
+        assert_eq!(scales.len(), 2);
+        // Uniform values in [-1, 1): the calibrated scale is about 1 / the largest code.
+        let k = scales[0].as_f64().unwrap();
+        let max = if dtype == "fp8_e4m3" { 448.0 } else { 57344.0 };
+        assert!((k * max - 1.0).abs() < 1e-3, "{dtype}: k_scale {k}");
+        let q_bound = tolerance(if q == "bf16" { Dtype::Bf16 } else { Dtype::F16 });
+        assert!(v["max_rel_error"].as_f64().unwrap() <= q_bound);
+        let fp8 = if dtype == "fp8_e4m3" {
+            Dtype::Fp8E4m3
+        } else {
+            Dtype::Fp8E5m2
+        };
+        let e = v["quantised_rel_error"].as_f64().unwrap();
+        assert!(e > 0.0 && e <= tolerance(fp8), "{dtype}: {e}");
+    }
+}
+
+#[test]
+fn given_scales_that_saturate_are_reported_not_judged() {
+    let large = [
+        "--dtype",
+        "fp8_e4m3",
+        "--values",
+        "activations",
+        "--activation-scale",
+        "100",
+        "--scale",
+        "0.00088",
+    ];
+    let unscaled = json(&attention(
+        &[&large[..], &["--k-scale", "1", "--v-scale", "1"]].concat(),
+    ));
+    let calibrated = json(&attention(&large));
+    let bound = tolerance(Dtype::Fp8E4m3);
+    assert!(unscaled["quantised_rel_error"].as_f64().unwrap() > bound);
+    assert!(calibrated["quantised_rel_error"].as_f64().unwrap() <= bound);
+    // Per KV head: one scale per head, each from its own head's largest magnitude.
+    let per_head = json(&attention(&[&large[..], &["--scale-per-head"]].concat()));
+    let ks = per_head["k_scale"].as_array().unwrap();
+    assert_ne!(ks[0], ks[1]);
+}
+
+#[test]
+fn bad_fp8_input_is_one_line_and_exit_2() {
+    for bad in [
+        &["--dtype", "fp8_e4m3", "--k-scale", "0", "--v-scale", "1"][..],
+        &["--dtype", "fp8_e4m3", "--k-scale", "1"],
+        &["--dtype", "fp8_e4m3", "--q-dtype", "fp8_e5m2"],
+        &["--dtype", "fp8_e4m3", "--q-dtype", "f32"],
+        &[
+            "--dtype",
+            "fp8_e4m3",
+            "--scale-per-head",
+            "--k-scale",
+            "1",
+            "--v-scale",
+            "1",
+        ],
+        &["--dtype", "fp8_e5m2", "--k-scale", "nan", "--v-scale", "1"],
+    ] {
+        let out = attention(bad);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{bad:?}: {err}");
+    }
+}
