@@ -102,3 +102,38 @@ fn an_unscaled_e4m3_cache_of_large_activations_fails_and_a_calibrated_one_passes
         "calibrated e4m3: {calibrated:.2e} > {bound:.0e}"
     );
 }
+
+/// What the CUDA upload checks before a GPU reads anything: every problem the harness builds
+/// passes, for every storage and scale choice and block sizes from 1 to 256.
+#[test]
+fn every_problem_passes_the_upload_checks() {
+    let lens = [1, 700, 16, 257];
+    for block_size in [1, 16, 256] {
+        let opts = |scales| ProblemOptions {
+            values: LARGE,
+            scales,
+            keep_exact: false,
+        };
+        Problem::<f16>::new(SHAPE, block_size, &lens, 3)
+            .unwrap()
+            .data()
+            .check_buffers()
+            .unwrap();
+        for scales in [
+            Scales::Calibrated,
+            Scales::CalibratedPerHead,
+            Scales::Fixed(2.0, 0.5),
+        ] {
+            Problem::<f16, Fp8E4m3>::with_options(SHAPE, block_size, &lens, 3, opts(scales))
+                .unwrap()
+                .data()
+                .check_buffers()
+                .unwrap();
+            Problem::<half::bf16, Fp8E5m2>::with_options(SHAPE, block_size, &lens, 3, opts(scales))
+                .unwrap()
+                .data()
+                .check_buffers()
+                .unwrap();
+        }
+    }
+}

@@ -3,14 +3,16 @@
 //! directly and as a captured CUDA graph. Every test is ignored by a plain
 //! `cargo test`; scripts/gpu-check runs them with `--include-ignored` on a GPU.
 
-use cudarc::driver::{result, sys, CudaContext, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    result, sys, CudaContext, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg,
+};
 use half::f16;
 use pagedkv::attention::{
     attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cuda::CudaDevice;
-use pagedkv::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
 use pagedkv::kv::Dtype;
+use pagedkv::launch::{AttentionLaunch, KernelLaunch, Layout, Scalar};
 use pagedkv::vmm::checksum::fill_random;
 use pagedkv::vmm::cuda::{device_memory, open_context, CudaPool};
 use pagedkv::vmm::{
@@ -242,6 +244,8 @@ struct Placement {
     q: usize,
     k: usize,
     v: usize,
+    k_scale: usize,
+    v_scale: usize,
     table: usize,
     lens: usize,
     kv_size: usize,
@@ -271,6 +275,8 @@ fn place(p: &Problem<f16>, plan: SplitPlan) -> Placement {
         p.q.len() * 2,
         p.k.len() * 2,
         p.v.len() * 2,
+        p.k_scale.len() * 4,
+        p.v_scale.len() * 4,
         p.table.entries.len() * 4,
         p.lens.len() * 4,
     ]);
@@ -285,8 +291,10 @@ fn place(p: &Problem<f16>, plan: SplitPlan) -> Placement {
         q: kv[0],
         k: kv[1],
         v: kv[2],
-        table: kv[3],
-        lens: kv[4],
+        k_scale: kv[3],
+        v_scale: kv[4],
+        table: kv[5],
+        lens: kv[6],
         kv_size,
         out: out[0],
         part_out: out[1],
@@ -297,7 +305,8 @@ fn place(p: &Problem<f16>, plan: SplitPlan) -> Placement {
 }
 
 /// Enqueues paged attention (and the split-K merge) on `stream` with raw pool addresses; no
-/// host synchronisation inside, so it can be captured into a graph.
+/// host synchronisation inside, so it can be captured into a graph. Kernel, grid and scalars come
+/// from the library's launch plan; the buffers follow the signature in kernels/attention.cuh.
 fn enqueue_attention(
     dev: &CudaDevice,
     stream: &CudaStream,
@@ -307,65 +316,61 @@ fn enqueue_attention(
     kv: u64,
     out: u64,
 ) {
-    let s = &p.shape;
-    let group = s.num_heads / s.num_kv_heads;
-    let hd = s.head_dim;
-    let f = dev
-        .attention_function(
-            "paged_attention",
-            &format!("paged_attention_f16_d{hd}_g{group}"),
-        )
-        .unwrap();
-    let args_u64 = [
+    let launch =
+        AttentionLaunch::new(Dtype::F16, Dtype::F16, &p.data(), Layout::Paged, plan).unwrap();
+    let outputs = [
         out + at.out as u64,
         out + at.part_out as u64,
         out + at.part_max as u64,
         out + at.part_sum as u64,
+    ];
+    let inputs = [
         kv + at.q as u64,
         kv + at.k as u64,
         kv + at.v as u64,
+        kv + at.k_scale as u64,
+        kv + at.v_scale as u64,
         kv + at.table as u64,
         kv + at.lens as u64,
     ];
-    let stride = p.table.stride as i32;
-    let log2_bs = p.spec.block_size.trailing_zeros() as i32;
-    let parts = plan.num_partitions as i32;
-    let psize = plan.partition_size as i32;
-    let mut launch = stream.launch_builder(&f);
-    for a in &args_u64 {
-        launch.arg(a);
+    let a = &launch.attention;
+    let f = dev.attention_function(a.module, &a.kernel).unwrap();
+    let mut builder = stream.launch_builder(&f);
+    for ptr in outputs.iter().chain(&inputs) {
+        builder.arg(ptr);
     }
-    launch
-        .arg(&stride)
-        .arg(&log2_bs)
-        .arg(&parts)
-        .arg(&psize)
-        .arg(&s.scale);
-    let cfg = LaunchConfig {
-        grid_dim: (s.num_kv_heads as u32, p.lens.len() as u32, parts as u32),
-        block_dim: (ATTENTION_THREADS, 1, 1),
-        shared_mem_bytes: ATTENTION_SMEM_BYTES,
-    };
+    push_scalars(&mut builder, &a.scalars);
     // SAFETY: the argument list matches paged_attention_*'s signature (kernels/attention.cuh);
     // every address lies inside a mapped pool of the placed size, and the table was validated
     // against the pool's blocks.
-    unsafe { launch.launch(cfg) }.unwrap();
-    if parts > 1 {
-        let merge = dev
-            .function("paged_attention", &format!("merge_partitions_f16_d{hd}"))
-            .unwrap();
-        let mut launch = stream.launch_builder(&merge);
-        for a in &args_u64[..4] {
-            launch.arg(a);
+    unsafe { builder.launch(config(a)) }.unwrap();
+    if let Some(m) = &launch.merge {
+        let merge = dev.function(m.module, &m.kernel).unwrap();
+        let mut builder = stream.launch_builder(&merge);
+        for ptr in &outputs {
+            builder.arg(ptr);
         }
-        launch.arg(&parts);
-        let cfg = LaunchConfig {
-            grid_dim: (s.num_heads as u32, p.lens.len() as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
+        push_scalars(&mut builder, &m.scalars);
+        // SAFETY: merge_partitions_*'s signature; the partial buffers hold num_seqs * num_heads *
+        // num_partitions entries.
+        unsafe { builder.launch(config(m)) }.unwrap();
+    }
+}
+
+fn push_scalars<'a>(b: &mut LaunchArgs<'a>, scalars: &'a [Scalar]) {
+    for s in scalars {
+        match s {
+            Scalar::I32(v) => b.arg(v),
+            Scalar::F32(v) => b.arg(v),
         };
-        // SAFETY: as above; the partial buffers hold num_seqs * num_heads * parts entries.
-        unsafe { launch.launch(cfg) }.unwrap();
+    }
+}
+
+fn config(k: &KernelLaunch) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: k.grid,
+        block_dim: (k.threads, 1, 1),
+        shared_mem_bytes: k.smem_bytes,
     }
 }
 
@@ -406,6 +411,10 @@ fn cuda_paged_attention_gives_identical_output_before_sleep_and_after_wake() {
     kv.write(at.q, bytemuck::cast_slice(&p.q)).unwrap();
     kv.write(at.k, bytemuck::cast_slice(&p.k)).unwrap();
     kv.write(at.v, bytemuck::cast_slice(&p.v)).unwrap();
+    kv.write(at.k_scale, bytemuck::cast_slice(&p.k_scale))
+        .unwrap();
+    kv.write(at.v_scale, bytemuck::cast_slice(&p.v_scale))
+        .unwrap();
     kv.write(at.table, bytemuck::cast_slice(&p.table.entries))
         .unwrap();
     kv.write(at.lens, bytemuck::cast_slice(&p.lens)).unwrap();

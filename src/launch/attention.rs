@@ -1,7 +1,8 @@
 //! Decode attention's launches (kernels/attention.cuh): the kernel instance by name, grid, block,
 //! dynamic shared memory, the scalar arguments in signature order, and the merge of split-K
 //! partitions. The buffers are bound by the launchers in the signature's order: out, part_out,
-//! part_max, part_sum, q, k, v, then (paged) block_tables, seq_lens or (contiguous) seq_lens.
+//! part_max, part_sum, q, k, v, k_scale, v_scale, then (paged) block_tables, seq_lens or
+//! (contiguous) seq_lens.
 
 use super::split::SplitPlan;
 use super::{instances, to_i32, to_u32, LaunchError};
@@ -54,6 +55,66 @@ pub struct AttentionData<'a, T, KV = T> {
     /// `[num_kv_heads]`: K = stored * k_scale, V = stored * v_scale (1 unless quantised).
     pub k_scale: &'a [f32],
     pub v_scale: &'a [f32],
+}
+
+impl<T, KV> AttentionData<'_, T, KV> {
+    /// Every buffer as long as the kernels will read it, and the table, lengths and spec telling
+    /// one story; scales finite and positive. A GPU reads past a short buffer silently (the
+    /// emulator's pointers are bounds-checked), so the CUDA upload refuses such data first.
+    pub fn check_buffers(&self) -> Result<(), LaunchError> {
+        let bad = |what: String| Err(LaunchError::Geometry(what));
+        let (s, spec, table) = (&self.shape, self.spec, self.table);
+        if (spec.num_kv_heads, spec.head_dim) != (s.num_kv_heads, s.head_dim) {
+            return bad(format!(
+                "the pool holds {} KV heads of dim {}, the shape {} of dim {}",
+                spec.num_kv_heads, spec.head_dim, s.num_kv_heads, s.head_dim
+            ));
+        }
+        if spec.block_size != table.block_size || self.lens != table.lens.as_slice() {
+            return bad(format!(
+                "the table (block size {}, {} sequences) is not the pool's (block size {}) or \
+                 the lengths' ({} sequences)",
+                table.block_size,
+                table.lens.len(),
+                spec.block_size,
+                self.lens.len()
+            ));
+        }
+        table
+            .validate(self.num_blocks)
+            .map_err(|e| LaunchError::Geometry(e.to_string()))?;
+        let longest = self.lens.iter().copied().max().unwrap_or(0).max(0) as usize;
+        if longest > self.max_len {
+            return bad(format!(
+                "a sequence of {longest} tokens is longer than the contiguous cache's {}",
+                self.max_len
+            ));
+        }
+        let seqs = self.lens.len();
+        let paged = self.num_blocks * spec.elems_per_block();
+        let contiguous = seqs * s.num_kv_heads * self.max_len * s.head_dim;
+        for (what, got, want) in [
+            ("q", self.q.len(), seqs * s.num_heads * s.head_dim),
+            ("paged K", self.k.len(), paged),
+            ("paged V", self.v.len(), paged),
+            ("contiguous K", self.k_contiguous.len(), contiguous),
+            ("contiguous V", self.v_contiguous.len(), contiguous),
+        ] {
+            if got < want {
+                return bad(format!(
+                    "{what} holds {got} elements, the kernels read {want}"
+                ));
+            }
+        }
+        for (what, scales) in [("K", self.k_scale), ("V", self.v_scale)] {
+            if let Some(x) = scales.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+                return bad(format!(
+                    "{what} scale {x}: scales must be finite and positive"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A scalar argument of a kernel.
@@ -295,6 +356,63 @@ mod tests {
         assert_eq!(m.kernel, "merge_partitions_f16_d128");
         assert_eq!((m.grid, m.scalars), ((8, 2, 1), vec![Scalar::I32(3)]));
         assert_eq!(l.partial_elems, 2 * 8 * 3);
+    }
+
+    #[test]
+    fn buffers_the_kernels_would_overrun_are_refused() {
+        let spec = KvSpec::new(2, 128, 16, Dtype::F16).unwrap();
+        let table = BlockTable::from_rows(&[vec![0, 1, 2], vec![3]], &[40, 5], 16).unwrap();
+        let lens = [40, 5];
+        let q = vec![0u16; 2 * 8 * 128];
+        let paged = vec![0u16; 4 * spec.elems_per_block()];
+        let contiguous = vec![0u16; 2 * 2 * 40 * 128];
+        let full = AttentionData {
+            q: &q,
+            k: &paged,
+            v: &paged,
+            k_contiguous: &contiguous,
+            v_contiguous: &contiguous,
+            ..data(&spec, &table, &lens)
+        };
+        full.check_buffers().unwrap();
+        let err = |d: AttentionData<'_, u16>| d.check_buffers().unwrap_err().to_string();
+        let short = &paged[1..];
+        assert!(err(AttentionData { v: short, ..full }).contains("paged V holds"));
+        assert!(err(AttentionData { q: &q[1..], ..full }).contains("q holds"));
+        assert!(err(AttentionData {
+            max_len: 39,
+            ..full
+        })
+        .contains("longer than"));
+        let other_lens = [40, 6];
+        assert!(err(AttentionData {
+            lens: &other_lens,
+            ..full
+        })
+        .contains("table"));
+        let other_spec = KvSpec::new(2, 128, 8, Dtype::F16).unwrap();
+        assert!(err(AttentionData {
+            spec: &other_spec,
+            ..full
+        })
+        .contains("block size"));
+        assert!(err(AttentionData {
+            num_blocks: 3,
+            ..full
+        })
+        .contains("block"));
+        let zero = [1.0, 0.0];
+        assert!(err(AttentionData {
+            v_scale: &zero,
+            ..full
+        })
+        .contains("V scale 0"));
+        let nan = [f32::NAN, 1.0];
+        assert!(err(AttentionData {
+            k_scale: &nan,
+            ..full
+        })
+        .contains("K scale NaN"));
     }
 
     #[test]

@@ -83,7 +83,8 @@ impl CudaDevice {
         ))
     }
 
-    /// Uploads a problem; the block table is validated against the pool first.
+    /// Uploads a problem, its buffers checked against what the kernels read first (a GPU reads past
+    /// a short buffer silently).
     pub fn upload_attention<T, KV>(
         &self,
         data: &AttentionData<'_, T, KV>,
@@ -93,8 +94,7 @@ impl CudaDevice {
         T: KvElem + DeviceRepr + ValidAsZeroBits,
         KV: KvElem + DeviceRepr,
     {
-        data.table
-            .validate(data.num_blocks)
+        data.check_buffers()
             .map_err(|e| DeviceError::Invalid(e.to_string()))?;
         let paged = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, Layout::Paged, plan)?;
         let contiguous = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, Layout::Contiguous, plan)?;

@@ -265,7 +265,9 @@ impl CudaDevice {
     }
 
     /// [`Self::write_kv_slots`] into fp8 pools (`KV`, `spec.dtype`) from new K/V of `T`,
-    /// quantised with per-KV-head scales (`[num_kv_heads]` each, on the device).
+    /// quantised with per-KV-head scales (`[num_kv_heads]` each, on the device). The scales must be
+    /// finite and positive (`Problem` and `kv::fp8::calibration` make them so): they are not read
+    /// back here, and a zero scale would saturate every element to the format's largest value.
     #[allow(clippy::too_many_arguments)]
     pub fn quantize_kv_slots<T: KvElem + DeviceRepr, KV: KvElem + DeviceRepr>(
         &self,
