@@ -168,3 +168,45 @@ fn kernels_beat_as_often_as_they_announce() {
         }
     }
 }
+
+/// The AVX2 widening of every fp8 code equals the table the portable loops use (bit for bit; a
+/// NaN code gives a NaN), in each of the eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx2_fp8_widening_matches_every_code() {
+    use crate::kv::fp8::decode_table;
+    use crate::kv::{Fp8E4m3, Fp8E5m2};
+    if !avx2::available() {
+        eprintln!("skipped: this CPU has no AVX2/FMA/F16C");
+        return;
+    }
+    fn check<T: KvElem>(format: crate::kv::Fp8Format) {
+        let table = decode_table(format);
+        for lane in 0..8 {
+            for code in 0..=255u8 {
+                let mut bytes = [0x11u8; 8];
+                bytes[lane] = code;
+                let elems: &[T] = bytemuck::cast_slice(&bytes);
+                // SAFETY: AVX2 checked above; eight one-byte elements.
+                let got = unsafe { avx2::load8::<T>(elems.as_ptr()) };
+                let mut out = [0f32; 8];
+                // SAFETY: eight floats.
+                unsafe { std::arch::x86_64::_mm256_storeu_ps(out.as_mut_ptr(), got) };
+                let want = table[code as usize];
+                let ok = if want.is_nan() {
+                    out[lane].is_nan()
+                } else {
+                    out[lane].to_bits() == want.to_bits()
+                };
+                assert!(
+                    ok,
+                    "{format} code {code:#04x} lane {lane}: {} != {want}",
+                    out[lane]
+                );
+                assert_eq!(out[(lane + 1) % 8].to_bits(), table[0x11].to_bits());
+            }
+        }
+    }
+    check::<Fp8E4m3>(crate::kv::Fp8Format::E4M3);
+    check::<Fp8E5m2>(crate::kv::Fp8Format::E5M2);
+}
