@@ -179,16 +179,18 @@ fn quick_json_has_every_key_and_exact_waste() {
             assert!(x.is_finite() && x > 0.0, "{key} in {r}");
         }
     }
-    // The end-to-end runs used the efficiency measured at their block size, scaled by 1 -/+ the
-    // noise band for the pessimistic/optimistic runs.
+    // The end-to-end runs used the efficiency measured at their block size, scaled by 1 -/+ that
+    // row's own noise (at least the run's band) for the pessimistic/optimistic runs.
     let noise = v["noise_tolerance"].as_f64().unwrap();
+    assert!(noise > 0.0);
     for (e, r) in v["end_to_end"].as_array().unwrap().iter().zip(rows) {
         let frac = r["attention_frac_of_stream"].as_f64().unwrap().min(1.0);
         assert!(
             (e["efficiency"].as_f64().unwrap() - frac).abs() < 1e-12,
             "{e}"
         );
-        assert!(noise > 0.0);
+        let own = r["efficiency_noise"].as_f64().unwrap();
+        assert_eq!(e["noise"].as_f64().unwrap(), noise.max(own), "{e}");
     }
     // The recommendation weighs concurrency by attention's fraction (capped at 1), recomputed here.
     let raw: Vec<f64> = rows

@@ -4,9 +4,11 @@
 //! attention efficiency the sweep measured there (the built-in H200 assumption when it measured
 //! none). Its throughput and p99 TTFT/TPOT make the recommendation.
 //!
-//! The efficiency is the only measured input, and it carries the sweep's noise band (`±n`, see
+//! The efficiency is the only measured input, and it carries noise: each block size's own (half
+//! the range over the sweep's rounds, relative), at least the run's band (`±n`, see
 //! [`super::recommend::tie_tolerance`]); so each block size also runs with its efficiency scaled
-//! by `1 - n` (pessimistic) and `1 + n` (optimistic, capped at 1). A block size beats another
+//! by `1 - noise` (pessimistic) and `1 + noise` (optimistic, capped at 1). A row measured badly
+//! (vLLM's 16 at ±71% once on this shared 2-core VM) can then neither win nor lose on its luck. A block size beats another
 //! beyond the noise when even its pessimistic run is no worse than the other's optimistic run on
 //! every figure (throughput within [`SIM_TIE`], p99 TTFT and TPOT) and better than it on one by
 //! more than [`SIM_TIE`]. The recommendation is vLLM's 16 unless some block size beats 16 beyond
@@ -44,6 +46,8 @@ pub struct EndToEnd {
     pub block_size: usize,
     pub num_gpu_blocks: usize,
     pub efficiency: f64,
+    /// The band its pessimistic and optimistic runs span: `efficiency × (1 ± noise)`.
+    pub noise: f64,
     pub requests_per_s: f64,
     pub preemptions: u64,
     pub mean_kv_utilization: f64,
@@ -162,16 +166,17 @@ pub fn run(
         clock_steps: false,
         slo: Slo::default(),
     };
-    let scales = [1.0, 1.0 - noise, 1.0 + noise];
+    let band = |r: usize| noise.max(rows[r].efficiency_noise.unwrap_or(0.0));
+    let scales = |r: usize| [1.0, 1.0 - band(r), 1.0 + band(r)];
     let jobs: Vec<(usize, usize)> = (0..rows.len())
-        .flat_map(|r| (0..scales.len()).map(move |s| (r, s)))
+        .flat_map(|r| (0..3).map(move |s| (r, s)))
         .collect();
     let results = jobs
         .par_iter()
         .map(|&(r, s)| {
             let settings = RunSettings {
                 num_gpu_blocks_override: Some(rows[r].pool_blocks as usize),
-                efficiency_scale: scales[s].max(1e-3),
+                efficiency_scale: scales(r)[s].max(1e-3),
                 ..base.clone()
             };
             let out = settings.run(rows[r].block_size, &reqs, false, None, |_, _| {});
@@ -185,11 +190,13 @@ pub fn run(
         p99_tpot_s: o.report.tpot.map_or(0.0, |d| d.p99),
     };
     Ok(results
-        .chunks(scales.len())
-        .map(|c| EndToEnd {
+        .chunks(3)
+        .enumerate()
+        .map(|(r, c)| EndToEnd {
             block_size: c[0].block_size,
             num_gpu_blocks: c[0].num_gpu_blocks,
             efficiency: c[0].efficiency,
+            noise: band(r),
             requests_per_s: c[0].report.requests_per_time,
             preemptions: c[0].report.preemptions,
             mean_kv_utilization: c[0].report.mean_kv_utilization,
@@ -214,6 +221,7 @@ mod tests {
             block_size,
             num_gpu_blocks: 100,
             efficiency: 0.5,
+            noise: 0.05,
             requests_per_s: 1.0,
             preemptions: 0,
             mean_kv_utilization: 0.1,

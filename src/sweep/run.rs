@@ -100,7 +100,7 @@ pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepR
         apply_end_to_end(&mut rows, &e2e);
         pick = end_to_end::pick(&e2e);
         setup = Some(format!(
-            "the workload's arrivals through a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± {:.0}%)",
+            "the workload's arrivals through a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
             config.gpus.max(1),
             end_to_end::STEP_OVERHEAD_S * 1e3,
             profile.device,

@@ -59,10 +59,20 @@ pub fn end_to_end_line(report: &SweepReport) -> Option<String> {
             1e3 * e.nominal.p99_tpot_s
         )
     };
-    let band = format!(
-        "attention efficiency ±{:.0}%",
-        100.0 * report.noise_tolerance
-    );
+    // Each block size's runs span its own noise band (end_to_end.rs).
+    let band = if rec.block_size == def.block_size {
+        format!(
+            "attention efficiency ±{:.0}% at 16, each block size its own",
+            100.0 * def.noise
+        )
+    } else {
+        format!(
+            "attention efficiency ±{:.0}% at {}, ±{:.0}% at 16",
+            100.0 * rec.noise,
+            rec.block_size,
+            100.0 * def.noise
+        )
+    };
     let mut line = if pick.beats_default {
         format!(
             "end to end: recommended block size {} beats vLLM's 16 beyond this run's noise ({band}): {} vs {} ({:+.1}% throughput, {:+.1}% p99 TPOT)",
