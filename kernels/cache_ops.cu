@@ -3,15 +3,13 @@
 // memory, all pairs in one launch where vLLM issues one memcpy per block).
 #include "common.cuh"
 
-// One CTA per token; threads stride over its num_kv_heads * head_dim elements of K and V.
-template <class T>
-__device__ __forceinline__ void write_kv_slots(
-    GPTR(T) k_cache,            // [num_blocks, num_kv_heads, block_size, head_dim]
-    GPTR(T) v_cache,            // [num_blocks, num_kv_heads, block_size, head_dim]
-    GPTR(const T) k_new,        // [num_tokens, num_kv_heads, head_dim]
-    GPTR(const T) v_new,        // [num_tokens, num_kv_heads, head_dim]
+// One CTA per token; threads stride over its num_kv_heads * head_dim elements of K and V, and
+// put(dst, src, head) moves element src of the new K/V to element dst of the pools. Both slot
+// writes below are this walk.
+template <class Put>
+__device__ __forceinline__ void for_each_slot_elem(
     GPTR(const int64_t) slots,  // [num_tokens]; negative = skip; no two alike (checked on the host)
-    int num_kv_heads, int head_dim, int log2_block_size) {
+    int num_kv_heads, int head_dim, int log2_block_size, Put put) {
   const PagedLayout layout{num_kv_heads, log2_block_size, head_dim};
   const int token = blockIdx.x;
   const int64_t slot = slots[token];
@@ -19,10 +17,23 @@ __device__ __forceinline__ void write_kv_slots(
   const int elems = num_kv_heads * head_dim;
   for (int i = threadIdx.x; i < elems; i += blockDim.x) {
     const int head = i / head_dim, dim = i % head_dim;
-    const int64_t dst = layout.slot_row(slot, head) + dim;
-    k_cache[dst] = k_new[(int64_t)token * elems + i];
-    v_cache[dst] = v_new[(int64_t)token * elems + i];
+    put(layout.slot_row(slot, head) + dim, (int64_t)token * elems + i, head);
   }
+}
+
+template <class T>
+__device__ __forceinline__ void write_kv_slots(
+    GPTR(T) k_cache,            // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(T) v_cache,            // [num_blocks, num_kv_heads, block_size, head_dim]
+    GPTR(const T) k_new,        // [num_tokens, num_kv_heads, head_dim]
+    GPTR(const T) v_new,        // [num_tokens, num_kv_heads, head_dim]
+    GPTR(const int64_t) slots,  // [num_tokens]
+    int num_kv_heads, int head_dim, int log2_block_size) {
+  for_each_slot_elem(slots, num_kv_heads, head_dim, log2_block_size,
+                     [&](int64_t dst, int64_t src, int) {
+                       k_cache[dst] = k_new[src];
+                       v_cache[dst] = v_new[src];
+                     });
 }
 
 // 128 threads per CTA for both kernels (src/device/cuda/cache_ops.rs): __launch_bounds__ says so
@@ -47,21 +58,15 @@ __device__ __forceinline__ void quantize_kv_slots(
     GPTR(unsigned char) v_cache,  // [num_blocks, num_kv_heads, block_size, head_dim] fp8 codes
     GPTR(const T) k_new,          // [num_tokens, num_kv_heads, head_dim]
     GPTR(const T) v_new,          // [num_tokens, num_kv_heads, head_dim]
-    GPTR(const int64_t) slots,    // [num_tokens]; negative = skip; no two alike
+    GPTR(const int64_t) slots,    // [num_tokens]
     GPTR(const float) k_scale,    // [num_kv_heads]
     GPTR(const float) v_scale,    // [num_kv_heads]
     int num_kv_heads, int head_dim, int log2_block_size) {
-  const PagedLayout layout{num_kv_heads, log2_block_size, head_dim};
-  const int token = blockIdx.x;
-  const int64_t slot = slots[token];
-  if (slot < 0) return;
-  const int elems = num_kv_heads * head_dim;
-  for (int i = threadIdx.x; i < elems; i += blockDim.x) {
-    const int head = i / head_dim, dim = i % head_dim;
-    const int64_t dst = layout.slot_row(slot, head) + dim;
-    k_cache[dst] = float_to_fp8<F>(to_float(k_new[(int64_t)token * elems + i]) / k_scale[head]);
-    v_cache[dst] = float_to_fp8<F>(to_float(v_new[(int64_t)token * elems + i]) / v_scale[head]);
-  }
+  for_each_slot_elem(slots, num_kv_heads, head_dim, log2_block_size,
+                     [&](int64_t dst, int64_t src, int head) {
+                       k_cache[dst] = float_to_fp8<F>(to_float(k_new[src]) / k_scale[head]);
+                       v_cache[dst] = float_to_fp8<F>(to_float(v_new[src]) / v_scale[head]);
+                     });
 }
 
 #define QUANTIZE_KV_SLOTS(name, T, fmt, F)                                                     \

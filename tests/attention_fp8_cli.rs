@@ -26,19 +26,10 @@ fn attention(extra: &[&str]) -> std::process::Output {
     cli::pagedkv(&[&["attention", "--json"], &SMALL[..], extra].concat())
 }
 
-fn json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn an_fp8_cache_reports_its_scales_and_what_it_costs() {
     for (dtype, q) in [("fp8_e4m3", "bf16"), ("fp8_e5m2", "f16")] {
-        let v = json(&attention(&["--dtype", dtype, "--q-dtype", q]));
+        let v = cli::json(&attention(&["--dtype", dtype, "--q-dtype", q]));
         assert_eq!(v["kv_dtype"], dtype);
         assert_eq!(v["dtype"], q);
         // Half the bytes of an f16 cache: one byte per element.
@@ -73,15 +64,15 @@ fn given_scales_that_saturate_are_reported_not_judged() {
         "--scale",
         "0.00088",
     ];
-    let unscaled = json(&attention(
+    let unscaled = cli::json(&attention(
         &[&large[..], &["--k-scale", "1", "--v-scale", "1"]].concat(),
     ));
-    let calibrated = json(&attention(&large));
+    let calibrated = cli::json(&attention(&large));
     let bound = tolerance(Dtype::Fp8E4m3);
     assert!(unscaled["quantised_rel_error"].as_f64().unwrap() > bound);
     assert!(calibrated["quantised_rel_error"].as_f64().unwrap() <= bound);
     // Per KV head: one scale per head, each from its own head's largest magnitude.
-    let per_head = json(&attention(&[&large[..], &["--scale-per-head"]].concat()));
+    let per_head = cli::json(&attention(&[&large[..], &["--scale-per-head"]].concat()));
     let ks = per_head["k_scale"].as_array().unwrap();
     assert_ne!(ks[0], ks[1]);
 }

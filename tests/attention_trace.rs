@@ -28,15 +28,6 @@ fn first_contexts(n: usize) -> Vec<u64> {
         .collect()
 }
 
-fn json(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[test]
 fn a_trace_batch_is_the_first_requests_contexts_and_passes_the_oracle() {
     let small = ["--heads", "8", "--kv-heads", "2", "--iters", "1"];
@@ -44,7 +35,7 @@ fn a_trace_batch_is_the_first_requests_contexts_and_passes_the_oracle() {
         "--trace", TRACE, "--batch", "4", "--device", "cpu", "--json",
     ];
     args.extend(small);
-    let v = json(&attention(&args));
+    let v = cli::json(&attention(&args));
     let want = first_contexts(4);
     assert_eq!(v["batch"], 4);
     assert_eq!(v["total_tokens"].as_u64(), Some(want.iter().sum()));
@@ -56,7 +47,7 @@ fn a_trace_batch_is_the_first_requests_contexts_and_passes_the_oracle() {
     let mut args = vec!["--trace", TRACE, "--batch", "4", "--max-context", "100"];
     args.extend(["--device", "cpu", "--json"]);
     args.extend(small);
-    let v = json(&attention(&args));
+    let v = cli::json(&attention(&args));
     let capped: u64 = want.iter().map(|&c| c.min(100)).sum();
     assert_eq!(v["total_tokens"].as_u64(), Some(capped));
     assert_eq!(v["max_context"], 100);

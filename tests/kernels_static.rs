@@ -172,12 +172,7 @@ fn the_read_only_stream_keeps_plenty_in_flight() {
 fn info_json_carries_the_static_figures() {
     let Some(report) = built_report() else { return };
     let out = cli::pagedkv(&["info", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = cli::json(&out);
     assert!(
         info["static_report"]["analysed_by"].is_string(),
         "{}",

@@ -166,12 +166,7 @@ fn json_plots_and_several_block_sizes() {
         "--out",
         dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     let runs = v["runs"].as_array().unwrap();
     let sizes: Vec<u64> = runs
         .iter()
@@ -231,12 +226,7 @@ fn json_plots_and_several_block_sizes() {
         "--swap-preemption",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     assert_eq!(v["runs"][0]["completed"], 100);
     assert_eq!(v["tp"], 2);
     // An fp8 KV cache stores a token in half the bytes: the same memory holds twice the blocks
@@ -251,12 +241,7 @@ fn json_plots_and_several_block_sizes() {
             "0.6",
             "--json",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = cli::json(&out);
         assert_eq!(v["model"]["dtype"], dtype);
         let r = &v["runs"][0];
         (
@@ -272,12 +257,7 @@ fn json_plots_and_several_block_sizes() {
     assert!(fp8_rate >= f16_rate * 0.999, "{f16_rate} vs {fp8_rate}");
     // Multi-turn conversations share prefixes: the cache finds some.
     let out = engine(&["--multiturn", "20", "--requests", "300", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     let hit = v["runs"][0]["prefix_cache_hit_ratio"].as_f64().unwrap();
     assert!(hit > 0.2, "multi-turn hit ratio {hit}");
     std::fs::remove_dir_all(dir).unwrap();

@@ -25,12 +25,7 @@ fn json_reports_every_capacity() {
         "4",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     assert_eq!(v["requests"], 200);
     let rows = v["capacities"].as_array().unwrap();
     assert_eq!(rows.len(), 2);

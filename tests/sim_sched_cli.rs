@@ -14,12 +14,7 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
 #[test]
 fn json_has_one_row_per_policy_with_the_named_fields() {
     let out = pagedkv(&["sim", "sched", "--jobs", "2000", "--json", "--seed", "3"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = cli::json(&out);
     let rows = rows.as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
     assert_eq!(

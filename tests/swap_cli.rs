@@ -19,12 +19,7 @@ fn cpu_swap_reports_every_block_size_intact() {
         "2",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     assert!(v["device"].as_str().unwrap().starts_with("cpu"));
     let rows = v["rows"].as_array().unwrap();
     let sizes: Vec<u64> = rows

@@ -119,12 +119,7 @@ fn quick_json_has_every_key_and_exact_waste() {
     let mut args = vec!["--quick", "--json"];
     args.extend(TINY);
     let out = sweep(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     assert!(v["device"].as_str().unwrap().starts_with("cpu"));
     assert_eq!(v["vllm_default_block_size"], 16);
     let rec = v["proxy_recommended_block_size"].as_u64().unwrap();
@@ -237,12 +232,7 @@ fn attention_can_take_its_contexts_from_the_trace_or_be_skipped() {
     let mut args = vec!["--json", "--attention-trace-context"];
     args.extend(TINY);
     let out = sweep(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     // The first two requests of the trace, prompt + output, capped at 300: counted here.
     let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
     let text = std::fs::read_to_string(trace).unwrap();
@@ -347,12 +337,7 @@ fn one_sweep_per_kv_dtype_and_whether_the_pick_moves() {
     let mut args = vec!["--quick", "--json", "--kv-dtype", "f16,fp8_e4m3"];
     args.extend(TINY);
     let out = sweep(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     let reports = v["kv_dtypes"].as_array().unwrap();
     let per = v["summary"]["per_dtype"].as_array().unwrap();
     assert_eq!((reports.len(), per.len()), (2, 2));

@@ -21,12 +21,7 @@ fn cpu_cycles_report_json() {
             mode,
             "--json",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = cli::json(&out);
         for key in [
             "sleep_ms",
             "wake_ms",
@@ -66,12 +61,7 @@ fn chunk_sweep_rows_grow_to_the_pool() {
         "1",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = cli::json(&out);
     let rows = v["chunk_sweep"].as_array().unwrap();
     let chunks: Vec<u64> = rows
         .iter()

@@ -19,21 +19,7 @@ pub fn write_kv_slots<T: KvElem + EmuElem>(
     v_new: &[T],
     slots: &[i64],
 ) -> Result<(), EmuError> {
-    check_slots(spec, k_cache.len() / spec.elems_per_block(), slots).map_err(invalid)?;
-    if slots.is_empty() {
-        return Ok(());
-    }
-    let plan = SlotWrites::new(spec, T::DTYPE, slots.len()).map_err(invalid)?;
-    Launch::new(&plan.kernel)
-        .grid(plan.grid)
-        .block(plan.threads)
-        .buf_mut(k_cache)
-        .buf_mut(v_cache)
-        .buf(k_new)
-        .buf(v_new)
-        .buf(slots)
-        .i32s(&plan.scalars)
-        .run()
+    slot_writes(spec, (k_cache, v_cache), (k_new, v_new), slots, None)
 }
 
 /// [`write_kv_slots`] into fp8 pools (`KV`) from new K/V of `T`, quantised with per-KV-head scales
@@ -49,23 +35,36 @@ pub fn quantize_kv_slots<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
     k_scale: &[f32],
     v_scale: &[f32],
 ) -> Result<(), EmuError> {
+    let scales = Some((k_scale, v_scale));
+    slot_writes(spec, (k_cache, v_cache), (k_new, v_new), slots, scales)
+}
+
+/// Both slot writes: the plan names the kernel from the pool's dtype and `T`; the scales follow
+/// the slots when quantising.
+fn slot_writes<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    spec: &KvSpec,
+    (k_cache, v_cache): (&mut [KV], &mut [KV]),
+    (k_new, v_new): (&[T], &[T]),
+    slots: &[i64],
+    scales: Option<(&[f32], &[f32])>,
+) -> Result<(), EmuError> {
     check_slots(spec, k_cache.len() / spec.elems_per_block(), slots).map_err(invalid)?;
     if slots.is_empty() {
         return Ok(());
     }
     let plan = SlotWrites::new(spec, T::DTYPE, slots.len()).map_err(invalid)?;
-    Launch::new(&plan.kernel)
+    let mut launch = Launch::new(&plan.kernel)
         .grid(plan.grid)
         .block(plan.threads)
         .buf_mut(k_cache)
         .buf_mut(v_cache)
         .buf(k_new)
         .buf(v_new)
-        .buf(slots)
-        .buf(k_scale)
-        .buf(v_scale)
-        .i32s(&plan.scalars)
-        .run()
+        .buf(slots);
+    if let Some((k_scale, v_scale)) = scales {
+        launch = launch.buf(k_scale).buf(v_scale);
+    }
+    launch.i32s(&plan.scalars).run()
 }
 
 /// Copies block `pairs[i][0]` of `src` to block `pairs[i][1]` of `dst` (blocks of `block_bytes`),

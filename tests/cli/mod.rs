@@ -9,3 +9,14 @@ pub fn pagedkv(args: &[&str]) -> Output {
         .output()
         .expect("run pagedkv")
 }
+
+/// The JSON `pagedkv` printed, after checking that it succeeded (its stderr in the message if not).
+#[allow(dead_code)] // not every test file reads JSON
+pub fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("pagedkv printed JSON")
+}

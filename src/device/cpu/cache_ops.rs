@@ -13,31 +13,10 @@ pub fn write_slots<T: KvElem>(
     new: &[T],
     slots: &[i64],
 ) -> Result<(), CacheOpError> {
-    let per_token = spec.elems_per_token();
-    let want = slots.len() * per_token;
-    if new.len() != want {
-        return Err(CacheOpError::Shape {
-            got: new.len(),
-            want,
-            tokens: slots.len(),
-        });
-    }
-    check_slots(spec, pool.len() / spec.elems_per_block(), slots)?;
-    for (token, &slot) in slots.iter().enumerate() {
-        if slot < 0 {
-            continue;
-        }
-        let (block, offset) = (
-            slot as usize / spec.block_size,
-            slot as usize % spec.block_size,
-        );
-        for head in 0..spec.num_kv_heads {
-            let src = (token * spec.num_kv_heads + head) * spec.head_dim;
-            let dst = spec.elem_offset(block, head, offset, 0);
-            pool[dst..dst + spec.head_dim].copy_from_slice(&new[src..src + spec.head_dim]);
-        }
-    }
-    Ok(())
+    let hd = spec.head_dim;
+    for_each_row(spec, pool.len(), new.len(), slots, |dst, src, _| {
+        pool[dst..dst + hd].copy_from_slice(&new[src..src + hd]);
+    })
 }
 
 /// [`write_slots`] into an fp8 pool (`KV` an fp8 element) from new K/V of `T`, quantised with the
@@ -50,17 +29,33 @@ pub fn write_slots_quantised<T: KvElem, KV: KvElem>(
     scale: &[f32],
     slots: &[i64],
 ) -> Result<(), CacheOpError> {
-    let per_token = spec.elems_per_token();
-    let want = slots.len() * per_token;
-    if new.len() != want {
+    assert_eq!(scale.len(), spec.num_kv_heads, "one scale per KV head");
+    let hd = spec.head_dim;
+    for_each_row(spec, pool.len(), new.len(), slots, |dst, src, head| {
+        for (to, from) in pool[dst..dst + hd].iter_mut().zip(&new[src..src + hd]) {
+            *to = KV::from_f32(from.to_f32() / scale[head]);
+        }
+    })
+}
+
+/// The slot writes' checks and walk: `row(dst, src, head)` for every KV head of every token with
+/// a slot, `dst` the row's first element in the pool, `src` in `new`.
+fn for_each_row(
+    spec: &KvSpec,
+    pool_len: usize,
+    new_len: usize,
+    slots: &[i64],
+    mut row: impl FnMut(usize, usize, usize),
+) -> Result<(), CacheOpError> {
+    let want = slots.len() * spec.elems_per_token();
+    if new_len != want {
         return Err(CacheOpError::Shape {
-            got: new.len(),
+            got: new_len,
             want,
             tokens: slots.len(),
         });
     }
-    assert_eq!(scale.len(), spec.num_kv_heads, "one scale per KV head");
-    check_slots(spec, pool.len() / spec.elems_per_block(), slots)?;
+    check_slots(spec, pool_len / spec.elems_per_block(), slots)?;
     for (token, &slot) in slots.iter().enumerate() {
         if slot < 0 {
             continue;
@@ -69,12 +64,9 @@ pub fn write_slots_quantised<T: KvElem, KV: KvElem>(
             slot as usize / spec.block_size,
             slot as usize % spec.block_size,
         );
-        for (head, &head_scale) in scale.iter().enumerate().take(spec.num_kv_heads) {
+        for head in 0..spec.num_kv_heads {
             let src = (token * spec.num_kv_heads + head) * spec.head_dim;
-            let dst = spec.elem_offset(block, head, offset, 0);
-            for d in 0..spec.head_dim {
-                pool[dst + d] = KV::from_f32(new[src + d].to_f32() / head_scale);
-            }
+            row(spec.elem_offset(block, head, offset, 0), src, head);
         }
     }
     Ok(())
