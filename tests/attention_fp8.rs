@@ -8,8 +8,8 @@ use pagedkv::attention::{
     attention_f64, attention_f64_exact, relative_error, tolerance, AttentionShape, Problem,
     ProblemOptions, Scales, Values,
 };
-use pagedkv::device::cpu::attention::{decode_attention_scaled, PagedRows};
 use pagedkv::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
+use pagedkv::launch::Layout;
 
 /// Large activations: N(0, 100²), and two outlier channels per KV head ten times larger (up to
 /// ~4000, far past e4m3's 448); the softmax scale keeps the scores O(1) as a model's are.
@@ -36,13 +36,7 @@ fn errors<KV: KvElem>(values: Values, scales: Scales) -> (f64, f64) {
     };
     let p = Problem::<f16, KV>::with_options(SHAPE, 16, &[700, 333, 1500], 11, opts).unwrap();
     let mut out = vec![f16::from_f32(f32::NAN); p.q.len()];
-    let rows = PagedRows {
-        spec: &p.spec,
-        table: &p.table,
-    };
-    decode_attention_scaled(
-        &p.shape, &p.q, &p.k, &p.v, &p.k_scale, &p.v_scale, &p.lens, &rows, &mut out,
-    );
+    p.attend_cpu(Layout::Paged, &mut out);
     let stored = relative_error(&out, &attention_f64(&p));
     let exact = relative_error(&out, &attention_f64_exact(&p).expect("kept"));
     (stored, exact)

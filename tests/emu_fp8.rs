@@ -105,12 +105,7 @@ fn emulated_scaled_conversions_match_cuda_with_vllm_convention() {
     let data = scaled();
     for scale_bits in data.scales() {
         let scale = f32::from_bits(scale_bits);
-        let rows: Vec<_> = data
-            .encode
-            .iter()
-            .filter(|(s, _)| *s == scale_bits)
-            .map(|(_, r)| r)
-            .collect();
+        let rows = data.encode_at(scale_bits);
         let inputs: Vec<f32> = rows.iter().map(|r| f32::from_bits(r.input)).collect();
         for format in Fp8Format::ALL {
             for (r, (one, packed)) in rows.iter().zip(emulated_encode(format, &inputs, scale)) {
@@ -122,11 +117,8 @@ fn emulated_scaled_conversions_match_cuda_with_vllm_convention() {
                 );
             }
             let codes: Vec<u8> = (0..=255).collect();
-            let want = data
-                .decode
-                .iter()
-                .filter(|r| r.scale == scale_bits && r.format == format);
-            for (r, (_, one, vec)) in want.zip(emulated_decode(format, &codes, scale)) {
+            let want = data.decode_at(scale_bits, format);
+            for (r, (_, one, vec)) in want.into_iter().zip(emulated_decode(format, &codes, scale)) {
                 assert_eq!(
                     (one.to_bits(), vec.to_bits()),
                     (r.float, r.float),

@@ -130,14 +130,10 @@ fn gpu_fp8_conversions_match_cuda_bit_for_bit() {
     let data = scaled();
     for scale_bits in data.scales() {
         let scale = f32::from_bits(scale_bits);
-        let rows: Vec<_> = data
-            .encode
-            .iter()
-            .filter(|(s, _)| *s == scale_bits)
-            .collect();
-        let inputs: Vec<f32> = rows.iter().map(|(_, r)| f32::from_bits(r.input)).collect();
+        let rows = data.encode_at(scale_bits);
+        let inputs: Vec<f32> = rows.iter().map(|r| f32::from_bits(r.input)).collect();
         for format in Fp8Format::ALL {
-            for ((_, r), got) in rows.iter().zip(device_encode(&dev, format, &inputs, scale)) {
+            for (r, got) in rows.iter().zip(device_encode(&dev, format, &inputs, scale)) {
                 let want = r.code(format);
                 if !(same_code(format, got.0, want) && same_code(format, got.1, want)) {
                     wrong.push(format!(
@@ -146,11 +142,8 @@ fn gpu_fp8_conversions_match_cuda_bit_for_bit() {
                     ));
                 }
             }
-            let want = data
-                .decode
-                .iter()
-                .filter(|r| r.scale == scale_bits && r.format == format);
-            for (r, got) in want.zip(device_decode(&dev, format, scale)) {
+            let want = data.decode_at(scale_bits, format);
+            for (r, got) in want.into_iter().zip(device_decode(&dev, format, scale)) {
                 if !(same_f32(got.1, r.float) && same_f32(got.2, r.float)) {
                     wrong.push(format!(
                         "decode {format} x {scale} {:02x}: {got:08x?}",

@@ -14,9 +14,10 @@
 
 use super::values::{scales_for, Scales, Tensor, Values};
 use super::AttentionShape;
+use crate::device::cpu::attention::{decode_attention_scaled, ContiguousRows, PagedRows};
 use crate::device::cpu::pages::huge_vec;
 use crate::kv::{BlockTable, KvElem, KvSpec, SpecError, TableError};
-use crate::launch::AttentionData;
+use crate::launch::{AttentionData, Layout};
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use thiserror::Error;
 
@@ -214,6 +215,32 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
             max_len: self.max_len,
             k_scale: &self.k_scale,
             v_scale: &self.v_scale,
+        }
+    }
+
+    /// The CPU implementation's decode attention over this problem's paged or contiguous cache,
+    /// into `out` (`[num_seqs, num_heads, head_dim]`).
+    pub fn attend_cpu(&self, layout: Layout, out: &mut [T]) {
+        let (shape, ks, vs) = (&self.shape, &self.k_scale, &self.v_scale);
+        match layout {
+            Layout::Paged => {
+                let rows = PagedRows {
+                    spec: &self.spec,
+                    table: &self.table,
+                };
+                decode_attention_scaled(
+                    shape, &self.q, &self.k, &self.v, ks, vs, &self.lens, &rows, out,
+                )
+            }
+            Layout::Contiguous => {
+                let rows = ContiguousRows {
+                    num_kv_heads: shape.num_kv_heads,
+                    max_len: self.max_len,
+                    head_dim: shape.head_dim,
+                };
+                let (k, v) = (&self.k_contiguous, &self.v_contiguous);
+                decode_attention_scaled(shape, &self.q, k, v, ks, vs, &self.lens, &rows, out)
+            }
         }
     }
 

@@ -5,9 +5,9 @@ use super::{
     attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
     ProblemOptions, SplitPlan,
 };
-use crate::device::cpu::attention::{decode_attention_scaled, ContiguousRows, PagedRows};
 use crate::device::{cpu, Device, DeviceError, Limits};
 use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
+use crate::launch::Layout;
 use crate::stats::median;
 use crate::timing::median_secs;
 use half::{bf16, f16};
@@ -193,41 +193,11 @@ fn run_cpu<T: KvElem, KV: KvElem>(
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
-    let paged_rows = PagedRows {
-        spec: &p.spec,
-        table: &p.table,
-    };
-    let contiguous_rows = ContiguousRows {
-        num_kv_heads: p.shape.num_kv_heads,
-        max_len: p.max_len,
-        head_dim: p.shape.head_dim,
-    };
-    let (ks, vs) = (&p.k_scale, &p.v_scale);
     let paged_s = median_secs(1, opts.iters, || {
-        decode_attention_scaled(
-            &p.shape,
-            &p.q,
-            &p.k,
-            &p.v,
-            ks,
-            vs,
-            &p.lens,
-            &paged_rows,
-            &mut paged_out,
-        )
+        p.attend_cpu(Layout::Paged, &mut paged_out)
     });
     let contiguous_s = median_secs(1, opts.iters, || {
-        decode_attention_scaled(
-            &p.shape,
-            &p.q,
-            &p.k_contiguous,
-            &p.v_contiguous,
-            ks,
-            vs,
-            &p.lens,
-            &contiguous_rows,
-            &mut contiguous_out,
-        )
+        p.attend_cpu(Layout::Contiguous, &mut contiguous_out)
     });
     Ok(Timed {
         paged_s,
@@ -253,7 +223,6 @@ where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
     KV: KvElem + cudarc::driver::DeviceRepr,
 {
-    use crate::device::cuda::Layout;
     let plan = dev.attention_plan(&p.data())?;
     // A small problem fits the L2 cache and would be timed from it: the timed runs take turns over
     // enough copies that the bytes between two reads of one copy exceed the cache several times.

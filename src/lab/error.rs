@@ -57,3 +57,20 @@ pub(crate) fn positive(value: usize, what: &str) -> Result<usize, LabError> {
         Ok(value)
     }
 }
+
+/// `Invalid` when `bytes` (described by `what`, e.g. "a mapping of") exceed half the machine's
+/// memory, `mem_total` (unknown: no limit): a lab must not push the machine into swapping.
+pub(crate) fn at_most_half_memory(
+    bytes: u64,
+    what: &str,
+    mem_total: Option<u64>,
+) -> Result<(), LabError> {
+    match mem_total.filter(|&total| bytes > total / 2) {
+        Some(total) => Err(LabError::Invalid(format!(
+            "{what} {} is more than half the machine's memory ({})",
+            super::machine::bytes(bytes),
+            super::machine::bytes(total)
+        ))),
+        None => Ok(()),
+    }
+}

@@ -90,14 +90,7 @@ pub fn run(cfg: &FaultsConfig, facts: &MachineFacts) -> Result<FaultsReport, Lab
         .bytes
         .checked_next_multiple_of(page)
         .ok_or_else(|| LabError::Invalid(format!("a mapping of {} bytes", cfg.bytes)))?;
-    let mem = facts.memory.mem_total_bytes.unwrap_or(u64::MAX);
-    if bytes as u64 > mem / 2 {
-        return Err(LabError::Invalid(format!(
-            "a mapping of {} is more than half the machine's memory ({})",
-            super::machine::bytes(bytes as u64),
-            super::machine::bytes(mem)
-        )));
-    }
+    super::error::at_most_half_memory(bytes as u64, "a mapping of", facts.memory.mem_total_bytes)?;
     let pages = bytes / page;
     let mut checks = Vec::new();
 

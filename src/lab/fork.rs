@@ -108,39 +108,31 @@ impl Pipe {
 
 /// Writes all of `buf` to `fd`; false on error. Async-signal-safe.
 pub(crate) fn write_all(fd: &impl AsRawFd, buf: &[u8]) -> bool {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: the slice range is valid for reading.
-        let n = unsafe {
-            libc::write(
-                fd.as_raw_fd(),
-                buf[done..].as_ptr().cast(),
-                buf.len() - done,
-            )
-        };
-        if n > 0 {
-            done += n as usize;
-        } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        } else {
-            return false;
-        }
-    }
-    true
+    // SAFETY: the slice range is valid for reading.
+    transfer_all(buf.len(), |done| unsafe {
+        libc::write(
+            fd.as_raw_fd(),
+            buf[done..].as_ptr().cast(),
+            buf.len() - done,
+        )
+    })
 }
 
 /// Fills all of `buf` from `fd`; false on error or end of file. Async-signal-safe.
 pub(crate) fn read_exact(fd: &impl AsRawFd, buf: &mut [u8]) -> bool {
+    let len = buf.len();
+    // SAFETY: the slice range is valid for writing.
+    transfer_all(len, |done| unsafe {
+        libc::read(fd.as_raw_fd(), buf[done..].as_mut_ptr().cast(), len - done)
+    })
+}
+
+/// Calls `step(done)` (one read or write of the bytes from `done` on) until `len` bytes have
+/// moved, again after EINTR; false on an error or a call that moved nothing. Async-signal-safe.
+fn transfer_all(len: usize, mut step: impl FnMut(usize) -> isize) -> bool {
     let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: the slice range is valid for writing.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                buf[done..].as_mut_ptr().cast(),
-                buf.len() - done,
-            )
-        };
+    while done < len {
+        let n = step(done);
         if n > 0 {
             done += n as usize;
         } else if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {

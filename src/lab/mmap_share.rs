@@ -85,17 +85,8 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
         )));
     }
     super::error::positive(cfg.file_bytes, "the file size")?;
-    if let Some(total) = facts
-        .memory
-        .mem_total_bytes
-        .filter(|&t| cfg.file_bytes as u64 > t / 2)
-    {
-        return Err(LabError::Invalid(format!(
-            "a file of {} is more than half the machine's memory ({})",
-            show(cfg.file_bytes as u64),
-            show(total)
-        )));
-    }
+    let total = facts.memory.mem_total_bytes;
+    super::error::at_most_half_memory(cfg.file_bytes as u64, "a file of", total)?;
     let shared = cfg
         .shared_bytes
         .min(cfg.file_bytes)

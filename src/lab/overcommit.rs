@@ -93,16 +93,7 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
             show(reserve as u64)
         )));
     }
-    if let Some(total) = mem
-        .mem_total_bytes
-        .filter(|&t| cfg.write_bytes as u64 > t / 2)
-    {
-        return Err(LabError::Invalid(format!(
-            "writing {} is more than half the machine's memory ({})",
-            show(cfg.write_bytes as u64),
-            show(total)
-        )));
-    }
+    super::error::at_most_half_memory(cfg.write_bytes as u64, "writing", mem.mem_total_bytes)?;
     let written = cfg.write_bytes.next_multiple_of(page);
     let mode = facts.overcommit_memory;
     let headroom = mem

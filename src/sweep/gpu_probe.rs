@@ -18,7 +18,6 @@ use super::attention_probe::{check_finite, AttentionBatch};
 use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 use super::cpu_probe::{fill, shuffled_table};
 use crate::attention::{relative_error, tolerance, Problem};
-use crate::device::cpu::attention::{decode_attention_scaled, PagedRows};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cuda::gather::{GatherError, GatherPool};
 use crate::device::cuda::{CudaDevice, DeviceProblem, Layout};
@@ -218,22 +217,7 @@ impl GpuProbe {
         let plan = dev.attention_plan(&p.data())?;
         let mut dp = dev.upload_attention(&p.data(), plan)?;
         let mut cpu_out = vec![T::from_f32(f32::NAN); p.q.len()];
-        let rows = PagedRows {
-            spec: &p.spec,
-            table: &p.table,
-        };
-        let (ks, vs) = (&p.k_scale, &p.v_scale);
-        decode_attention_scaled(
-            &p.shape,
-            &p.q,
-            &p.k,
-            &p.v,
-            ks,
-            vs,
-            &p.lens,
-            &rows,
-            &mut cpu_out,
-        );
+        p.attend_cpu(Layout::Paged, &mut cpu_out);
         let reference: Vec<f64> = cpu_out.iter().map(|x| x.to_f32() as f64).collect();
         self.check_attention(&p, &mut dp, Layout::Paged, &reference)?;
         let paged_ms = dev.time_ms(3, iters, || dev.launch_attention(&mut dp, Layout::Paged))?;

@@ -67,6 +67,19 @@ impl Scaled {
         }
         scales
     }
+
+    /// The encode rows recorded at `scale` (its bits).
+    pub fn encode_at(&self, scale: u32) -> Vec<&EncodeRow> {
+        let rows = self.encode.iter().filter(|(s, _)| *s == scale);
+        rows.map(|(_, r)| r).collect()
+    }
+
+    /// The decode rows of `format` recorded at `scale` (its bits), in code order.
+    pub fn decode_at(&self, scale: u32, format: Fp8Format) -> Vec<&ScaledDecodeRow> {
+        let rows = self.decode.iter();
+        rows.filter(|r| r.scale == scale && r.format == format)
+            .collect()
+    }
 }
 
 fn lines(file: &str) -> Vec<Vec<String>> {
