@@ -64,8 +64,8 @@ __device__ __forceinline__ void quantize_kv_slots(
     int num_kv_heads, int head_dim, int log2_block_size) {
   for_each_slot_elem(slots, num_kv_heads, head_dim, log2_block_size,
                      [&](int64_t dst, int64_t src, int head) {
-                       k_cache[dst] = float_to_fp8<F>(to_float(k_new[src]) / k_scale[head]);
-                       v_cache[dst] = float_to_fp8<F>(to_float(v_new[src]) / v_scale[head]);
+                       k_cache[dst] = float_to_fp8_scaled<F>(to_float(k_new[src]), k_scale[head]);
+                       v_cache[dst] = float_to_fp8_scaled<F>(to_float(v_new[src]), v_scale[head]);
                      });
 }
 

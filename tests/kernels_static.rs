@@ -225,8 +225,9 @@ fn info_json_carries_the_static_figures() {
 /// H200 (132 SMs) at the occupancy the static report gives the paged kernel; a small batch splits.
 #[test]
 fn the_reference_shape_is_not_split_at_the_static_occupancy() {
-    let Some(per_sm) = pagedkv::launch::split::static_ctas_per_sm("paged_attention_f16_d128_g4")
-    else {
+    let report = report::report(report::DYNAMIC_SHARED_BYTES);
+    let kernel = "paged_attention_f16_d128_g4";
+    let Some(per_sm) = pagedkv::launch::split::static_ctas_per_sm(&report, kernel) else {
         eprintln!("skipped: no static report in this build");
         return;
     };

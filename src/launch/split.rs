@@ -11,7 +11,7 @@
 //!   partitions would leave SMs idle at its tail), at most one per [`CHUNK`] tokens, partitions
 //!   whole multiples of [`CHUNK`] so no CTA is left with a sliver.
 
-use crate::kernels::report::{self, DYNAMIC_SHARED_BYTES};
+use crate::kernels::report::{self, StaticKernel};
 use serde::Serialize;
 
 /// Tokens per partition quantum (`attn::kPartitionQuantum` in kernels/attention.cuh).
@@ -56,11 +56,11 @@ pub fn split_plan(
     }
 }
 
-/// CTAs per SM of a kernel on sm_90 (H100, H200) from the static report: ptxas's registers and
-/// shared memory against the SM's limits. The occupancy a GPU's driver reports without one; None
-/// when the build has no static report (no nvcc or no cuobjdump).
-pub fn static_ctas_per_sm(kernel: &str) -> Option<usize> {
-    report::find(&report::report(DYNAMIC_SHARED_BYTES), kernel)
+/// CTAs per SM of a kernel on sm_90 (H100, H200) from the static `report` (ptxas's registers and
+/// shared memory against the SM's limits): the occupancy a GPU's driver reports, without one; None
+/// when the kernel is not in it (no nvcc or no cuobjdump at build time).
+pub fn static_ctas_per_sm(report: &[StaticKernel], kernel: &str) -> Option<usize> {
+    report::find(report, kernel)
         .and_then(|k| k.ctas_per_sm)
         .map(|c| c as usize)
 }

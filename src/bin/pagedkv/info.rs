@@ -163,17 +163,17 @@ pub fn run(args: Args) -> CmdResult {
     }
     if info.kernels_built {
         print_static_report(&info.static_report, &report);
-        print_reference_split();
+        print_reference_split(&report);
     }
     Ok(())
 }
 
 /// How the reference shape is split on an H200 with the static report's occupancy: issue 14 asks
 /// that it runs without a merge.
-fn print_reference_split() {
+fn print_reference_split(report: &[StaticKernel]) {
     const SMS: usize = 132;
     let kernel = "paged_attention_f16_d128_g4";
-    if let Some(per_sm) = split::static_ctas_per_sm(kernel) {
+    if let Some(per_sm) = split::static_ctas_per_sm(report, kernel) {
         let plan = split::split_plan(64, 8, 4096, SMS, per_sm);
         println!(
             "split-K at batch 64 x 8 KV heads x 4096 tokens ({kernel}) on {SMS} SMs: {per_sm} \

@@ -67,12 +67,11 @@ impl CudaDevice {
         let s = &data.shape;
         check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
         let name = kernel_name(Layout::Paged, T::DTYPE, KV::DTYPE, s.head_dim, s.group());
-        let f = self.attention_function(module(Layout::Paged, KV::DTYPE), &name)?;
-        // The driver call works on the current context: attention_function made it current.
-        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
+        let per_sm = self.occupancy(
+            module(Layout::Paged, KV::DTYPE),
+            &name,
             crate::kernels::ATTENTION_THREADS,
-            ATTENTION_SMEM_BYTES as usize,
-            None,
+            ATTENTION_SMEM_BYTES,
         )?;
         Ok(split_plan(
             data.lens.len(),
