@@ -38,6 +38,8 @@ pub struct MeasureOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct AttentionReport {
     pub device: String,
+    /// Run on the emulated CUDA driver: the times are the CPU's, not a GPU's.
+    pub emulated: bool,
     /// q and the output.
     pub dtype: Dtype,
     /// How K and V are stored: `dtype`, or fp8 with the scales below.
@@ -154,6 +156,7 @@ where
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
     Ok(AttentionReport {
         device: device.name(),
+        emulated: device.is_emulated(),
         dtype: T::DTYPE,
         kv_dtype: KV::DTYPE,
         k_scale: p.k_scale.clone(),

@@ -27,6 +27,11 @@ pub enum DeviceError {
     NoKernels,
     #[error("CUDA error: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
+    #[error("launching {kernel}: CUDA error: {source}")]
+    Launch {
+        kernel: String,
+        source: cudarc::driver::DriverError,
+    },
     #[error("{0}")]
     Invalid(String),
 }
@@ -39,6 +44,10 @@ pub struct Limits {
     pub stream_gbps: f64,
 }
 
+/// The name of the device the emulated CUDA driver (`emu-driver/`) reports: the CPU running the
+/// kernels behind the CUDA driver API. Its timings are the CPU's, never measurements of a GPU.
+pub const EMULATED_GPU_NAME: &str = "pagedkv emulated GPU (CPU; not a measurement)";
+
 /// A GPU as `pagedkv info` reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct GpuInfo {
@@ -48,6 +57,9 @@ pub struct GpuInfo {
     pub compute_capability: String,
     pub multiprocessors: i32,
     pub l2_cache_bytes: usize,
+    /// The emulated driver's device ([`EMULATED_GPU_NAME`]): figures measured on it are not a
+    /// GPU's.
+    pub emulated: bool,
 }
 
 /// The device a command runs on.
@@ -78,6 +90,11 @@ impl Device {
 
     pub fn is_cuda(&self) -> bool {
         matches!(self, Device::Cuda(_))
+    }
+
+    /// True on the emulated driver's device: timings are the CPU's, not measurements.
+    pub fn is_emulated(&self) -> bool {
+        matches!(self, Device::Cuda(d) if d.info.emulated)
     }
 }
 

@@ -2,7 +2,7 @@
 //! kernel's parameter list before anything runs.
 
 use super::ffi::{self, EmuArg, EmuLaunch};
-use super::kernel::{kernels, EmuElem, KernelInfo, ParamKind, Scalar};
+use super::kernel::{kernels, Elem, EmuElem, KernelInfo, ParamKind, Scalar};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use thiserror::Error;
@@ -172,6 +172,34 @@ impl<'a> Launch<'a> {
             _borrow: PhantomData,
         });
         self
+    }
+
+    /// A buffer by address and length, for a launcher that holds device memory rather than Rust
+    /// slices (the emulated CUDA driver, `emu-driver/`). The kernel's own parameter kind
+    /// (`elem`, `mutable`) is passed along: raw memory has no type to check.
+    ///
+    /// # Safety
+    /// `bytes` bytes at `ptr` (none when `ptr` is null) stay valid, and writable when `mutable`,
+    /// until [`Launch::run`] returns, and no Rust reference aliases them meanwhile.
+    pub unsafe fn raw_buf(
+        mut self,
+        ptr: *mut c_void,
+        bytes: usize,
+        elem: Elem,
+        mutable: bool,
+    ) -> Self {
+        self.args.push(Arg::Buf {
+            ptr,
+            bytes,
+            kind: ParamKind::Buf(elem, mutable),
+            _borrow: PhantomData,
+        });
+        self
+    }
+
+    /// A scalar of `kind` from its bytes (native order, the low bytes used).
+    pub fn raw_scalar(self, kind: Scalar, bits: [u8; 8]) -> Self {
+        self.scalar(kind, &bits)
     }
 
     fn scalar(mut self, kind: Scalar, bytes: &[u8]) -> Self {

@@ -12,6 +12,7 @@
 use super::gpu_mem::DeviceMemory;
 use super::{Check, LabError, GIB, MIB};
 use crate::device::cuda::CudaDevice;
+use crate::device::cuda::LaunchNamed;
 use crate::device::DeviceError;
 use crate::vmm::cuda::PinnedBuffer;
 use cudarc::driver::{result, sys, CudaSlice, LaunchConfig, PushKernelArg};
@@ -64,6 +65,10 @@ fn device_error(e: DeviceError) -> LabError {
         DeviceError::NoKernels => LabError::Unavailable(DeviceError::NoKernels.to_string()),
         DeviceError::Driver(source) => LabError::Driver {
             op: "a CUDA call",
+            source,
+        },
+        DeviceError::Launch { source, .. } => LabError::Driver {
+            op: "cuLaunchKernel (stream_read)",
             source,
         },
         DeviceError::Invalid(s) => LabError::Invalid(s),
@@ -331,7 +336,7 @@ impl<'a> Reader<'a> {
                 // SAFETY: stream_read(out [grid], src [vectors * 16 bytes], n): `src` holds
                 // `bytes` readable bytes on this device (device or managed memory) and `out` one
                 // u32 per CTA.
-                unsafe { b.launch(*cfg) }?;
+                unsafe { b.launch_named("stream_read", *cfg) }?;
                 Ok(())
             })
             .map_err(device_error)?;

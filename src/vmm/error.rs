@@ -54,6 +54,16 @@ pub enum VmmError {
     },
     #[error("no usable CUDA GPU: {0}")]
     NoGpu(String),
+    /// A sleep or wake failed mid-cycle and the pool was brought back: what failed, and whether
+    /// the pool then worked with its contents intact (checked, not assumed).
+    #[error("cycle {cycle}: {step} failed ({source}); {outcome}")]
+    CycleFailed {
+        cycle: usize,
+        step: &'static str,
+        #[source]
+        source: Box<VmmError>,
+        outcome: String,
+    },
 }
 
 impl VmmError {

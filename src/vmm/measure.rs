@@ -168,10 +168,10 @@ pub fn run_cycles<B: Backing>(
         let (copy_gbps, copy_h2d_gbps) = probe.measure(pool)?;
         let before = in_use()? as i64;
         let (s, sleep) = timed(|| pool.sleep(mode));
-        let s = s?;
+        let s = s.map_err(|e| after_failed_sleep(pool, e, cycle, sum))?;
         let asleep = in_use()? as i64;
         let (w, wake) = timed(|| pool.wake());
-        let w = w?;
+        let w = w.map_err(|e| after_failed_wake(pool, e, cycle, mode, sum))?;
         let awake = in_use()? as i64;
         let data_intact = match mode {
             SleepMode::Offload => checksum(pool)? == sum,
@@ -228,6 +228,70 @@ pub fn run_cycles<B: Backing>(
         restore_vs_copy,
         per_cycle: records,
     })
+}
+
+/// A sleep failed: the pool must still be awake with the contents it had (`sum`); says whether
+/// it is.
+fn after_failed_sleep<B: Backing>(
+    pool: &SleepPool<B>,
+    e: VmmError,
+    cycle: usize,
+    sum: u64,
+) -> VmmError {
+    let outcome = match (pool.state(), checksum(pool)) {
+        (super::PoolState::Awake, Ok(now)) if now == sum => {
+            "the pool stayed awake with its contents intact".to_string()
+        }
+        (super::PoolState::Awake, Ok(_)) => "the pool is awake but its contents CHANGED".into(),
+        (state, Err(check)) => format!("the pool is {state:?} and unreadable ({check})"),
+        (state, _) => format!("the pool is {state:?}"),
+    };
+    VmmError::CycleFailed {
+        cycle,
+        step: "sleep",
+        source: Box::new(e),
+        outcome,
+    }
+}
+
+/// A wake failed: it must have rolled back (the pool asleep, offloaded contents still on the
+/// host); a second wake is tried and, after an offload, the contents compared with `sum`.
+fn after_failed_wake<B: Backing>(
+    pool: &mut SleepPool<B>,
+    e: VmmError,
+    cycle: usize,
+    mode: SleepMode,
+    sum: u64,
+) -> VmmError {
+    let state = pool.state();
+    let outcome = if !matches!(
+        state,
+        super::PoolState::AsleepOffloaded | super::PoolState::AsleepDiscarded
+    ) {
+        format!("it did not roll back: the pool is {state:?}")
+    } else {
+        match (pool.wake(), mode) {
+            (Err(again), _) => format!("rolled back, but a second wake failed too ({again})"),
+            (Ok(_), SleepMode::Discard) => {
+                "rolled back; a second wake succeeded (discarded contents: nothing to check)".into()
+            }
+            (Ok(_), SleepMode::Offload) => match checksum(pool) {
+                Ok(now) if now == sum => {
+                    "rolled back; a second wake succeeded with the contents intact".into()
+                }
+                Ok(_) => "rolled back; a second wake succeeded but the contents CHANGED".into(),
+                Err(check) => {
+                    format!("rolled back; after a second wake the pool is unreadable ({check})")
+                }
+            },
+        }
+    };
+    VmmError::CycleFailed {
+        cycle,
+        step: "wake",
+        source: Box::new(e),
+        outcome,
+    }
 }
 
 /// One row of the chunk-size table: discard-sleep and wake time per GiB.

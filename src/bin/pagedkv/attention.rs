@@ -208,6 +208,9 @@ fn print_report(r: &AttentionReport) {
         "{}: batch {}, {} query / {} KV heads, head dim {}, {}{kv}, block size {}, longest context {}, {} partition(s)",
         r.device, r.batch, r.num_heads, r.num_kv_heads, r.head_dim, r.dtype, r.block_size, r.max_context, r.partitions
     );
+    if r.emulated {
+        println!("emulated GPU: the kernels ran on the CPU; times are not measurements of a GPU");
+    }
     if r.kv_dtype.fp8().is_some() {
         let range = |s: &[f32]| {
             let (lo, hi) = s

@@ -103,7 +103,7 @@ pub fn run(args: Args) -> CmdResult {
             .unwrap_or(if gpu { 16384 } else { 1024 }),
         "sweep-pool-mib",
     )?;
-    let out = match &target {
+    let measured = match &target {
         Target::Cpu => {
             let pool = CpuPool::create(size, chunk)?;
             let in_use = || memstat::resident().map(|r| r.shmem);
@@ -116,10 +116,11 @@ pub fn run(args: Args) -> CmdResult {
                 &in_use,
                 &make,
                 sweep_size,
-            )?
+            )
         }
         Target::Cuda(ctx) => {
-            let pool = CudaPool::create(ctx, size, chunk)?;
+            let pool = CudaPool::create(ctx, size, chunk)
+                .map_err(|e| format!("cannot build a {} MiB pool on the GPU: {e}", size / MIB))?;
             let in_use = || vcuda::device_memory(ctx).map(|(free, total)| (total - free) as u64);
             let make = |c| CudaPool::create(ctx, sweep_size, Some(c));
             let name = ctx.name().unwrap_or_else(|_| "cuda".into());
@@ -131,8 +132,15 @@ pub fn run(args: Args) -> CmdResult {
                 &in_use,
                 &make,
                 sweep_size,
-            )?
+            )
         }
+    };
+    // A cycle that failed and was brought back is a failed check (exit 1), not bad input.
+    let out = match measured {
+        Err(e @ VmmError::CycleFailed { .. }) => {
+            return Err(Box::new(CheckFailed(format!("sleep-wake: {e}"))))
+        }
+        other => other?,
     };
     print(&args, &out)?;
     if !out.cycles.data_intact {

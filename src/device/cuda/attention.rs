@@ -2,6 +2,7 @@
 //! `launch::attention` plans them: this file uploads the buffers and binds them, in the order of
 //! the kernels' signatures (kernels/attention.cuh), to the plan's kernel, grid and scalars.
 
+use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
 use crate::kernels::ATTENTION_SMEM_BYTES;
 use crate::kv::KvElem;
@@ -168,7 +169,7 @@ impl CudaDevice {
         // SAFETY: the buffers follow the kernel's signature (kernels/attention.cuh) and the plan
         // gives its scalars; the table was validated against the pool at upload and the outputs
         // hold the plan's sizes.
-        unsafe { b.launch(config(&l.attention))? };
+        unsafe { b.launch_named(&l.attention.kernel, config(&l.attention))? };
         if let Some(m) = &l.merge {
             let f = self.function(m.module, &m.kernel)?;
             let mut b = self.stream.launch_builder(&f);
@@ -179,7 +180,7 @@ impl CudaDevice {
             push_scalars(&mut b, &m.scalars);
             // SAFETY: merge_partitions_*'s signature (kernels/attention.cuh); the partial buffers
             // hold the plan's num_seqs * num_heads * num_partitions entries.
-            unsafe { b.launch(config(m))? };
+            unsafe { b.launch_named(&m.kernel, config(m))? };
         }
         Ok(())
     }

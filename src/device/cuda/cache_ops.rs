@@ -5,6 +5,7 @@
 //! `cudaMemcpyAsync` per block; [`CudaDevice::copy_blocks_per_memcpy`] does it vLLM's way, to
 //! compare. Pairs and slots are checked against the buffers before anything is launched.
 
+use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
 use crate::device::cpu::cache_ops::{check_pairs, check_slots};
 use crate::kv::{KvElem, KvSpec};
@@ -184,7 +185,7 @@ impl CudaDevice {
             // checked against both buffers, which stay alive (borrowed) while the stream runs it:
             // `pairs_dev` is dropped only after the stream has used it (cudarc frees on the
             // stream).
-            unsafe { b.launch(cfg)? };
+            unsafe { b.launch_named("copy_blocks", cfg)? };
         }
         Ok(())
     }
@@ -361,7 +362,7 @@ impl CudaDevice {
         // num_kv_heads, head_dim, log2_block_size), or quantize_kv_slots_<dtype>_to_<fp8> with
         // (k_scale, v_scale) after the slots (kernels/cache_ops.cu; the plan picked the kernel from
         // the same dtypes); slots (in range, none twice), sizes and scales were checked above.
-        unsafe { b.launch(cfg)? };
+        unsafe { b.launch_named(&plan.kernel, cfg)? };
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! The pools are uploaded once ([`GatherPool`]); a table is uploaded per block size
 //! ([`DeviceGather`]) after it is validated against the pool, so no launch reads outside it.
 
+use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
 use crate::kv::{BlockTable, KvElem, KvSpec, TableError};
 use crate::launch::gather::{GatherGeometry, GatherPlan, MERGE_THREADS};
@@ -201,10 +202,8 @@ impl CudaDevice {
         if p.chunks == 0 {
             return Ok(());
         }
-        let f = self.function(
-            "paged_gather",
-            &format!("paged_gather_copy_{}", T::DTYPE.name()),
-        )?;
+        let name = format!("paged_gather_copy_{}", T::DTYPE.name());
+        let f = self.function("paged_gather", &name)?;
         let cfg = launch_config(p.grid, p.threads);
         let scalars = p.copy_scalars();
         let mut b = self.stream.launch_builder(&f);
@@ -218,7 +217,7 @@ impl CudaDevice {
         }
         // SAFETY: the arguments match paged_gather_copy's signature; the table was validated
         // against this pool at upload and copy_out holds plan.copy_elems elements.
-        unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
+        unsafe { b.launch_named(&name, cfg)? };
         Ok(())
     }
 
@@ -234,10 +233,8 @@ impl CudaDevice {
             return Ok(());
         }
         if p.chunks > 0 {
-            let f = self.function(
-                "paged_gather",
-                &format!("paged_gather_sum_partial_{}", T::DTYPE.name()),
-            )?;
+            let name = format!("paged_gather_sum_partial_{}", T::DTYPE.name());
+            let f = self.function("paged_gather", &name)?;
             let cfg = launch_config(p.grid, p.threads);
             let scalars = p.sum_scalars();
             let mut b = self.stream.launch_builder(&f);
@@ -250,7 +247,7 @@ impl CudaDevice {
                 b.arg(s);
             }
             // SAFETY: as for the copy; partials holds num_seqs * num_kv_heads * chunks floats.
-            unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
+            unsafe { b.launch_named(&name, cfg)? };
         }
         let f = self.function("paged_gather", "paged_gather_sum_merge")?;
         let cfg = launch_config((p.merge_grid, 1, 1), MERGE_THREADS);
@@ -261,7 +258,7 @@ impl CudaDevice {
             b.arg(s);
         }
         // SAFETY: the merge reads chunks partials per (sequence, head) and writes sum_elems floats.
-        unsafe { b.launch(cfg) }.map_err(DeviceError::from)?;
+        unsafe { b.launch_named("paged_gather_sum_merge", cfg)? };
         Ok(())
     }
 }

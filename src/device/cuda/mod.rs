@@ -11,9 +11,31 @@ pub use attention::DeviceProblem;
 
 use super::{DeviceError, GpuInfo};
 use crate::kernels;
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+/// A launch that names its kernel when the driver refuses it (cudarc's error carries only the
+/// code, and a failed launch must say which kernel failed).
+pub trait LaunchNamed {
+    /// # Safety
+    /// As [`cudarc::driver::LaunchArgs::launch`]: the arguments match `kernel`'s signature.
+    unsafe fn launch_named(&mut self, kernel: &str, cfg: LaunchConfig) -> Result<(), DeviceError>;
+}
+
+impl LaunchNamed for LaunchArgs<'_> {
+    unsafe fn launch_named(&mut self, kernel: &str, cfg: LaunchConfig) -> Result<(), DeviceError> {
+        // SAFETY: per the caller.
+        unsafe { self.launch(cfg) }
+            .map(|_| ())
+            .map_err(|source| DeviceError::Launch {
+                kernel: kernel.to_string(),
+                source,
+            })
+    }
+}
 
 /// True when libcuda can be loaded; the only safe first question to ask cudarc.
 pub fn driver_present() -> bool {
@@ -36,9 +58,11 @@ pub fn list_gpus() -> Result<Vec<GpuInfo>, DeviceError> {
 
 fn gpu_info(ctx: &Arc<CudaContext>) -> Result<GpuInfo, DeviceError> {
     let (major, minor) = ctx.compute_capability()?;
+    let name = ctx.name()?;
     Ok(GpuInfo {
         ordinal: ctx.ordinal(),
-        name: ctx.name()?,
+        emulated: name == super::EMULATED_GPU_NAME,
+        name,
         total_memory_bytes: ctx.total_mem()?,
         compute_capability: format!("{major}.{minor}"),
         multiprocessors: ctx

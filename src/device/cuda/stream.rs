@@ -2,6 +2,7 @@
 //! reduction (kernels/stream.cu), over the bytes of the measurement they are compared with, but
 //! never fewer than four times the L2 cache: a limit measured inside L2 would be the cache's.
 
+use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
 use crate::device::Limits;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -36,7 +37,7 @@ impl CudaDevice {
             let mut b = self.stream.launch_builder(&read);
             b.arg(&mut out).arg(&src).arg(&n_vecs);
             // SAFETY: src holds n 16-byte vectors; out one u32 per CTA.
-            unsafe { b.launch(cfg)? };
+            unsafe { b.launch_named("stream_read", cfg)? };
             Ok(())
         })?;
         let gbps = |ms: f64, moved: f64| moved / (ms * 1e-3) / 1e9;

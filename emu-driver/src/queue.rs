@@ -1,0 +1,309 @@
+//! Streams, events and graphs. Work is queued per stream and runs, in order, only when something
+//! waits for it: a synchronisation of its stream, of the context, or of an event recorded after
+//! it, or a stream that waits on such an event. So a copy to host memory lands only once the
+//! program synchronises, and a result read before that is caught (it is not there yet). Work on
+//! the legacy default stream (0), and the synchronous calls, run at once, after every blocking
+//! stream, as the driver orders them; non-blocking streams (cudarc's) are not waited for.
+//! While a stream captures, its work goes into a graph instead; launching the graph queues it.
+
+use crate::state::{State, NULL_STREAM, R};
+use cudarc::driver::sys::CUresult;
+use pagedkv::emu::{EmuError, KernelInfo, ParamKind};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// One kernel argument as the launch copied it out of `kernelParams`.
+#[derive(Debug, Clone, Copy)]
+pub enum ArgValue {
+    Pointer(u64),
+    Scalar([u8; 8]),
+}
+
+#[derive(Clone)]
+pub struct KernelLaunch {
+    pub kernel: &'static KernelInfo,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub smem: u32,
+    pub args: Vec<ArgValue>,
+}
+
+#[derive(Clone)]
+pub enum Op {
+    Kernel(KernelLaunch),
+    /// From pageable host memory: the bytes were taken when the copy was queued, as the driver
+    /// stages them before the call returns.
+    HostToDevice {
+        dst: u64,
+        bytes: Vec<u8>,
+    },
+    /// To host memory, written when the copy runs.
+    DeviceToHost {
+        dst: usize,
+        src: u64,
+        len: usize,
+    },
+    DeviceToDevice {
+        dst: u64,
+        src: u64,
+        len: usize,
+    },
+    Memset {
+        dst: u64,
+        value: u8,
+        len: usize,
+    },
+    Record {
+        event: u64,
+    },
+    /// Runs `stream`'s work up to its item `upto` first.
+    Wait {
+        stream: u64,
+        upto: u64,
+    },
+    /// `cuMemFreeAsync`: the allocation goes when the stream reaches this point.
+    Free {
+        ptr: u64,
+    },
+}
+
+pub struct Stream {
+    /// Created with `CU_STREAM_NON_BLOCKING`: the legacy default stream does not wait for it.
+    pub non_blocking: bool,
+    /// Queued items with their sequence numbers.
+    pub queue: VecDeque<(u64, Op)>,
+    pub next_seq: u64,
+    /// While capturing: the graph being built.
+    pub capture: Option<Vec<Op>>,
+}
+
+impl Stream {
+    pub fn new(non_blocking: bool) -> Self {
+        Stream {
+            non_blocking,
+            queue: VecDeque::new(),
+            next_seq: 1,
+            capture: None,
+        }
+    }
+}
+
+pub struct Event {
+    pub timing: bool,
+    /// The stream and item of the last record, if any.
+    pub recorded: Option<(u64, u64)>,
+    /// When the last record ran; `None` while it waits in its stream.
+    pub reached: Option<Instant>,
+}
+
+#[derive(Clone, Default)]
+pub struct Graph {
+    pub ops: Vec<Op>,
+}
+
+impl State {
+    /// Queues `op` on `stream` (runs it at once on the legacy default stream); while the stream
+    /// captures, adds it to the graph instead.
+    pub fn enqueue(&mut self, stream: u64, op: Op) -> R {
+        if stream == NULL_STREAM {
+            self.flush_blocking()?;
+            let asynchronous = matches!(op, Op::Kernel(_));
+            let ran = self.run(NULL_STREAM, op);
+            // A kernel's failure is the context's sticky error, seen by the next call, not by
+            // the launch (which a GPU has long returned from); a synchronous copy's is its own.
+            return if asynchronous { Ok(()) } else { ran };
+        }
+        let s = self
+            .streams
+            .get_mut(&stream)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+        if let Some(graph) = &mut s.capture {
+            match op {
+                // Recording and waiting order the capture; they are not work of the graph.
+                Op::Record { .. } | Op::Wait { .. } => {}
+                Op::Free { .. } => return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED),
+                op => graph.push(op),
+            }
+            return Ok(());
+        }
+        let seq = s.next_seq;
+        s.next_seq += 1;
+        if let Op::Record { event } = op {
+            let e = self
+                .events
+                .get_mut(&event)
+                .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+            e.recorded = Some((stream, seq));
+            e.reached = None;
+        }
+        self.streams
+            .get_mut(&stream)
+            .expect("found above")
+            .queue
+            .push_back((seq, op));
+        Ok(())
+    }
+
+    /// The sequence number the next item queued on `stream` will get.
+    pub fn last_seq(&self, stream: u64) -> Option<u64> {
+        self.streams.get(&stream).map(|s| s.next_seq - 1)
+    }
+
+    /// Runs `stream`'s queued work up to and including item `upto`.
+    pub fn flush(&mut self, stream: u64, upto: u64) -> R {
+        loop {
+            let Some(s) = self.streams.get_mut(&stream) else {
+                return Ok(()); // destroyed: its work ran when it was
+            };
+            match s.queue.front() {
+                Some(&(seq, _)) if seq <= upto => {
+                    let (_, op) = s.queue.pop_front().expect("front exists");
+                    self.run(stream, op)?;
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    pub fn flush_all_of(&mut self, stream: u64) -> R {
+        self.flush(stream, u64::MAX)
+    }
+
+    /// Every stream's work (`cuCtxSynchronize`).
+    pub fn flush_all(&mut self) -> R {
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.flush_all_of(id)?;
+        }
+        Ok(())
+    }
+
+    /// The work of every blocking stream, which the legacy default stream waits for.
+    pub fn flush_blocking(&mut self) -> R {
+        let ids: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| !s.non_blocking)
+            .map(|(&k, _)| k)
+            .collect();
+        for id in ids {
+            self.flush_all_of(id)?;
+        }
+        Ok(())
+    }
+
+    /// Runs one item. A failure inside a kernel or a copy is reported on stderr (naming the kernel
+    /// and argument) and becomes the context's sticky error, as an illegal address does on a GPU.
+    fn run(&mut self, stream: u64, op: Op) -> R {
+        let illegal = |what: String| (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, what);
+        let outcome = match op {
+            Op::Kernel(k) => self.run_kernel(&k),
+            Op::HostToDevice { dst, bytes } => self
+                .device_range(dst, bytes.len())
+                .map(|()| {
+                    // SAFETY: the destination range is live device memory (checked).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len())
+                    }
+                })
+                .map_err(|why| illegal(format!("copy to device pointer {dst:#x}: it {why}"))),
+            Op::DeviceToHost { dst, src, len } => self
+                .device_range(src, len)
+                .map(|()| {
+                    // SAFETY: the source is live device memory (checked); the host destination is
+                    // the caller's, valid until the copy completes as the API requires.
+                    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+                })
+                .map_err(|why| illegal(format!("copy from device pointer {src:#x}: it {why}"))),
+            Op::DeviceToDevice { dst, src, len } => self
+                .device_range(src, len)
+                .map_err(|why| illegal(format!("copy from device pointer {src:#x}: it {why}")))
+                .and_then(|()| {
+                    self.device_range(dst, len).map_err(|why| {
+                        illegal(format!("copy to device pointer {dst:#x}: it {why}"))
+                    })
+                })
+                .map(|()| {
+                    // SAFETY: both ranges are live device memory (checked); they may overlap.
+                    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+                }),
+            Op::Memset { dst, value, len } => self
+                .device_range(dst, len)
+                .map(|()| {
+                    // SAFETY: live device memory (checked).
+                    unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) }
+                })
+                .map_err(|why| illegal(format!("memset of device pointer {dst:#x}: it {why}"))),
+            Op::Record { event } => {
+                if let Some(e) = self.events.get_mut(&event) {
+                    if e.recorded.is_some_and(|(s, _)| s == stream) {
+                        e.reached = Some(Instant::now());
+                    }
+                }
+                Ok(())
+            }
+            Op::Wait {
+                stream: other,
+                upto,
+            } => return self.flush(other, upto),
+            Op::Free { ptr } => {
+                self.memory.free(ptr, crate::memory::Kind::Device);
+                Ok(())
+            }
+        };
+        outcome.map_err(|(code, message)| {
+            eprintln!("pagedkv emulated driver: {message} ({code:?})");
+            self.last_failure = Some(message);
+            self.sticky = Some(code);
+            code
+        })
+    }
+
+    fn run_kernel(&mut self, k: &KernelLaunch) -> Result<(), (CUresult, String)> {
+        let name = k.kernel.name;
+        let mut launch = pagedkv::emu::Launch::new(name)
+            .grid((k.grid[0], k.grid[1], k.grid[2]))
+            .block((k.block[0], k.block[1], k.block[2]))
+            .smem(k.smem as usize)
+            .workers(workers());
+        for (i, (param, arg)) in k.kernel.params.iter().zip(&k.args).enumerate() {
+            launch = match (param.kind, *arg) {
+                (ParamKind::Buf(elem, mutable), ArgValue::Pointer(ptr)) => {
+                    let bytes = if ptr == 0 {
+                        0
+                    } else {
+                        let end = self.device_extent(ptr).map_err(|why| {
+                            (
+                                CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+                                format!(
+                                    "kernel {name}, argument {i} ({}): pointer {ptr:#x} {why}",
+                                    param.name
+                                ),
+                            )
+                        })?;
+                        (end - ptr) as usize
+                    };
+                    // SAFETY: `bytes` bytes from `ptr` are live, accessible device memory (host
+                    // memory here) that no Rust reference aliases while the kernel runs.
+                    unsafe { launch.raw_buf(ptr as *mut _, bytes, elem, mutable) }
+                }
+                (ParamKind::Scalar(kind), ArgValue::Scalar(bits)) => launch.raw_scalar(kind, bits),
+                _ => unreachable!("arguments are copied by the parameter list"),
+            };
+        }
+        launch.run().map_err(|e| match e {
+            EmuError::OutOfBounds(m) => (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, m),
+            EmuError::Misaligned(m) => (CUresult::CUDA_ERROR_MISALIGNED_ADDRESS, m),
+            EmuError::Trap(m) => (CUresult::CUDA_ERROR_ASSERT, m),
+            other => (
+                CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                format!("kernel {name}: {other}"),
+            ),
+        })
+    }
+}
+
+/// OS threads that run a launch's blocks.
+fn workers() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
