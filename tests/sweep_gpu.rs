@@ -139,13 +139,20 @@ fn tables_are_validated_before_any_launch() {
 #[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn the_gpu_probe_measures_checked_kernels() {
     let dev = gpu();
+    // On the emulated driver the kernels run on the CPU: the smallest pool its 4 MiB L2 allows
+    // and a small batch check the same path in seconds.
+    let (pool_bytes, batch) = if dev.info.emulated {
+        (16 << 20, AttentionBatch::fixed(32, 2, 300))
+    } else {
+        (64 << 20, AttentionBatch::fixed(32, 8, 1000))
+    };
     let opts = ProbeOptions {
-        pool_bytes: 64 << 20,
+        pool_bytes,
         reps: 2,
         rounds: 1,
         seq_tokens: 1024,
         seed: 3,
-        attention: Some(AttentionBatch::fixed(32, 8, 1000)),
+        attention: Some(batch),
     };
     let mut probe = GpuProbe::new(Arc::new(dev), opts);
     for bs in [1, 16, 256] {

@@ -20,10 +20,10 @@ pub const DEFAULT_MEMORY: usize = 4 << 30;
 /// Dynamic shared memory a launch may use without opting in (`cuFuncSetAttribute`).
 pub const DEFAULT_DYNAMIC_SMEM: u32 = 48 * 1024;
 
-/// The L2 cache the device reports. Smaller than an H200's 50 MiB: a bandwidth measurement
+/// The L2 cache the device reports. Much smaller than an H200's 50 MiB: a bandwidth measurement
 /// streams at least four times the L2, which the emulator would take minutes to run through; the
 /// figure only sizes working sets, and no emulated figure is a measurement.
-pub const L2_BYTES: i32 = 4 << 20;
+pub const L2_BYTES: i32 = 1 << 20;
 
 /// Device memory in bytes: `PAGEDKV_EMU_MEMORY` (bytes, or with a K/M/G suffix) or the default.
 pub fn total_memory() -> Result<usize, String> {

@@ -18,7 +18,6 @@ pub struct Module {
 }
 
 pub struct Function {
-    pub module: &'static str,
     /// The `CUmodule` it came from: unloading that module invalidates it.
     pub module_handle: u64,
     pub kernel: &'static KernelInfo,
@@ -82,7 +81,6 @@ pub fn function(module: &'static str, name: &str) -> Result<Function, CUresult> 
         .and_then(|k| k.threads_per_cta)
         .unwrap_or(1024);
     Ok(Function {
-        module,
         module_handle: 0,
         kernel,
         registers: resources.map_or(0, |r| r.registers),

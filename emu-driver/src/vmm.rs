@@ -31,7 +31,7 @@ pub struct Vmm {
     pub reservations: BTreeMap<u64, usize>,
     pub mappings: BTreeMap<u64, Mapping>,
     pub handles: HashMap<u64, Handle>,
-    /// Ranges unmapped or whose reservation was freed, for error messages.
+    /// Unmapped ranges of live reservations, for error messages.
     pub gone: BTreeMap<u64, (usize, &'static str)>,
     next_handle: u64,
 }
@@ -104,7 +104,10 @@ impl Vmm {
         self.reservations.remove(&ptr);
         // SAFETY: our reservation, with nothing mapped in it.
         unsafe { libc::munmap(ptr as *mut _, size) };
-        self.gone.insert(ptr, (size, "a freed reservation"));
+        // The addresses go back to the host, which may reuse them for its own memory: forget
+        // them, or a host buffer there would pass for device memory.
+        let end = ptr + size as u64;
+        self.gone.retain(|&s, _| s < ptr || s >= end);
         Ok(())
     }
 

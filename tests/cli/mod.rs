@@ -3,6 +3,7 @@
 use std::process::{Command, Output};
 
 /// Runs `pagedkv` with `args` to the end; its exit status and output.
+#[allow(dead_code)] // not every test file runs the binary this way
 pub fn pagedkv(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pagedkv"))
         .args(args)

@@ -55,12 +55,14 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     call("cuMemFree_v2", true, |st| {
         // The driver synchronises before freeing: work still using the memory completes first.
         st.flush_all()?;
+        // Managed memory is freed with cuMemFree too.
         st.memory
             .free(dptr, Kind::Device)
+            .or_else(|| st.memory.free(dptr, Kind::Managed))
             .map(|_| ())
             .ok_or_else(|| {
                 invalid(format!(
-                    "cuMemFree({dptr:#x}): not the start of a live device allocation"
+                    "cuMemFree({dptr:#x}): not the start of a live device or managed allocation"
                 ))
             })
     })
