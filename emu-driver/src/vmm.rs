@@ -37,7 +37,7 @@ pub struct Vmm {
 }
 
 fn aligned(x: usize) -> bool {
-    x % GRANULARITY == 0
+    x.is_multiple_of(GRANULARITY)
 }
 
 /// Inaccessible, unbacked address space at `at` (fixed) or anywhere.
