@@ -60,17 +60,26 @@ pub fn elems_bytes(n: usize, size: usize) -> u64 {
 
 /// A byte count in binary units: `4 KiB`, `1.5 GiB`.
 pub fn bytes(n: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v} {}", units[u])
-    } else {
-        format!("{v:.1} {}", units[u])
+    Bytes(n).to_string()
+}
+
+/// [`bytes`] as a `Display` that allocates nothing (for the allocator's own refusal).
+pub struct Bytes(pub u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        let mut v = self.0 as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u + 1 < units.len() {
+            v /= 1024.0;
+            u += 1;
+        }
+        if v.fract() == 0.0 {
+            write!(f, "{v} {}", units[u])
+        } else {
+            write!(f, "{v:.1} {}", units[u])
+        }
     }
 }
 

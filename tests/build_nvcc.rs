@@ -71,15 +71,20 @@ fn nvcc_is_looked_for_in_order_and_only_existing_folders_are_watched() {
 
 /// A scratch crate whose build script is kernels/build_nvcc.rs, built with a `PATH` of our own.
 struct Scratch {
+    /// Holds the crate and the folders outside it.
+    base: PathBuf,
+    /// The crate.
     dir: PathBuf,
+    /// The first folder of its `PATH`.
     early: PathBuf,
     path: OsString,
 }
 
 impl Scratch {
     fn new() -> Option<Scratch> {
-        let dir = std::env::temp_dir().join(format!("pagedkv-build-nvcc-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let base = std::env::temp_dir().join(format!("pagedkv-build-nvcc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("crate");
         std::fs::create_dir_all(dir.join("src")).unwrap();
         let module = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels/build_nvcc.rs");
         std::fs::write(
@@ -103,8 +108,9 @@ impl Scratch {
             ),
         )
         .unwrap();
-        // PATH: a folder of our own first, then where cargo, rustc and the linker are.
-        let early = dir.join("early");
+        // PATH: a folder of our own first (outside the crate: folders inside are not watched),
+        // then where cargo, rustc and the linker are.
+        let early = base.join("early");
         std::fs::create_dir(&early).unwrap();
         let cargo = PathBuf::from(std::env::var_os("CARGO")?);
         let toolchain = cargo.parent()?.to_path_buf();
@@ -113,7 +119,12 @@ impl Scratch {
             return None; // a real nvcc on this PATH would be found first
         }
         let path = std::env::join_paths(&dirs).unwrap();
-        Some(Scratch { dir, early, path })
+        Some(Scratch {
+            base,
+            dir,
+            early,
+            path,
+        })
     }
 
     /// Builds; the build script's runs so far, each with what it found.
@@ -183,9 +194,9 @@ fn cargo_reruns_the_build_script_when_a_compiler_appears_or_changes_and_only_the
     );
     assert_eq!(s.build(None).len(), 4, "no change, no rerun");
     // $NVCC names another.
-    let named = s.dir.join("named/nvcc");
+    let named = s.base.join("named/nvcc");
     fake_nvcc(&named, "13.0");
     let runs = s.build(Some(&named));
     assert_eq!(runs.last(), Some(&some(&named)), "{runs:?}");
-    let _ = std::fs::remove_dir_all(&s.dir);
+    let _ = std::fs::remove_dir_all(&s.base);
 }

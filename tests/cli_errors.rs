@@ -176,6 +176,22 @@ fn sizes_beyond_the_memory_available_are_refused_before_allocating() {
         assert!(err.contains("of memory, more than the"), "{args:?}: {err}");
         assert!(err.trim_end().ends_with("available"), "{args:?}: {err}");
     }
+    // What no command checks itself meets the allocator's backstop: one request over the memory
+    // available is refused before it is tried.
+    for args in [
+        &["sim", "sched", "--jobs", "4000000000"][..],
+        &["sim", "radix", "--requests", "4000000000"],
+    ] {
+        let err = own_error(&pagedkv_limited(args, LIMIT));
+        assert!(
+            err.contains("pagedkv: one allocation of "),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains("of memory available; choose smaller sizes"),
+            "{args:?}: {err}"
+        );
+    }
 }
 
 #[test]

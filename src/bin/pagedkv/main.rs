@@ -1,6 +1,7 @@
 //! The `pagedkv` command line: parse, call the library, print. No logic of its own lives here; each
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
+mod alloc_guard;
 mod attention;
 mod info;
 mod lab;
@@ -119,13 +120,20 @@ where
 /// meets the option's range rather than passing for an unknown flag.
 fn command() -> clap::Command {
     fn negative_numbers(c: clap::Command) -> clap::Command {
-        c.mut_args(|a| a.allow_negative_numbers(true))
-            .mut_subcommands(negative_numbers)
+        c.mut_args(|a| match a.get_action().takes_values() {
+            true => a.allow_negative_numbers(true),
+            false => a,
+        })
+        .mut_subcommands(negative_numbers)
     }
     negative_numbers(Cli::command())
 }
 
+#[global_allocator]
+static ALLOCATOR: alloc_guard::Guard = alloc_guard::Guard;
+
 fn main() -> ExitCode {
+    alloc_guard::arm();
     // A closed pipe ends the process quietly, as it ends `cat`, instead of a panic in println!.
     // SAFETY: restores the default action of one signal before any other thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
@@ -233,7 +241,7 @@ mod tests {
     #[test]
     fn every_command_takes_negative_numbers_as_values() {
         fn check(c: &clap::Command) -> usize {
-            for a in c.get_arguments() {
+            for a in c.get_arguments().filter(|a| a.get_action().takes_values()) {
                 assert!(
                     a.is_allow_negative_numbers_set(),
                     "{} {}",
