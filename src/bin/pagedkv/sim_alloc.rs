@@ -25,7 +25,8 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1,2,4,8,16,32,64,128,256"
+        default_value = "1,2,4,8,16,32,64,128,256",
+        value_parser = count(0..)
     )]
     page_sizes: Vec<usize>,
     /// Tokens reserved per request by the max-length policy (longer requests are rejected).

@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "uniform")]
     pattern: Pattern,
     /// Memory sizes in pages (default: W/8 to 4W, dense near W).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = count_u64(0..))]
     frames: Vec<u64>,
     /// Cost of an access that hits, in ns.
     #[arg(long, default_value_t = 100.0)]
