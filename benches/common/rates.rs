@@ -107,8 +107,8 @@ impl Rates {
         }
         for name in limits {
             match self.limit(name) {
-                Some(g) => println!("  limit {name}: {g:.2} GB/s"),
-                None => println!("  limit {name}: not measured (filtered out?)"),
+                Some(g) => println!("  {name}: {g:.2} GB/s"),
+                None => println!("  {name}: not measured (filtered out?)"),
             }
         }
         for &(family, limit_name) in families {
