@@ -52,6 +52,13 @@ impl StderrProgress {
         Self::default()
     }
 
+    /// What the current phase's step is (shown after its count), e.g. "block 16".
+    pub fn set_message(&self, msg: &str) {
+        if let Some(bar) = &*self.current() {
+            bar.set_message(msg);
+        }
+    }
+
     fn current(&self) -> std::sync::MutexGuard<'_, Option<Bar>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -319,7 +326,13 @@ mod tests {
             p.current().as_ref().map(|b| lock(&b.state).what.clone()),
             Some("three".to_string())
         );
+        p.set_message("block 16");
+        assert_eq!(
+            p.current().as_ref().map(|b| lock(&b.state).msg.clone()),
+            Some("block 16".to_string())
+        );
         p.end();
         p.advance(1); // after the end: ignored
+        p.set_message("ignored");
     }
 }
