@@ -4,10 +4,14 @@
 //! `kernels.rs` that embeds them. Without nvcc the build still passes, with one warning: the CPU
 //! paths need no GPU code.
 //! Always, with or without nvcc, the same files are also compiled for the CPU emulator
-//! (`kernels/emu/build_emu.rs`).
+//! (`kernels/emu/build_emu.rs`). Where nvcc is looked for, and what makes this script run again
+//! when one appears or changes (`scripts/install-cuda-compiler`, `$NVCC`, `$CUDA_HOME`, `PATH`):
+//! `kernels/build_nvcc.rs`.
 
 #[path = "kernels/emu/build_emu.rs"]
 mod build_emu;
+#[path = "kernels/build_nvcc.rs"]
+mod build_nvcc;
 #[path = "kernels/build_sass.rs"]
 mod build_sass;
 #[path = "src/kernels/sass/mod.rs"]
@@ -28,13 +32,7 @@ const ARCH_FLAGS: &[&str] = &[
 
 fn main() {
     println!("cargo:rerun-if-changed=kernels");
-    for var in [
-        "NVCC",
-        "CUDA_HOME",
-        "PAGEDKV_SKIP_NVCC",
-        "CUOBJDUMP",
-        "PAGEDKV_SKIP_SASS",
-    ] {
+    for var in ["CUOBJDUMP", "PAGEDKV_SKIP_SASS"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -42,7 +40,7 @@ fn main() {
     let sources = kernel_sources(&root.join("kernels"));
     build_emu::build(&root, &out, &sources);
 
-    let generated = match find_nvcc(&root) {
+    let generated = match build_nvcc::find_nvcc(&root) {
         Some(nvcc) => {
             let (version, modules, resources) = build_fatbins(&nvcc, &root, &out, &sources);
             let cuobjdump = build_sass::find_cuobjdump(&root, &nvcc);
@@ -75,33 +73,6 @@ fn kernel_sources(dir: &Path) -> Vec<PathBuf> {
     files.retain(|p| p.extension().is_some_and(|e| e == "cu"));
     files.sort();
     files
-}
-
-/// `$NVCC`, then `$CUDA_HOME/bin/nvcc`, then `PATH`, then the toolchain that
-/// `scripts/install-cuda-compiler` puts under `.cuda/`. `PAGEDKV_SKIP_NVCC=1` pretends none exists.
-fn find_nvcc(root: &Path) -> Option<PathBuf> {
-    if env::var_os("PAGEDKV_SKIP_NVCC").is_some_and(|v| v == "1") {
-        return None;
-    }
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = env::var_os("NVCC") {
-        candidates.push(PathBuf::from(p));
-    }
-    if let Some(home) = env::var_os("CUDA_HOME") {
-        candidates.push(PathBuf::from(home).join("bin/nvcc"));
-    }
-    if let Some(path) = env::var_os("PATH") {
-        candidates.extend(env::split_paths(&path).map(|d| d.join("nvcc")));
-    }
-    candidates.push(root.join(".cuda/nvidia/cu13/bin/nvcc"));
-    candidates.into_iter().find(|p| runs(p))
-}
-
-fn runs(nvcc: &Path) -> bool {
-    Command::new(nvcc)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 /// One kernel's resources as ptxas reported them for one architecture.

@@ -1,6 +1,6 @@
 //! Sleep/wake pairs on the CPU twin, and on the CUDA pool when a GPU is usable: discard (release
 //! and re-create the physical memory) and offload (plus the copy out and back), with one chunk
-//! and with 2 MiB chunks. Throughput is the pool size per sleep/wake pair.
+//! and with 2 MiB chunks. Throughput is the pool size per sleep/wake pair, in GB/s.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use pagedkv::vmm::cuda::{open_context, CudaPool};
@@ -15,7 +15,7 @@ fn pairs<B: Backing>(c: &mut Criterion, group: &str, make: &dyn Fn(Option<usize>
     g.sample_size(10).measurement_time(Duration::from_secs(3));
     for chunk in [None, Some(2 * MIB)] {
         let mut pool = make(chunk);
-        g.throughput(Throughput::Bytes(pool.size() as u64));
+        g.throughput(Throughput::BytesDecimal(pool.size() as u64));
         let label = format!("{}x{}MiB", pool.layout().count(), pool.layout().chunk / MIB);
         for mode in [SleepMode::Discard, SleepMode::Offload] {
             for keep in [false, true] {

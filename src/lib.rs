@@ -14,10 +14,12 @@
 pub mod attention;
 pub mod device;
 pub mod emu;
+pub mod host_memory;
 pub mod kernels;
 pub mod kv;
 pub mod lab;
 pub mod launch;
+pub mod progress;
 pub mod report;
 pub mod sim;
 pub mod stats;

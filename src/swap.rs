@@ -14,6 +14,7 @@
 
 use crate::device::cpu::cache_ops::{check_pairs, CacheOpError};
 use crate::device::{Device, DeviceError};
+use crate::host_memory::{self, TooLarge};
 use crate::stats::median;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -29,6 +30,8 @@ pub enum SwapError {
     Device(#[from] DeviceError),
     #[error(transparent)]
     CacheOp(#[from] CacheOpError),
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
 }
 
 /// One swap measurement: `swap_blocks` blocks of `block_bytes` out of a pool of `pool_blocks`.
@@ -103,7 +106,17 @@ struct Plan {
 
 const POISON: u8 = 0xA5;
 
-fn plan(opts: &SwapOptions) -> Result<Plan, SwapError> {
+/// Host copies of the pool a measurement holds at once: the plan's, the expected result, the
+/// downloaded second pool, and on the CPU the source and second pools themselves.
+fn host_pools(pools_on_host: bool) -> u64 {
+    if pools_on_host {
+        5
+    } else {
+        3
+    }
+}
+
+fn plan(opts: &SwapOptions, pools_on_host: bool) -> Result<Plan, SwapError> {
     if opts.block_bytes == 0 || !opts.block_bytes.is_multiple_of(16) {
         return Err(SwapError::Invalid(format!(
             "blocks of {} bytes: block copies need a positive multiple of 16 bytes",
@@ -132,6 +145,10 @@ fn plan(opts: &SwapOptions) -> Result<Plan, SwapError> {
                 opts.pool_blocks, opts.block_bytes
             ))
         })?;
+    let slots = opts.swap_blocks as u64 * opts.block_bytes as u64;
+    let need = (bytes as u64 * host_pools(pools_on_host)).saturating_add(slots);
+    let what = format!("a swap over a pool of {}", host_memory::bytes(bytes as u64));
+    host_memory::ensure_fits(need, &what)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
     let mut pool = vec![0u8; bytes];
     pool.par_chunks_mut(1 << 20).enumerate().for_each(|(i, c)| {
@@ -196,7 +213,7 @@ fn direction(
 
 /// Measures one block size on `device`.
 pub fn measure(device: &Device, opts: &SwapOptions) -> Result<SwapReport, SwapError> {
-    let plan = plan(opts)?;
+    let plan = plan(opts, !device.is_cuda())?;
     match device {
         Device::Cpu => run(&plan, opts, CpuSwap::new(&plan, opts)),
         Device::Cuda(dev) => run(&plan, opts, cuda::CudaSwap::new(dev.clone(), &plan, opts)?),
@@ -455,7 +472,7 @@ mod tests {
     #[test]
     fn the_check_sees_a_wrong_copy() {
         let o = opts(32, 20, 6);
-        let p = plan(&o).unwrap();
+        let p = plan(&o, true).unwrap();
         let mut m = CpuSwap::new(&p, &o);
         m.set_direction(true);
         m.batched(&p.out_pairs).unwrap();
@@ -481,7 +498,7 @@ mod tests {
             opts(16, 4, 0),
             opts(16, 4, 5),
         ] {
-            assert!(matches!(plan(&o), Err(SwapError::Invalid(_))));
+            assert!(matches!(plan(&o, true), Err(SwapError::Invalid(_))));
         }
     }
 }

@@ -33,13 +33,9 @@ fn num(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
 }
 
-/// Exit code 2 and a single `pagedkv: ...` line on stderr.
+/// Exit code 2 and the error as the CLI gives bad input (tests/cli/mod.rs).
 fn bad_input(args: &[&str]) {
-    let out = pagedkv(args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-    assert!(err.starts_with("pagedkv: "), "{args:?}: {err}");
+    cli::bad_input(&pagedkv(args));
 }
 
 fn no_contradiction(v: &Value) {

@@ -206,10 +206,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
     ];
     for args in cases {
         let out = pagedkv(&args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
-        assert!(err.starts_with("pagedkv: "), "{args:?}: {err}");
+        cli::bad_input(&out);
     }
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -66,9 +66,6 @@ fn bad_input_is_one_line_and_exit_code_2() {
         vec!["swap", "--dtype", "f8"],
     ] {
         let out = pagedkv(&args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.starts_with("pagedkv: "), "{args:?}: {err}");
+        cli::bad_input(&out);
     }
 }

@@ -87,10 +87,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
             args.extend(["--requests", "50", "--reps", "1"]);
         }
         let out = sweep(&args);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{case:?}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "{case:?}: {stderr}");
-        assert!(stderr.starts_with("pagedkv: "), "{case:?}: {stderr}");
+        cli::bad_input(&out);
     }
     let out = sweep(&["--trace", bad_trace.to_str().unwrap(), "--no-bandwidth"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"));

@@ -87,10 +87,7 @@ fn bad_input_is_one_line_and_exit_2() {
         ],
         &["sleep-wake", "--mode", "sideways"],
     ] {
-        let out = pagedkv(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        cli::bad_input(&pagedkv(args));
     }
     if !pagedkv::device::cuda::driver_present() {
         let out = pagedkv(&["sleep-wake", "--device", "cuda"]);

@@ -16,6 +16,7 @@ use super::values::{scales_for, Scales, Tensor, Values};
 use super::AttentionShape;
 use crate::device::cpu::attention::{decode_attention_scaled, ContiguousRows, PagedRows};
 use crate::device::cpu::pages::huge_vec;
+use crate::host_memory::{self, elems_bytes};
 use crate::kv::{BlockTable, KvElem, KvSpec, SpecError, TableError};
 use crate::launch::{AttentionData, Layout};
 use rand::{seq::SliceRandom, Rng, SeedableRng};
@@ -35,6 +36,8 @@ pub enum ProblemError {
     QueryDtype(crate::kv::Dtype),
     #[error("scale {0} is not a positive finite number")]
     Scale(f32),
+    #[error(transparent)]
+    TooLarge(#[from] crate::host_memory::TooLarge),
 }
 
 /// How a problem's K and V are drawn and stored.
@@ -112,6 +115,8 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
             }
         }
         let spec = KvSpec::new(shape.num_kv_heads, shape.head_dim, block_size, KV::DTYPE)?;
+        let need = host_bytes(shape, block_size, lens, KV::DTYPE, opts);
+        host_memory::ensure_fits(need, &describe(lens, "an attention problem"))?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let blocks_per_seq: Vec<usize> = lens.iter().map(|&l| spec.blocks_for(l)).collect();
         let num_blocks = blocks_per_seq.iter().sum::<usize>().max(1);
@@ -249,4 +254,44 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
         let tokens: usize = self.lens.iter().map(|&l| l as usize).sum();
         tokens * self.spec.elems_per_token() * 2 * std::mem::size_of::<KV>()
     }
+}
+
+/// Host bytes of the problem [`Problem::with_options`] builds from `lens` with K and V stored as
+/// `kv` (checked before anything is allocated): q, K and V paged and contiguous, and the
+/// unquantised copy when kept.
+pub fn host_bytes(
+    shape: AttentionShape,
+    block_size: usize,
+    lens: &[usize],
+    kv: crate::kv::Dtype,
+    opts: ProblemOptions,
+) -> u64 {
+    let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
+    let rows = lens.len().saturating_mul(shape.num_kv_heads);
+    let contiguous = elems_bytes(rows.saturating_mul(max_len), shape.head_dim);
+    let blocks = lens
+        .iter()
+        .fold(0usize, |n, &l| {
+            n.saturating_add(l.div_ceil(block_size.max(1)))
+        })
+        .max(1);
+    let pool = elems_bytes(blocks, block_size)
+        .saturating_mul(shape.num_kv_heads as u64)
+        .saturating_mul(shape.head_dim as u64);
+    let exact = if opts.keep_exact { 4 } else { 0 };
+    let q =
+        elems_bytes(lens.len().saturating_mul(shape.num_heads), shape.head_dim).saturating_mul(4);
+    [
+        q,
+        contiguous.saturating_mul(2 * (kv.bytes() + exact) as u64),
+        pool.saturating_mul(2 * kv.bytes() as u64),
+    ]
+    .into_iter()
+    .fold(0u64, u64::saturating_add)
+}
+
+/// `what` with the batch and the longest context: "attention (batch 64, longest context 4096)".
+pub fn describe(lens: &[usize], what: &str) -> String {
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    format!("{what} (batch {}, longest context {longest})", lens.len())
 }

@@ -1,13 +1,16 @@
 //! Runs one problem on a device: paged and contiguous, each checked against the oracle, timed,
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
+use super::problem::{describe, host_bytes};
 use super::{
     attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
     ProblemOptions, SplitPlan,
 };
 use crate::device::{cpu, Device, DeviceError, Limits};
+use crate::host_memory::{self, TooLarge};
 use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
 use crate::launch::Layout;
+use crate::progress::{phase, Progress};
 use crate::stats::median;
 use crate::timing::median_secs;
 use half::{bf16, f16};
@@ -22,6 +25,8 @@ pub enum RunError {
     Device(#[from] DeviceError),
     #[error("memory-limit buffer: {0}")]
     Memory(#[from] std::io::Error),
+    #[error(transparent)]
+    TooLarge(#[from] TooLarge),
     #[error(
         "q in {0} with K and V in {1}: K/V are stored as q is, or in fp8 with q in f16 or bf16"
     )]
@@ -93,15 +98,16 @@ pub fn measure_dtype(
     seed: u64,
     problem: ProblemOptions,
     opts: MeasureOptions,
+    progress: &dyn Progress,
 ) -> Result<AttentionReport, RunError> {
+    ensure_fits(device, shape, block_size, lens, kv_dtype, problem)?;
     macro_rules! run {
-        ($t:ty, $kv:ty) => {
-            measure(
-                device,
-                &Problem::<$t, $kv>::with_options(shape, block_size, lens, seed, problem)?,
-                opts,
-            )
-        };
+        ($t:ty, $kv:ty) => {{
+            let p = phase(progress, "attention: drawing K and V", 0, || {
+                Problem::<$t, $kv>::with_options(shape, block_size, lens, seed, problem)
+            })?;
+            measure(device, &p, opts, progress)
+        }};
     }
     match (dtype, kv_dtype) {
         (Dtype::F16, Dtype::F16) => run!(f16, f16),
@@ -113,6 +119,27 @@ pub fn measure_dtype(
         (Dtype::Bf16, Dtype::Fp8E5m2) => run!(bf16, Fp8E5m2),
         (q, kv) => Err(RunError::Dtypes(q, kv)),
     }
+}
+
+/// Refuses, before anything is allocated, a problem whose host memory exceeds what is available:
+/// the problem itself and, on the CPU, the memory limits' buffer over as many bytes as it reads.
+fn ensure_fits(
+    device: &Device,
+    shape: AttentionShape,
+    block_size: usize,
+    lens: &[usize],
+    kv_dtype: Dtype,
+    problem: ProblemOptions,
+) -> Result<(), TooLarge> {
+    let tokens = lens.iter().fold(0usize, |n, &l| n.saturating_add(l));
+    let read = host_memory::elems_bytes(tokens, shape.num_kv_heads * shape.head_dim)
+        .saturating_mul(2 * kv_dtype.bytes() as u64);
+    let limits = match device {
+        Device::Cpu => cpu::stream::limit_bytes(usize::try_from(read).unwrap_or(usize::MAX)) as u64,
+        Device::Cuda(_) => 0,
+    };
+    let need = host_bytes(shape, block_size, lens, kv_dtype, problem).saturating_add(limits);
+    host_memory::ensure_fits(need, &describe(lens, "attention"))
 }
 
 struct Timed<T> {
@@ -129,27 +156,36 @@ pub fn measure<T, KV>(
     device: &Device,
     p: &Problem<T, KV>,
     opts: MeasureOptions,
+    progress: &dyn Progress,
 ) -> Result<AttentionReport, RunError>
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
     KV: KvElem + cudarc::driver::DeviceRepr,
 {
     let timed = match device {
-        Device::Cpu => run_cpu(p, opts)?,
-        Device::Cuda(dev) => run_cuda(dev, p, opts)?,
+        Device::Cpu => run_cpu(p, opts, progress)?,
+        Device::Cuda(dev) => phase(progress, "attention: timing on the GPU", 0, || {
+            run_cuda(dev, p, opts)
+        })?,
     };
-    let (paged_err, contiguous_err) = if opts.check {
-        let reference = attention_f64(p);
-        (
-            relative_error(&timed.paged_out, &reference),
-            relative_error(&timed.contiguous_out, &reference),
+    let (paged_err, contiguous_err, quantised_err) = if opts.check {
+        phase(
+            progress,
+            "attention: checking against the f64 oracle",
+            0,
+            || {
+                let reference = attention_f64(p);
+                let quantised = attention_f64_exact(p)
+                    .map_or(f64::NAN, |exact| relative_error(&timed.paged_out, &exact));
+                (
+                    relative_error(&timed.paged_out, &reference),
+                    relative_error(&timed.contiguous_out, &reference),
+                    quantised,
+                )
+            },
         )
     } else {
-        (f64::NAN, f64::NAN)
-    };
-    let quantised_err = match (opts.check, attention_f64_exact(p)) {
-        (true, Some(exact)) => relative_error(&timed.paged_out, &exact),
-        _ => f64::NAN,
+        (f64::NAN, f64::NAN, f64::NAN)
     };
     let kv = p.kv_bytes() as f64;
     let paged_gbps = kv / timed.paged_s / 1e9;
@@ -192,22 +228,39 @@ where
 fn run_cpu<T: KvElem, KV: KvElem>(
     p: &Problem<T, KV>,
     opts: MeasureOptions,
+    progress: &dyn Progress,
 ) -> Result<Timed<T>, RunError> {
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
-    let paged_s = median_secs(1, opts.iters, || {
-        p.attend_cpu(Layout::Paged, &mut paged_out)
-    });
-    let contiguous_s = median_secs(1, opts.iters, || {
-        p.attend_cpu(Layout::Contiguous, &mut contiguous_out)
-    });
+    // One warm-up run and the timed runs of each layout.
+    let runs = 1 + opts.iters.max(1) as u64;
+    let time = |what: &str, layout: Layout, out: &mut [T]| {
+        phase(progress, what, runs, || {
+            median_secs(1, opts.iters, || {
+                p.attend_cpu(layout, out);
+                progress.advance(1);
+            })
+        })
+    };
+    let paged_s = time("attention: paged runs", Layout::Paged, &mut paged_out);
+    let contiguous_s = time(
+        "attention: contiguous runs",
+        Layout::Contiguous,
+        &mut contiguous_out,
+    );
+    let limits = phase(
+        progress,
+        "attention: measuring the memory limits",
+        0,
+        || cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
+    )?;
     Ok(Timed {
         paged_s,
         contiguous_s,
         paged_out,
         contiguous_out,
-        limits: cpu::stream::memory_limits(p.kv_bytes(), opts.iters)?,
+        limits,
         // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),

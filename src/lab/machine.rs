@@ -161,20 +161,7 @@ impl MemInfo {
 }
 
 /// A byte count for people: `4 KiB`, `1.5 MiB`, `24 GiB`.
-pub fn bytes(n: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v} {}", units[u])
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
-}
+pub use crate::host_memory::bytes;
 
 pub fn page_bytes() -> usize {
     sysconf(libc::_SC_PAGESIZE).unwrap_or(4096)

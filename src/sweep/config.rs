@@ -290,6 +290,14 @@ impl SweepConfig {
         if rounds == 0 || rounds > 100 {
             return Err(invalid(format!("--rounds must be 1 to 100, got {rounds}")));
         }
+        if !gpu {
+            let what = format!(
+                "the CPU bandwidth probe of {}",
+                crate::host_memory::bytes((probe_mib as u64) << 20)
+            );
+            crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(probe_mib << 20), &what)
+                .map_err(|e| invalid(e.to_string()))?;
+        }
         Ok(ProbeOptions {
             pool_bytes: probe_mib << 20,
             reps,

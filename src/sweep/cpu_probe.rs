@@ -44,6 +44,12 @@ pub struct CpuProbe {
     limit: Option<MemoryProbe>,
 }
 
+/// Host bytes a probe of `pool_bytes` maps (checked before it maps anything): K, V and the
+/// copy-out buffer of half the pool each, and the limits' buffer.
+pub fn host_bytes(pool_bytes: usize) -> u64 {
+    (3 * (pool_bytes / 2) + limit_bytes(pool_bytes)) as u64
+}
+
 impl CpuProbe {
     /// Maps nothing yet: buffers are mapped and filled on first use, and freed with the probe.
     pub fn new(pages: Pages, opts: ProbeOptions) -> Result<Self, ProbeError> {

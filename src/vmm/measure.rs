@@ -4,6 +4,7 @@
 
 use super::checksum::{fill_random, Checksum, FILL_BLOCK};
 use super::{Backing, SleepMode, SleepPool, VmmError};
+use crate::progress::{phase, Progress};
 use crate::stats::median;
 use crate::timing::timed;
 use serde::Serialize;
@@ -70,6 +71,17 @@ pub fn checksum<B: Backing>(pool: &SleepPool<B>) -> Result<u64, VmmError> {
         sum.add(offset, piece);
     }
     Ok(sum.value())
+}
+
+/// Host bytes [`run_cycles`] takes on a pool of `pool_bytes` (checked before the pool is made): the
+/// pool itself when it lives in host memory, the offload buffer, the copy probe's buffer.
+pub fn host_bytes(pool_bytes: usize, mode: SleepMode, pool_on_host: bool) -> u64 {
+    let pool = pool_bytes as u64;
+    let offload = if mode == SleepMode::Offload { pool } else { 0 };
+    let probe = pool_bytes.min(COPY_PROBE) as u64;
+    (if pool_on_host { pool } else { 0 })
+        .saturating_add(offload)
+        .saturating_add(probe)
 }
 
 /// Measures the plain copy bandwidth between the pool and a ready host buffer of the backing's
@@ -150,13 +162,27 @@ pub struct CycleReport {
 }
 
 /// Runs `cycles` sleep/wake cycles on `pool`. `in_use` reports the pool-kind memory the process
-/// holds (device memory in use, or resident shared memory), in bytes.
+/// holds (device memory in use, or resident shared memory), in bytes; `progress` counts cycles.
 pub fn run_cycles<B: Backing>(
     pool: &mut SleepPool<B>,
     mode: SleepMode,
     cycles: usize,
     seed: u64,
     in_use: &dyn Fn() -> Result<u64, VmmError>,
+    progress: &dyn Progress,
+) -> Result<CycleReport, VmmError> {
+    phase(progress, "sleep-wake: cycles", cycles as u64, || {
+        cycles_in_phase(pool, mode, cycles, seed, in_use, progress)
+    })
+}
+
+fn cycles_in_phase<B: Backing>(
+    pool: &mut SleepPool<B>,
+    mode: SleepMode,
+    cycles: usize,
+    seed: u64,
+    in_use: &dyn Fn() -> Result<u64, VmmError>,
+    progress: &dyn Progress,
 ) -> Result<CycleReport, VmmError> {
     let mut probe = CopyProbe::new(pool)?;
     let mut sum = fill(pool, seed)?;
@@ -194,6 +220,7 @@ pub fn run_cycles<B: Backing>(
             address_stable: pool.ptr()? == base,
             data_intact,
         });
+        progress.advance(1);
     }
     let end = in_use()? as i64;
     let pick = |f: fn(&CycleRecord) -> f64| Stat::of(&records.iter().map(f).collect::<Vec<_>>());
@@ -318,11 +345,24 @@ pub fn sweep_chunks(size: usize, smallest: usize) -> Vec<usize> {
 }
 
 /// For each chunk size, a fresh pool from `make(chunk)`, then `reps` discard-sleep/wake pairs;
-/// the median times.
+/// the median times. `progress` counts chunk sizes.
 pub fn chunk_sweep<B: Backing>(
     make: &dyn Fn(usize) -> Result<SleepPool<B>, VmmError>,
     chunks: &[usize],
     reps: usize,
+    progress: &dyn Progress,
+) -> Result<Vec<SweepRow>, VmmError> {
+    let steps = chunks.len() as u64;
+    phase(progress, "sleep-wake: chunk sizes", steps, || {
+        chunk_rows(make, chunks, reps, progress)
+    })
+}
+
+fn chunk_rows<B: Backing>(
+    make: &dyn Fn(usize) -> Result<SleepPool<B>, VmmError>,
+    chunks: &[usize],
+    reps: usize,
+    progress: &dyn Progress,
 ) -> Result<Vec<SweepRow>, VmmError> {
     let mut rows = Vec::with_capacity(chunks.len());
     for &chunk in chunks {
@@ -346,6 +386,7 @@ pub fn chunk_sweep<B: Backing>(
             sleep_ms_per_gib: sleep_ms / gib,
             wake_ms_per_gib: wake_ms / gib,
         });
+        progress.advance(1);
     }
     Ok(rows)
 }
@@ -378,7 +419,7 @@ mod tests {
         let mut pool = CpuPool::create(3 << 20, Some(1 << 20)).unwrap();
         let shmem = || super::super::memstat::resident().map(|r| r.shmem);
         for mode in [SleepMode::Offload, SleepMode::Discard] {
-            let r = run_cycles(&mut pool, mode, 3, 5, &shmem).unwrap();
+            let r = run_cycles(&mut pool, mode, 3, 5, &shmem, &()).unwrap();
             assert!(r.address_stable && r.data_intact, "{mode:?}");
             assert_eq!(r.per_cycle.len(), 3);
             assert_eq!(r.chunks, 3);

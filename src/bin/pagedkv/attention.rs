@@ -1,13 +1,14 @@
 //! `pagedkv attention`: paged and contiguous decode attention on one device, checked against the
 //! f64 oracle, with time, bytes, bandwidth and the fractions of the limits measured in the run.
 
-use crate::{count, CheckFailed, CmdResult};
+use crate::{count, count_u64, CheckFailed, CmdResult};
 use pagedkv::attention::{
     measure_dtype, tolerance, AttentionReport, AttentionShape, MeasureOptions, ProblemOptions,
     Scales, Values,
 };
 use pagedkv::device::{Device, DeviceChoice};
 use pagedkv::kv::Dtype;
+use pagedkv::progress::StderrProgress;
 use pagedkv::report::Table;
 use pagedkv::workload::azure::read_azure_csv;
 use std::path::PathBuf;
@@ -20,10 +21,10 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = count(1..))]
     batch: usize,
     /// Tokens per sequence, every sequence the same length [default: 4096].
-    #[arg(long, conflicts_with = "lens")]
+    #[arg(long, conflicts_with = "lens", value_parser = count(0..))]
     context: Option<usize>,
     /// Ragged lengths instead of --context, comma-separated (e.g. 17,4096,0,300).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = count(0..))]
     lens: Option<Vec<usize>>,
     /// Ragged lengths from a trace CSV (e.g. the Azure LLM trace): the first --batch requests'
     /// prompt + output tokens, each capped at --max-context.
@@ -33,13 +34,13 @@ pub struct Args {
     #[arg(long, default_value_t = 4096, requires = "trace", value_parser = count(1..))]
     max_context: usize,
     /// Query heads.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = count(0..))]
     heads: usize,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = count(0..))]
     kv_heads: usize,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = count(0..))]
     head_dim: usize,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = count(0..))]
     block_size: usize,
     /// How K and V are stored (vLLM's kv_cache_dtype): as q (f16, bf16, f32), or fp8_e4m3 /
     /// fp8_e5m2 with a scale per tensor (or per KV head) and q in --q-dtype.
@@ -64,7 +65,7 @@ pub struct Args {
     values: ValuesArg,
     #[arg(long, default_value_t = 1.0)]
     activation_scale: f32,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = count(0..))]
     outlier_channels: usize,
     #[arg(long, default_value_t = 10.0)]
     outlier_magnitude: f32,
@@ -72,9 +73,9 @@ pub struct Args {
     #[arg(long)]
     scale: Option<f32>,
     /// Timed runs (median reported).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     iters: Option<usize>,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Skip the comparison with the f64 oracle.
     #[arg(long)]
@@ -166,6 +167,7 @@ pub fn run(args: Args) -> CmdResult {
         args.seed,
         problem,
         opts,
+        &StderrProgress::new(),
     )?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -2,7 +2,7 @@
 //! GiB for each chunk size. Skipped, with the reason, without a GPU.
 
 use crate::lab::{emit, num, parse_bytes, show_bytes, skipped_or};
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use pagedkv::lab::gpu_alloc::{self, GpuAllocConfig};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::report::Table;
@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "2M,8M,32M,128M,512M,1G", value_parser = parse_bytes)]
     chunks: Vec<usize>,
     /// Allocate/free pairs per row.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = count(0..))]
     reps: usize,
     /// Print JSON instead of text.
     #[arg(long)]

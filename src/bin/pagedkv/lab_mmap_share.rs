@@ -2,7 +2,7 @@
 //! all of them read): per-process RSS, page-cache growth, each file page held once.
 
 use crate::lab::{emit, parse_bytes, show_bytes};
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::mmap_share::{self, ShareConfig};
 use pagedkv::report::Table;
@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// Reader processes.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(0..))]
     processes: usize,
     /// File size.
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]

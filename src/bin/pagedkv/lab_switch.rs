@@ -2,7 +2,7 @@
 //! call, pinned to one core and to two; copy-on-write after fork.
 
 use crate::lab::{emit, num};
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::switch::{self, Mechanism, SwitchConfig};
 use pagedkv::lab::Spread;
@@ -11,13 +11,13 @@ use pagedkv::report::Table;
 #[derive(clap::Args)]
 pub struct Args {
     /// Round trips per repetition at most (fewer when slow: a repetition lasts ~20 ms).
-    #[arg(long, default_value_t = SwitchConfig::default().iters)]
+    #[arg(long, default_value_t = SwitchConfig::default().iters, value_parser = count(0..))]
     iters: usize,
     /// Repetitions per figure (median and p10/p90 are over these).
-    #[arg(long, default_value_t = SwitchConfig::default().reps)]
+    #[arg(long, default_value_t = SwitchConfig::default().reps, value_parser = count(0..))]
     reps: usize,
     /// Pages the forked child writes in the copy-on-write demonstration.
-    #[arg(long, default_value_t = SwitchConfig::default().cow_pages)]
+    #[arg(long, default_value_t = SwitchConfig::default().cow_pages, value_parser = count(0..))]
     cow_pages: usize,
     /// Print JSON instead of text.
     #[arg(long)]

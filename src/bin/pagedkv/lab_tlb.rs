@@ -2,7 +2,7 @@
 //! 4 KiB against 2 MiB pages; the cache and TLB-reach steps against the sizes the machine reports.
 
 use crate::lab::{emit, num, parse_bytes, show_bytes};
-use crate::CmdResult;
+use crate::{count, count_u64, CmdResult};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::tlb::{self, TlbConfig};
 use pagedkv::report::Table;
@@ -16,16 +16,16 @@ pub struct Args {
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     max: usize,
     /// Dependent loads timed per repetition at most (fewer for slow rows: ~10 ms each).
-    #[arg(long, default_value_t = TlbConfig::default().steps)]
+    #[arg(long, default_value_t = TlbConfig::default().steps, value_parser = count(0..))]
     steps: usize,
     /// Repetitions per working set (the median is reported).
-    #[arg(long, default_value_t = TlbConfig::default().reps)]
+    #[arg(long, default_value_t = TlbConfig::default().reps, value_parser = count(0..))]
     reps: usize,
     /// Skip the 2 MiB-page series.
     #[arg(long)]
     no_huge: bool,
     /// Seed of the random cycles.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Print JSON instead of text.
     #[arg(long)]

@@ -1,6 +1,7 @@
 //! The `pagedkv` command line: parse, call the library, print. No logic of its own lives here; each
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
+mod alloc_guard;
 mod attention;
 mod info;
 mod lab;
@@ -24,8 +25,8 @@ mod swap;
 mod sweep;
 mod translate;
 
-use clap::builder::{RangedU64ValueParser, TypedValueParser};
-use clap::{Parser, Subcommand};
+use clap::builder::TypedValueParser;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ops::{Bound, RangeBounds};
 use std::process::ExitCode;
 
@@ -75,15 +76,37 @@ impl std::error::Error for CheckFailed {}
 
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
-/// The parser of a count option limited to `range` (`1..`, `1..=64`): out of it, clap's one-line
-/// error names the option and says `must be at least 1` or `must be 1 to 64`.
+/// The parser of a count option limited to `range` (`1..`, `1..=64`): out of it (negative numbers
+/// included), clap's error names the option and says `must be at least 1` or `must be 1 to 64`.
 pub fn count<R>(range: R) -> impl TypedValueParser<Value = usize>
 where
     R: RangeBounds<usize> + Clone + Send + Sync + 'static,
 {
-    RangedU64ValueParser::<usize>::new().try_map(move |n| {
-        if range.contains(&n) {
-            return Ok(n);
+    whole_number(range)
+}
+
+/// [`count`] for a `u64` option (seeds, sizes in bytes).
+pub fn count_u64<R>(range: R) -> impl TypedValueParser<Value = u64>
+where
+    R: RangeBounds<u64> + Clone + Send + Sync + 'static,
+{
+    whole_number(range)
+}
+
+fn whole_number<T, R>(range: R) -> impl TypedValueParser<Value = T>
+where
+    T: TryFrom<i128> + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
+    R: RangeBounds<T> + Clone + Send + Sync + 'static,
+{
+    clap::builder::StringValueParser::new().try_map(move |text| {
+        let n: i128 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("'{text}' is not a whole number"))?;
+        match T::try_from(n) {
+            Ok(n) if range.contains(&n) => return Ok(n),
+            Err(_) if n > 0 => return Err("too large".to_string()),
+            _ => {}
         }
         Err(match (range.start_bound(), range.end_bound()) {
             (Bound::Included(lo), Bound::Included(hi)) => format!("must be {lo} to {hi}"),
@@ -93,30 +116,37 @@ where
     })
 }
 
-/// Clap's error on one line: its first, and the list of possible values when it gives one.
-fn one_line(e: &clap::Error) -> String {
-    let text = e.to_string();
-    let mut lines = text.lines().map(str::trim);
-    let first = lines.next().unwrap_or("invalid arguments");
-    let first = first.trim_start_matches("error: ");
-    match lines.find(|l| l.starts_with("[possible values:")) {
-        Some(values) => format!("{first} {values}"),
-        None => first.to_string(),
+/// The command line's parser: every command takes negative numbers as values, so that `--batch -4`
+/// meets the option's range rather than passing for an unknown flag.
+fn command() -> clap::Command {
+    fn negative_numbers(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| match a.get_action().takes_values() {
+            true => a.allow_negative_numbers(true),
+            false => a,
+        })
+        .mut_subcommands(negative_numbers)
     }
+    negative_numbers(Cli::command())
 }
 
+#[global_allocator]
+static ALLOCATOR: alloc_guard::Guard = alloc_guard::Guard;
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    alloc_guard::arm();
+    // A closed pipe ends the process quietly, as it ends `cat`, instead of a panic in println!.
+    // SAFETY: restores the default action of one signal before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => {
-            // --help and --version.
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
         Err(e) => {
-            // One line, not clap's usage block.
-            eprintln!("pagedkv: {}", one_line(&e));
-            return ExitCode::from(2);
+            // Clap's whole text: what is missing, "did you mean", the usage line; or the help (a
+            // missing subcommand lists the commands, exit code 2) and --version (exit code 0).
+            let _ = e.print();
+            return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
         }
     };
     let result = match cli.command {
@@ -150,8 +180,18 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<clap::ArgMatches, clap::Error> {
         Command::new("t")
-            .arg(Arg::new("tp").long("tp").value_parser(count(1..=64)))
-            .arg(Arg::new("reps").long("reps").value_parser(count(1..)))
+            .arg(
+                Arg::new("tp")
+                    .long("tp")
+                    .allow_negative_numbers(true)
+                    .value_parser(count(1..=64)),
+            )
+            .arg(
+                Arg::new("reps")
+                    .long("reps")
+                    .allow_negative_numbers(true)
+                    .value_parser(count(1..)),
+            )
             .arg(
                 Arg::new("dtype")
                     .long("dtype")
@@ -161,22 +201,91 @@ mod tests {
     }
 
     #[test]
-    fn counts_and_choices_fail_in_one_clear_line() {
-        let err = |args: &[&str]| one_line(&parse(args).unwrap_err());
+    fn counts_and_choices_fail_with_the_range_or_the_choices() {
+        let err = |args: &[&str]| parse(args).unwrap_err().to_string();
+        let first = |args: &[&str]| err(args).lines().next().unwrap_or_default().to_string();
         assert_eq!(
-            err(&["t", "--tp", "65"]),
-            "invalid value '65' for '--tp <tp>': must be 1 to 64"
+            first(&["t", "--tp", "65"]),
+            "error: invalid value '65' for '--tp <tp>': must be 1 to 64"
         );
         assert_eq!(
-            err(&["t", "--reps", "0"]),
-            "invalid value '0' for '--reps <reps>': must be at least 1"
+            first(&["t", "--reps", "0"]),
+            "error: invalid value '0' for '--reps <reps>': must be at least 1"
         );
         assert_eq!(
-            err(&["t", "--dtype", "f8"]),
-            "invalid value 'f8' for '--dtype <dtype>' [possible values: f16, bf16, f32, fp8_e4m3, fp8_e5m2]"
+            first(&["t", "--reps", "-4"]),
+            "error: invalid value '-4' for '--reps <reps>': must be at least 1"
+        );
+        assert_eq!(
+            first(&["t", "--tp", "-99999999999999999999"]),
+            "error: invalid value '-99999999999999999999' for '--tp <tp>': must be 1 to 64"
+        );
+        assert_eq!(
+            first(&["t", "--reps", "99999999999999999999"]),
+            "error: invalid value '99999999999999999999' for '--reps <reps>': too large"
+        );
+        assert_eq!(
+            first(&["t", "--reps", "1.5"]),
+            "error: invalid value '1.5' for '--reps <reps>': '1.5' is not a whole number"
+        );
+        let dtype = err(&["t", "--dtype", "f8"]);
+        assert!(
+            dtype.contains("[possible values: f16, bf16, f32, fp8_e4m3, fp8_e5m2]"),
+            "{dtype}"
         );
         let m = parse(&["t", "--tp", "64", "--reps", "1000000"]).unwrap();
         assert_eq!(m.get_one::<usize>("tp"), Some(&64));
         assert_eq!(m.get_one::<usize>("reps"), Some(&1_000_000));
+    }
+
+    #[test]
+    fn every_command_takes_negative_numbers_as_values() {
+        fn check(c: &clap::Command) -> usize {
+            for a in c.get_arguments().filter(|a| a.get_action().takes_values()) {
+                assert!(
+                    a.is_allow_negative_numbers_set(),
+                    "{} {}",
+                    c.get_name(),
+                    a.get_id()
+                );
+            }
+            c.get_arguments().count() + c.get_subcommands().map(check).sum::<usize>()
+        }
+        assert!(
+            check(&command()) > 100,
+            "every argument of every command was checked"
+        );
+    }
+
+    #[test]
+    fn a_negative_number_for_any_option_meets_a_range_not_a_parse_error() {
+        fn walk(c: &clap::Command, path: &mut Vec<String>, tried: &mut usize) {
+            for a in c.get_arguments() {
+                let Some(long) = a.get_long() else { continue };
+                if !a.get_action().takes_values() {
+                    continue;
+                }
+                let mut argv = vec!["pagedkv".to_string()];
+                argv.extend(path.iter().cloned());
+                argv.extend([format!("--{long}"), "-4".to_string()]);
+                *tried += 1;
+                if let Err(e) = command().try_get_matches_from(&argv) {
+                    let text = e.to_string();
+                    assert!(
+                        e.kind() != clap::error::ErrorKind::UnknownArgument
+                            && !text.contains("invalid digit"),
+                        "{argv:?}: {text}"
+                    );
+                }
+            }
+            for sub in c.get_subcommands() {
+                path.push(sub.get_name().to_string());
+                walk(sub, path, tried);
+                path.pop();
+            }
+        }
+        let mut tried = 0;
+        walk(&command(), &mut Vec::new(), &mut tried);
+        assert!(tried > 100, "{tried}");
     }
 }

@@ -1,7 +1,7 @@
 //! `pagedkv sim alloc`: requests from a trace or a synthetic stream replayed against contiguous
 //! allocation (first, best, worst fit; max-length reservation) and paging at each page size.
 
-use crate::CmdResult;
+use crate::{count, count_u64, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::alloc::{self, AllocRow, ReplayConfig, SyntheticRequests};
 use pagedkv::workload::azure::read_azure_csv;
@@ -13,10 +13,10 @@ pub struct Args {
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Replay only the first N requests of the trace.
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     limit: Option<usize>,
     /// Memory capacity in tokens (a whole number of pages of every page size).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = count_u64(0..))]
     capacity: u64,
     /// Milliseconds per decode step: each running request writes one token per step.
     #[arg(long, default_value_t = 50.0)]
@@ -25,14 +25,15 @@ pub struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1,2,4,8,16,32,64,128,256"
+        default_value = "1,2,4,8,16,32,64,128,256",
+        value_parser = count(0..)
     )]
     page_sizes: Vec<usize>,
     /// Tokens reserved per request by the max-length policy (longer requests are rejected).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = count_u64(0..))]
     reserve_len: u64,
     /// Synthetic: number of requests.
-    #[arg(long, default_value_t = 5000)]
+    #[arg(long, default_value_t = 5000, value_parser = count(0..))]
     requests: usize,
     /// Synthetic: mean arrivals per second (Poisson).
     #[arg(long, default_value_t = 5.0)]
@@ -46,7 +47,7 @@ pub struct Args {
     /// Synthetic: mean output length (exponential).
     #[arg(long, default_value_t = 200.0)]
     output_mean: f64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Check the allocators' bookkeeping after every step (slow).
     #[arg(long)]

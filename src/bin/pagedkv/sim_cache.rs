@@ -1,7 +1,7 @@
 //! `pagedkv sim cache`: hit ratios of eviction policies over a key workload, per capacity, with
 //! OPT's hit ratio beside each row; `--out DIR` adds miss-ratio curves (SVG and JSON).
 
-use crate::{CheckFailed, CmdResult};
+use crate::{count, count_u64, CheckFailed, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::cache::{
     capacity_grid, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs, CurvePoints,
@@ -37,12 +37,12 @@ pub struct Args {
     #[arg(long)]
     hot: Option<u32>,
     /// Requests to generate, or to read from a trace [default: 1000000, or the whole trace].
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     requests: Option<usize>,
     /// Capacities in entries, or percentages of the distinct keys: 100,1000 or 1%,10%.
     #[arg(long)]
     capacity: String,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count_u64(0..))]
     seed: u64,
     /// Cost of a hit, for the average access cost.
     #[arg(long, default_value_t = 1.0)]
@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Capacities on each curve (spread geometrically up to the largest --capacity).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 24, value_parser = count(0..))]
     curve_points: usize,
     /// Print JSON instead of a table.
     #[arg(long)]

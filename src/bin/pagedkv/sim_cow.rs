@@ -1,32 +1,32 @@
 //! `pagedkv sim cow`: copy-on-write on the block allocator for parallel sampling and beam search,
 //! against copying every fork in full.
 
-use crate::CmdResult;
+use crate::{count, count_u64, CmdResult};
 use pagedkv::report::Table;
 use pagedkv::sim::cow::{self, CowRow, Strategy};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Prompt tokens shared by every sample or beam.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = count(0..))]
     prompt: usize,
     /// Parallel sampling: answers per prompt.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(0..))]
     samples: usize,
     /// Parallel sampling: tokens per answer.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = count(0..))]
     output: usize,
     /// Beam search: beams kept per step.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(0..))]
     width: usize,
     /// Beam search: steps (one token per beam each).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = count(0..))]
     steps: usize,
     /// Block sizes (tokens) to run each scenario at.
-    #[arg(long, value_delimiter = ',', default_value = "16")]
+    #[arg(long, value_delimiter = ',', default_value = "16", value_parser = count(0..))]
     block_sizes: Vec<usize>,
     /// Seed for the beam search's choice of parents.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Print JSON instead of a table.
     #[arg(long)]

@@ -2,10 +2,10 @@
 //! manager, prefix caching) on a trace, a generated workload or a scenario file, with step times
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
-use crate::{count, CmdResult};
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::{count, count_u64, CmdResult};
 use pagedkv::kv::model::{self, ModelShape};
 use pagedkv::kv::Dtype;
+use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
 use pagedkv::sim::engine::output;
@@ -66,27 +66,27 @@ pub struct Args {
     #[arg(long, default_value = "uniform:64,192")]
     output: SizeDist,
     /// Seed of generated workloads and of predicted lengths.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
 
     /// vLLM's defaults for a GPU and usage.
     #[arg(long, default_value = "h200")]
     preset: String,
     /// vLLM's --block-size.
-    #[arg(long, conflicts_with = "block_sizes")]
+    #[arg(long, conflicts_with = "block_sizes", value_parser = count(0..))]
     block_size: Option<usize>,
     /// Several block sizes, run in parallel (comma-separated; any size, not only powers of two).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = count(0..))]
     block_sizes: Option<Vec<usize>>,
     /// vLLM's --num-gpu-blocks-override: blocks in the pool (null block included) at every block
     /// size [default: what the GPU's memory leaves after the weights].
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     num_gpu_blocks_override: Option<usize>,
     #[arg(long)]
     gpu_memory_utilization: Option<f64>,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     max_num_seqs: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     max_num_batched_tokens: Option<usize>,
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     enable_prefix_caching: bool,
@@ -96,12 +96,12 @@ pub struct Args {
     enable_chunked_prefill: bool,
     #[arg(long)]
     no_enable_chunked_prefill: bool,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     long_prefill_token_threshold: Option<usize>,
     /// fcfs, priority (vLLM's); sjf, srpt, aging (beyond vLLM).
     #[arg(long, value_enum, ignore_case = true)]
     scheduling_policy: Option<Policy>,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     max_model_len: Option<usize>,
     /// Fraction of the pool admissions keep free while requests run (vLLM's default 0).
     #[arg(long)]
@@ -405,11 +405,7 @@ pub fn run(args: Args) -> CmdResult {
         return Err("--step-log needs a single block size".into());
     }
     let total = (requests.len() * sizes.len()) as u64;
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} requests finished [{elapsed}]")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = Bar::new("sim engine: requests finished", total);
     let outcomes = if sizes.len() == 1 {
         let mut file = match &args.step_log {
             Some(p) => Some(std::io::BufWriter::new(
@@ -428,7 +424,7 @@ pub fn run(args: Args) -> CmdResult {
     } else {
         s.run_all(&sizes, &requests, &|n| bar.inc(n as u64))?
     };
-    bar.finish_and_clear();
+    drop(bar);
     let json = JsonReport {
         workload: &name,
         preset: &preset_name,

@@ -1,7 +1,7 @@
 //! `pagedkv sim radix`: a radix-tree prefix cache and a whole-prompt cache replay the same
 //! requests at each capacity; prints hit ratios and the deduplication the tree achieves.
 
-use crate::{count, CmdResult};
+use crate::{count, count_u64, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::radix::workload::{self, MultiTurnConfig, Workload};
 use pagedkv::sim::radix::{
@@ -38,7 +38,7 @@ pub struct Args {
     #[arg(long, value_parser = count(1..))]
     requests: Option<usize>,
     /// Cache capacities in tokens, comma-separated; each rounds down to whole pages.
-    #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768,131072")]
+    #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768,131072", value_parser = count(0..))]
     capacity: Vec<usize>,
     /// Tokens per page (KV block); only whole pages are cached and matched.
     #[arg(long, default_value_t = 1, value_parser = count(1..))]
@@ -47,37 +47,37 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = EvictionPolicy::Lru)]
     policy: EvictionPolicy,
     /// Requests running at once: each keeps its prompt locked until this many more have arrived.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(0..))]
     in_flight: usize,
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count_u64(0..))]
     seed: u64,
     /// Print the tree that holds every request: one line per node with its length and tokens.
     #[arg(long)]
     show_tree: bool,
     /// Tokens shown per node by --show-tree.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = count(0..))]
     tree_tokens: usize,
     /// Multiturn: tokens of the system prompt shared by every request.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = count(0..))]
     system_tokens: usize,
     /// Multiturn: applications, each with its own few-shot prefix.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = count(0..))]
     apps: usize,
     /// Multiturn: tokens of each application's few-shot prefix.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = count(0..))]
     fewshot_tokens: usize,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(0..))]
     min_turns: usize,
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = count(0..))]
     max_turns: usize,
     /// Multiturn: mean tokens of a user message.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(0..))]
     user_tokens: usize,
     /// Multiturn: mean tokens of a reply.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = count(0..))]
     reply_tokens: usize,
     /// Multiturn: conversations open at once (their turns interleave).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = count(0..))]
     active: usize,
     /// Multiturn: token ids drawn from 0..VOCAB.
     #[arg(long, default_value_t = 32_000)]
@@ -86,7 +86,7 @@ pub struct Args {
     #[arg(long, default_value_t = 0.3)]
     popular_prob: f64,
     /// Multiturn: size of the popular-question pool (Zipf-ranked).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = count(0..))]
     popular_questions: usize,
     /// Print JSON instead of text.
     #[arg(long)]

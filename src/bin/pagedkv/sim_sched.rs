@@ -1,7 +1,7 @@
 //! `pagedkv sim sched`: run scheduling policies over a Poisson workload or a jobs file, print a
 //! table (or JSON), and with `--out` plot mean response against load for every policy.
 
-use crate::{count, CmdResult};
+use crate::{count, count_u64, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::sched::{run_policy, Metrics, PolicyKind, PolicyReport, SchedParams};
 use pagedkv::value_names::list_or_all;
@@ -36,7 +36,7 @@ pub struct Args {
     /// Number of jobs.
     #[arg(long, default_value_t = 100_000, value_parser = count(1..=MAX_JOBS))]
     jobs: usize,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Round-robin quantum; MLFQ's top-level allotment (doubling per level).
     #[arg(long, default_value_t = 0.1)]

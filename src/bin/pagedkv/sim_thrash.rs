@@ -1,7 +1,7 @@
 //! `pagedkv sim thrash`: a phased working set with random accesses replayed against memories of
 //! several sizes under LRU; fault rate, mean access time, and the knee at the working-set size.
 
-use crate::CmdResult;
+use crate::{count, count_u64, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::thrash::{self, Costs, Pattern, PhasedWorkload, ThrashRow};
 use serde::Serialize;
@@ -10,15 +10,15 @@ use std::path::PathBuf;
 #[derive(clap::Args)]
 pub struct Args {
     /// Pages that exist (random accesses land anywhere among them).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = count_u64(0..))]
     universe: u64,
     /// Pages each phase touches.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = count_u64(0..))]
     working_set: u64,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = count(0..))]
     phases: usize,
     /// Accesses per phase.
-    #[arg(long, default_value_t = 20000)]
+    #[arg(long, default_value_t = 20000, value_parser = count(0..))]
     phase_len: usize,
     /// Probability that an access goes to a random page instead of the working set.
     #[arg(long, default_value_t = 0.01)]
@@ -27,7 +27,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value = "uniform")]
     pattern: Pattern,
     /// Memory sizes in pages (default: W/8 to 4W, dense near W).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = count_u64(0..))]
     frames: Vec<u64>,
     /// Cost of an access that hits, in ns.
     #[arg(long, default_value_t = 100.0)]
@@ -38,7 +38,7 @@ pub struct Args {
     /// Knee: the first size whose fault rate is within this share of the total drop above the floor.
     #[arg(long, default_value_t = 0.05)]
     knee_band: f64,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Print JSON instead of a table.
     #[arg(long)]

@@ -2,9 +2,11 @@
 //! with the time, the memory freed, offload/restore bandwidth beside the plain copy bandwidth,
 //! and address and data checks; optionally the chunk-size table.
 
-use crate::{count, CheckFailed, CmdResult};
+use crate::{count, count_u64, CheckFailed, CmdResult};
 use cudarc::driver::CudaContext;
 use pagedkv::device::{Device, DeviceChoice, DeviceError};
+use pagedkv::host_memory;
+use pagedkv::progress::StderrProgress;
 use pagedkv::report::Table;
 use pagedkv::vmm::cuda::{self as vcuda, CudaPool};
 use pagedkv::vmm::host::CpuPool;
@@ -35,7 +37,7 @@ pub struct Args {
     #[arg(long)]
     keep_host_buffer: bool,
     /// Seed of the random pool contents.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Also print the chunk-size table: discard-sleep and wake time per GiB as chunks grow.
     #[arg(long)]
@@ -103,6 +105,12 @@ pub fn run(args: Args) -> CmdResult {
             .unwrap_or(if gpu { 16384 } else { 1024 }),
         "sweep-pool-mib",
     )?;
+    let what = format!("sleep-wake --pool-mib {}", size / MIB);
+    host_memory::ensure_fits(measure::host_bytes(size, args.mode, !gpu), &what)?;
+    if args.chunk_sweep && !gpu {
+        let what = format!("sleep-wake --sweep-pool-mib {}", sweep_size / MIB);
+        host_memory::ensure_fits(sweep_size as u64, &what)?;
+    }
     let measured = match &target {
         Target::Cpu => {
             let pool = CpuPool::create(size, chunk)?;
@@ -169,14 +177,27 @@ fn measure_all<B: Backing>(
 ) -> Result<Output, VmmError> {
     pool.keep_host_buffer(args.keep_host_buffer);
     let granularity_bytes = pool.layout().granularity;
-    let cycles = measure::run_cycles(&mut pool, args.mode, args.cycles, args.seed, in_use)?;
+    let progress = StderrProgress::new();
+    let cycles = measure::run_cycles(
+        &mut pool,
+        args.mode,
+        args.cycles,
+        args.seed,
+        in_use,
+        &progress,
+    )?;
     drop(pool);
     let chunk_sweep = if args.chunk_sweep {
         // Chunks from 2 MiB (the CUDA granularity) up: the CPU's 4 KiB pages would need a
         // memfd per page.
         let smallest = granularity_bytes.max(2 * MIB);
         let chunks = measure::sweep_chunks(sweep_size, smallest);
-        Some(measure::chunk_sweep(make, &chunks, args.sweep_reps)?)
+        Some(measure::chunk_sweep(
+            make,
+            &chunks,
+            args.sweep_reps,
+            &progress,
+        )?)
     } else {
         None
     };

@@ -2,9 +2,10 @@
 //! one batched operation against one copy per block (vLLM's way), both against the contiguous copy
 //! of the same bytes measured in the same run; every round trip checked bit for bit.
 
-use crate::{count, CheckFailed, CmdResult};
+use crate::{count, count_u64, CheckFailed, CmdResult};
 use pagedkv::device::{Device, DeviceChoice};
 use pagedkv::kv::{Dtype, KvSpec};
+use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::swap::{measure, SwapOptions, SwapReport};
 use serde::Serialize;
@@ -14,11 +15,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
     /// Block sizes in tokens, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256")]
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64,256", value_parser = count(0..))]
     block_sizes: Vec<usize>,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = count(0..))]
     kv_heads: usize,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = count(0..))]
     head_dim: usize,
     #[arg(long, value_enum, default_value_t = Dtype::F16)]
     dtype: Dtype,
@@ -31,7 +32,7 @@ pub struct Args {
     /// Timed runs per figure (median reported).
     #[arg(long, default_value_t = 5, value_parser = count(1..=1000))]
     iters: usize,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     #[arg(long)]
     json: bool,
@@ -62,7 +63,9 @@ pub fn run(args: Args) -> CmdResult {
         .swap_mib
         .unwrap_or(if device.is_cuda() { 256 } else { 16 });
     let mut rows = Vec::new();
+    let bar = Bar::new("swap: block sizes", args.block_sizes.len() as u64);
     for &bs in &args.block_sizes {
+        bar.set_message(&format!("block size {bs}"));
         let spec = KvSpec::new(args.kv_heads, args.head_dim, bs, args.dtype)?;
         let block_bytes = spec.block_bytes()?;
         let swap_blocks = ((swap_mib << 20) / block_bytes).max(1);
@@ -77,7 +80,9 @@ pub fn run(args: Args) -> CmdResult {
             block_size: bs,
             report: measure(&device, &opts)?,
         });
+        bar.inc(1);
     }
+    drop(bar);
     let out = Output {
         device: device.name(),
         kv_heads: args.kv_heads,

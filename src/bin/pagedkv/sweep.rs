@@ -2,7 +2,7 @@
 //! bandwidth measured on the device, every block size from 1 to 256, both put together end to end
 //! by a simulated vLLM engine on the trace, next to vLLM's default of 16.
 
-use crate::CmdResult;
+use crate::{count, count_u64, CmdResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagedkv::device::DeviceChoice;
 use pagedkv::kv::Dtype;
@@ -24,16 +24,16 @@ pub struct Args {
     #[arg(long, default_value = "llama-3-8b")]
     model: String,
     /// Override the preset's number of layers.
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     layers: Option<usize>,
     /// Override the preset's number of query heads (attention's shape).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     heads: Option<usize>,
     /// Override the preset's number of KV heads.
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     kv_heads: Option<usize>,
     /// Override the preset's head dimension.
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     head_dim: Option<usize>,
     /// KV cache element type.
     #[arg(long, value_enum, conflicts_with = "kv_dtype")]
@@ -50,13 +50,13 @@ pub struct Args {
     #[arg(long)]
     pool_gib: Option<f64>,
     /// GPU memory in MiB for the default pool (H200 as nvidia-smi reports it).
-    #[arg(long, default_value_t = model::H200_MEMORY_MIB)]
+    #[arg(long, default_value_t = model::H200_MEMORY_MIB, value_parser = count_u64(0..))]
     gpu_mib: u64,
     /// vLLM's gpu_memory_utilization for the default pool.
     #[arg(long, default_value_t = model::VLLM_GPU_MEMORY_UTILIZATION)]
     gpu_util: f64,
     /// GPUs the model and pool are spread over (tensor parallel).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count(0..))]
     gpus: usize,
     /// Trace CSV with prompt and output token columns (default: the Azure 2023 conversation trace).
     #[arg(long, conflicts_with = "synthetic")]
@@ -68,19 +68,19 @@ pub struct Args {
     #[arg(long, default_value = "fixed:0", requires = "synthetic")]
     synthetic_output: SizeDist,
     /// Synthetic: number of requests; trace: use only its first N requests.
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     requests: Option<usize>,
     /// Space arrivals evenly at this many requests per second (replaces the trace's timestamps).
     #[arg(long)]
     rate: Option<f64>,
     /// Seed of synthetic sizes and of the probes' block tables.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     /// Turns per conversation of the multi-turn workload (prefix sharing).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = count(0..))]
     turns: usize,
     /// System-prompt tokens shared by every request of the multi-turn workload.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count_u64(0..))]
     system_prompt: u64,
     /// Replay: decode time per output token, in milliseconds.
     #[arg(long, default_value_t = 20.0)]
@@ -93,14 +93,14 @@ pub struct Args {
     quick: bool,
     /// Probe pool in MiB, K and V together (default 256, --quick 64; on the CPU at least 4x the
     /// last-level cache, so that the gathers read DRAM as the stream limit does).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     probe_mib: Option<usize>,
     /// Timed repetitions per measurement, after a warm-up (default 2).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     reps: Option<usize>,
     /// Passes over every block size; each figure is the median over them, and their spread sets
     /// the recommendation's tie tolerance (default 3).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     rounds: Option<usize>,
     /// Skip the bandwidth side: fragmentation only.
     #[arg(long)]
@@ -112,11 +112,11 @@ pub struct Args {
     #[arg(long)]
     no_end_to_end: bool,
     /// Sequences in attention's decode batch (default: CPU 8, --quick 4; GPU 64, --quick 32).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     attention_batch: Option<usize>,
     /// Tokens per sequence of attention's batch; with --attention-trace-context, the cap
     /// (default: CPU 2048, --quick 1024; GPU 4096, --quick 2048).
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     attention_context: Option<usize>,
     /// Attention's contexts from the workload: its first requests' prompt + output tokens, each
     /// capped at --attention-context (a ragged batch).

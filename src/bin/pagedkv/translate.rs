@@ -1,7 +1,7 @@
 //! `pagedkv translate`: address translation worked on given numbers: a page table, a KV block
 //! table, and x86-64 four-level paging (with 2 MiB and 1 GiB pages for comparison).
 
-use crate::CmdResult;
+use crate::{count_u64, CmdResult};
 use pagedkv::report::Table;
 use pagedkv::sim::translate::{self, X86PageSize, X86Split};
 
@@ -16,7 +16,7 @@ enum TranslateCommand {
     /// Virtual address → page, offset, frame, physical address (or a page fault).
     Page {
         /// Page size in bytes.
-        #[arg(long, default_value_t = 4096)]
+        #[arg(long, default_value_t = 4096, value_parser = count_u64(0..))]
         page_size: u64,
         /// Frame of each page in order, '-' for not present: 5,9,-,2.
         #[arg(long, allow_hyphen_values = true)]
@@ -30,7 +30,7 @@ enum TranslateCommand {
     /// Token index → logical block, slot, physical block and physical slot.
     Kv {
         /// Tokens per block.
-        #[arg(long, default_value_t = 16)]
+        #[arg(long, default_value_t = 16, value_parser = count_u64(0..))]
         block_size: u64,
         /// Physical block of each logical block in order: 7,3,9.
         #[arg(long, allow_hyphen_values = true)]

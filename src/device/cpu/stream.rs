@@ -111,19 +111,26 @@ impl MemoryProbe {
         self.buf.huge_page_share()
     }
 
+    /// One read-only pass over the whole buffer (what the stream limit times).
+    pub fn stream_pass(&self) -> u64 {
+        read_only_sum(self.buf.as_slice::<u64>())
+    }
+
+    /// One copy of the buffer's first half into its second (what the copy limit times).
+    pub fn copy_pass(&mut self) {
+        let half = self.bytes() / 2;
+        let (src, dst) = self.buf.as_mut_slice::<u8>().split_at_mut(half);
+        stream_copy(dst, src);
+    }
+
     /// The best of `passes` (at least [`MIN_PASSES`]) copies and read-only streams, after one
     /// untimed pass of each. Copy counts bytes read plus bytes written, as STREAM does.
     pub fn measure(&mut self, passes: usize) -> Limits {
         let passes = passes.max(MIN_PASSES);
         let bytes = self.bytes() as f64;
-        let half = self.bytes() / 2;
-        let copy_s = best_secs(1, passes, || {
-            let (src, dst) = self.buf.as_mut_slice::<u8>().split_at_mut(half);
-            stream_copy(dst, src);
-        });
-        let words = self.buf.as_slice::<u64>();
+        let copy_s = best_secs(1, passes, || self.copy_pass());
         let read_s = best_secs(1, passes, || {
-            std::hint::black_box(read_only_sum(words));
+            std::hint::black_box(self.stream_pass());
         });
         Limits {
             copy_gbps: bytes / copy_s / 1e9,
