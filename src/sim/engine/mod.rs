@@ -56,6 +56,7 @@ pub mod config;
 pub mod engine;
 pub mod free_queue;
 pub mod hash;
+pub mod host_tier;
 pub mod kv_manager;
 pub mod metrics;
 pub mod output;
@@ -67,7 +68,7 @@ pub mod step_log;
 pub mod step_time;
 pub mod waiting;
 
-pub use config::{EngineConfig, Policy, Prediction, Preemption, Preset};
+pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, Slo};
 pub use profile::{load_profile, parse_profile, Profile};

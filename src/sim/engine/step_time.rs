@@ -3,7 +3,8 @@
 //! ```text
 //! memory  = (weight bytes + KV bytes read / attention efficiency(block size)) / HBM bandwidth
 //! compute = (2 × parameters × tokens + 4 × layers × heads × head dim × attended pairs) / peak
-//! step    = max(memory, compute) + tensor-parallel all-reduces + swap copies + CPU overhead
+//! step    = max(memory, compute, host-tier stores) + tensor-parallel all-reduces + swap copies
+//!           + host-tier loads + CPU overhead
 //! ```
 //!
 //! - Weights are read once per step (2 bytes per parameter) whatever the batch; KV is read for every
@@ -111,6 +112,8 @@ pub struct StepModel {
     pub overlap_cpu: bool,
     /// Host link for swap preemption, GB/s (per GPU, each moving its shard).
     pub swap_gbps: Option<f64>,
+    /// Host link for the KV host tier, GB/s per GPU (see [`StepModel::step_seconds`]).
+    pub offload_gbps: Option<f64>,
 }
 
 impl StepModel {
@@ -141,7 +144,16 @@ impl StepModel {
         let swap = self.swap_gbps.map_or(0.0, |g| {
             (plan.swap_in_tokens + plan.swap_out_tokens) as f64 * kv_per_token / (g * 1e9)
         });
-        let gpu_time = memory.max(compute) + comm + swap;
+        // Host tier: blocks loaded for admissions precede the compute that reads them; evicted
+        // blocks are copied out by the copy engine while the step computes.
+        let (load, store) = self.offload_gbps.map_or((0.0, 0.0), |g| {
+            let per_token = kv_per_token / (g * 1e9);
+            (
+                plan.offload_load_tokens as f64 * per_token,
+                plan.offload_store_tokens as f64 * per_token,
+            )
+        });
+        let gpu_time = memory.max(compute).max(store) + comm + swap + load;
         if self.overlap_cpu {
             gpu_time.max(self.cpu_overhead_s)
         } else {
@@ -181,6 +193,7 @@ mod tests {
             cpu_overhead_s: 1e-3,
             overlap_cpu: false,
             swap_gbps: None,
+            offload_gbps: None,
         };
         // 8 decodes over 1000-token contexts: memory-bound.
         let d = sm.step_seconds(&plan(&[(1, 999); 8]));
