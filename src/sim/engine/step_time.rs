@@ -221,6 +221,39 @@ mod tests {
     }
 
     #[test]
+    fn host_tier_loads_add_and_stores_overlap_the_step() {
+        let sm = StepModel {
+            model: crate::kv::model::preset("llama-3-8b").unwrap(),
+            gpu: gpu("h200").unwrap(),
+            tp: 1,
+            efficiency: 0.5,
+            cpu_overhead_s: 0.0,
+            overlap_cpu: false,
+            swap_gbps: None,
+            offload_gbps: Some(50.0),
+        };
+        let base = plan(&[(1, 999); 8]);
+        let t0 = sm.step_seconds(&base);
+        let per_token = 131_072.0 / 50e9;
+        let with = |load: u64, store: u64| {
+            sm.step_seconds(&Plan {
+                offload_load_tokens: load,
+                offload_store_tokens: store,
+                ..base.clone()
+            })
+        };
+        assert!((with(1000, 0) - (t0 + 1000.0 * per_token)).abs() < 1e-12);
+        // A small store hides under the step; a large one is the step.
+        assert_eq!(with(0, 10), t0);
+        assert!((with(0, 1_000_000) - 1e6 * per_token).abs() < 1e-12);
+        let none = StepModel {
+            offload_gbps: None,
+            ..sm
+        };
+        assert_eq!(none.step_seconds(&base), t0);
+    }
+
+    #[test]
     fn pool_blocks_follow_memory_utilisation_and_tp() {
         let m = crate::kv::model::preset("llama-3-8b").unwrap();
         let g = gpu("H200").unwrap();
