@@ -18,6 +18,7 @@ pub mod kernels;
 pub mod kv;
 pub mod lab;
 pub mod launch;
+pub mod mix;
 pub mod report;
 pub mod sim;
 pub mod stats;

@@ -7,6 +7,7 @@
 //! into a differing block does not).
 
 use super::azure::{Request, TraceError};
+use crate::mix::splitmix64 as mix;
 use serde::Deserialize;
 use std::io::BufRead;
 
@@ -27,13 +28,6 @@ struct Line {
     input_length: u32,
     output_length: u32,
     hash_ids: Vec<u64>,
-}
-
-/// SplitMix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// Token `offset` (< [`MOONCAKE_BLOCK`]) of the prompt block whose hash id is `hash_id`.

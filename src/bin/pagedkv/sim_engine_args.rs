@@ -136,7 +136,8 @@ pub struct EngineArgs {
     /// prefix cache go there, and admissions load them back instead of recomputing.
     #[arg(long, conflicts_with = "cpu_offload_gib")]
     pub cpu_offload_blocks: Option<usize>,
-    /// The host tier's size in GiB per GPU (blocks of the model's KV at the block size).
+    /// The host tier's size in GiB per GPU (blocks of the model's KV at the block size); per
+    /// replica with the local scope, the one shared pool with the global scope.
     #[arg(long)]
     pub cpu_offload_gib: Option<f64>,
     /// The host tier's eviction policy (`sim cache`'s, OPT excepted).

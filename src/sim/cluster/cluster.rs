@@ -4,13 +4,13 @@
 //! Under a step clock the replicas step together, step k after routing the arrivals of step k.
 
 use super::router::{ReplicaView, Router, RouterConfig, RouterKind};
-use crate::sim::engine::engine::{id_ranks, predictions};
+use crate::sim::engine::engine::{check_unique_ids, id_ranks, predicted_outputs};
 use crate::sim::engine::hash::BlockHash;
 use crate::sim::engine::host_tier::{tier_key_space, HostTier, SharedTier};
 use crate::sim::engine::request::Req;
 use crate::sim::engine::Engine;
 use crate::sim::engine::{
-    Clock, EngineConfig, EngineError, OffloadScope, Policy, Recording, Slo, StepRecord,
+    Clock, EngineConfig, EngineError, OffloadScope, Recording, Slo, StepRecord,
 };
 use crate::workload::serving::ServingRequest;
 use std::cmp::Reverse;
@@ -106,20 +106,8 @@ impl Cluster {
                 }
             }
         }
-        let mut seen = std::collections::HashSet::new();
-        for r in requests {
-            if !seen.insert(r.id.as_str()) {
-                return Err(EngineError::Request {
-                    id: r.id.clone(),
-                    detail: "duplicate id".into(),
-                });
-            }
-        }
-        let predicted = if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
-            predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
-        } else {
-            requests.iter().map(|r| f64::from(r.output_len)).collect()
-        };
+        check_unique_ids(requests)?;
+        let predicted = predicted_outputs(cfg, requests);
         let mut order: Vec<u32> = (0..requests.len() as u32).collect();
         order.sort_by(|&a, &b| {
             requests[a as usize]
@@ -215,7 +203,9 @@ impl Cluster {
         let rep = self
             .router
             .route(r.prompt.len() as u32, &self.hashes, now, &views);
-        let i = self.engines[rep].submit(r, self.predicted[g], self.ranks[g], g as u64)?;
+        // The engine takes the hashes over instead of computing them again.
+        let hashes = std::mem::take(&mut self.hashes);
+        let i = self.engines[rep].submit(r, self.predicted[g], self.ranks[g], g as u64, hashes)?;
         self.placed[g] = Some((rep as u32, i));
         self.in_flight[rep].push(g as u32);
         Ok(())

@@ -103,7 +103,7 @@ pub struct Engine {
 }
 
 /// Predicted output lengths: true × e^N(0, sigma²) from their own seed.
-pub fn predictions(requests: &[ServingRequest], sigma: f64, seed: u64) -> Vec<f64> {
+fn predictions(requests: &[ServingRequest], sigma: f64, seed: u64) -> Vec<f64> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0e17);
     match Normal::new(0.0, sigma) {
         Ok(noise) if sigma > 0.0 => requests
@@ -111,6 +111,27 @@ pub fn predictions(requests: &[ServingRequest], sigma: f64, seed: u64) -> Vec<f6
             .map(|r| f64::from(r.output_len) * noise.sample(&mut rng).exp())
             .collect(),
         _ => requests.iter().map(|r| f64::from(r.output_len)).collect(),
+    }
+}
+
+/// The output lengths the ranking policies believe: predicted under SJF and SRPT, else true.
+pub fn predicted_outputs(cfg: &EngineConfig, requests: &[ServingRequest]) -> Vec<f64> {
+    if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
+        predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
+    } else {
+        requests.iter().map(|r| f64::from(r.output_len)).collect()
+    }
+}
+
+/// An error naming the first id used twice.
+pub fn check_unique_ids(requests: &[ServingRequest]) -> Result<(), EngineError> {
+    let mut seen = std::collections::HashSet::new();
+    match requests.iter().find(|r| !seen.insert(r.id.as_str())) {
+        Some(r) => Err(EngineError::Request {
+            id: r.id.clone(),
+            detail: "duplicate id".into(),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -191,26 +212,16 @@ impl Engine {
             ),
             None => None,
         };
-        let predicted = if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
-            predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
-        } else {
-            requests.iter().map(|r| f64::from(r.output_len)).collect()
-        };
+        let predicted = predicted_outputs(&cfg, requests);
         let ranks = id_ranks(requests);
         let mut e = Engine::open(cfg, clock, recording, slo)?;
         if let Some(t) = tier {
             e.attach_tier(t);
         }
-        let mut seen = std::collections::HashSet::new();
         for r in requests {
             check_request(&e.sched.cfg, r)?;
-            if !seen.insert(r.id.as_str()) {
-                return Err(EngineError::Request {
-                    id: r.id.clone(),
-                    detail: "duplicate id".into(),
-                });
-            }
         }
+        check_unique_ids(requests)?;
         let mut order: Vec<u32> = (0..requests.len() as u32).collect();
         order.sort_by(|&a, &b| {
             requests[a as usize]
@@ -273,14 +284,16 @@ impl Engine {
 
     /// Adds request `r`, numbered `uid` among every request its blocks may meet, arriving at its
     /// time (no earlier than the requests submitted before it). `predicted` is the output length
-    /// ranking policies believe; `id_rank` its id's place in string order among all ids.
-    /// Returns its index in this engine.
+    /// ranking policies believe; `id_rank` its id's place in string order among all ids;
+    /// `hashes` its first full blocks' hashes if already known (else empty). Returns its index
+    /// in this engine.
     pub fn submit(
         &mut self,
         r: &ServingRequest,
         predicted: f64,
         id_rank: u32,
         uid: u64,
+        hashes: Vec<BlockHash>,
     ) -> Result<u32, EngineError> {
         check_request(&self.sched.cfg, r)?;
         if let Some(&last) = self.order.last() {
@@ -292,7 +305,11 @@ impl Engine {
             }
         }
         let i = self.sched.reqs.len() as u32;
-        self.sched.reqs.push(Req::new(r, predicted, id_rank, uid));
+        let mut q = Req::new(r, predicted, id_rank, uid);
+        if !hashes.is_empty() {
+            q = q.with_hashes(hashes);
+        }
+        self.sched.reqs.push(q);
         self.order.push(i);
         Ok(i)
     }

@@ -99,6 +99,14 @@ impl Req {
         }
     }
 
+    /// Takes the hashes of its first full blocks, computed elsewhere by [`Req::block_hash`]'s own
+    /// chain (a router that hashed the prompt already), so they are not computed twice.
+    pub fn with_hashes(mut self, hashes: Vec<BlockHash>) -> Self {
+        debug_assert!(self.hashes.is_empty() && self.has_tokens());
+        self.hashes = hashes;
+        self
+    }
+
     /// Prompt and sampled tokens (vLLM's `num_tokens`).
     pub fn num_tokens(&self) -> u32 {
         self.prompt_len + self.num_output
