@@ -5,6 +5,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 #[path = "simulators/cache.rs"]
 mod cache;
+#[path = "simulators/cluster.rs"]
+mod cluster;
 #[path = "simulators/engine.rs"]
 mod engine;
 #[path = "simulators/memory.rs"]
@@ -29,6 +31,7 @@ criterion_group!(
 criterion_group! {
     name = simulators_thread_cpu;
     config = Criterion::default().with_measurement(cache::ThreadCpuTime);
-    targets = cache::policies_thread_cpu, engine::azure_trace_thread_cpu
+    targets = cache::policies_thread_cpu, engine::azure_trace_thread_cpu,
+        cluster::mooncake_16_replicas
 }
 criterion_main!(simulators, simulators_thread_cpu);

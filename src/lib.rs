@@ -19,6 +19,7 @@ pub mod kernels;
 pub mod kv;
 pub mod lab;
 pub mod launch;
+pub mod mix;
 pub mod progress;
 pub mod report;
 pub mod sim;

@@ -206,6 +206,7 @@ fn littles_law_holds_on_a_stationary_run() {
         cpu_overhead_s: 5e-4,
         overlap_cpu: false,
         swap_gbps: None,
+        offload_gbps: None,
     }));
     let c = EngineConfig {
         num_gpu_blocks: 20_000,

@@ -27,18 +27,25 @@ pub struct ModelShape {
     pub dtype: Dtype,
     /// Parameters in billions (for the weights' share of GPU memory).
     pub params_billion: f64,
+    /// The context length vLLM takes as `max_model_len` by default (`max_position_embeddings`).
+    pub context_len: usize,
 }
 
-/// (name, layers, query heads, KV heads, head dim, parameters in billions), from each model's
-/// Hugging Face `config.json` (`num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`,
-/// `hidden_size / num_attention_heads`) and model card.
-const PRESETS: &[(&str, usize, usize, usize, usize, f64)] = &[
-    ("llama-3-8b", 32, 32, 8, 128, 8.03),
-    ("llama-3-70b", 80, 64, 8, 128, 70.6),
-    ("llama-2-7b", 32, 32, 32, 128, 6.74),
-    ("mistral-7b", 32, 32, 8, 128, 7.24),
-    ("qwen2.5-7b", 28, 28, 4, 128, 7.61),
-    ("qwen2-72b", 80, 64, 8, 128, 72.7),
+/// (name, layers, query heads, KV heads, head dim, parameters in billions, context length), from
+/// each model's Hugging Face `config.json` (`num_hidden_layers`, `num_attention_heads`,
+/// `num_key_value_heads`, `hidden_size / num_attention_heads`, `max_position_embeddings`) and
+/// model card. Llama 3.1 is Llama 3's shape with a 128k context; Qwen2.5-7B-Instruct-1M is
+/// Qwen2.5-7B's shape with a million-token context.
+const PRESETS: &[(&str, usize, usize, usize, usize, f64, usize)] = &[
+    ("llama-3-8b", 32, 32, 8, 128, 8.03, 8_192),
+    ("llama-3-70b", 80, 64, 8, 128, 70.6, 8_192),
+    ("llama-3.1-8b", 32, 32, 8, 128, 8.03, 131_072),
+    ("llama-3.1-70b", 80, 64, 8, 128, 70.6, 131_072),
+    ("llama-2-7b", 32, 32, 32, 128, 6.74, 4_096),
+    ("mistral-7b", 32, 32, 8, 128, 7.24, 32_768),
+    ("qwen2.5-7b", 28, 28, 4, 128, 7.61, 32_768),
+    ("qwen2.5-7b-1m", 28, 28, 4, 128, 7.61, 1_010_000),
+    ("qwen2-72b", 80, 64, 8, 128, 72.7, 32_768),
 ];
 
 /// The preset names, for help texts and errors.
@@ -50,7 +57,7 @@ pub fn preset_names() -> Vec<&'static str> {
 pub fn preset(name: &str) -> Option<ModelShape> {
     let name = name.to_ascii_lowercase();
     PRESETS.iter().find(|p| p.0 == name).map(
-        |&(name, layers, num_heads, kv_heads, head_dim, params_billion)| ModelShape {
+        |&(name, layers, num_heads, kv_heads, head_dim, params_billion, context_len)| ModelShape {
             name: name.into(),
             layers,
             num_heads,
@@ -58,6 +65,7 @@ pub fn preset(name: &str) -> Option<ModelShape> {
             head_dim,
             dtype: Dtype::F16,
             params_billion,
+            context_len,
         },
     )
 }
@@ -70,6 +78,30 @@ impl ModelShape {
 
     pub fn weight_bytes(&self) -> f64 {
         self.params_billion * 1e9 * WEIGHT_BYTES_PER_PARAM
+    }
+
+    /// vLLM's checks of a tensor-parallel size: the attention heads split evenly
+    /// (`ModelConfig.verify_with_parallel_config`), and the KV heads split evenly or, with more
+    /// GPUs than KV heads, are replicated evenly (`QKVParallelLinear`).
+    pub fn check_tp(&self, tp: usize) -> Result<(), String> {
+        if tp == 0 || !self.num_heads.is_multiple_of(tp) {
+            return Err(format!(
+                "--tp {tp}: vLLM needs the {} attention heads of {} divisible by the tensor-parallel size",
+                self.num_heads, self.name
+            ));
+        }
+        let kv_ok = if tp >= self.kv_heads {
+            tp.is_multiple_of(self.kv_heads)
+        } else {
+            self.kv_heads.is_multiple_of(tp)
+        };
+        if !kv_ok {
+            return Err(format!(
+                "--tp {tp}: vLLM needs the {} KV heads of {} and the tensor-parallel size to divide one another",
+                self.kv_heads, self.name
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -113,6 +145,16 @@ mod tests {
         assert_eq!(default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 1), None);
         assert!(default_pool_bytes(&m, H200_MEMORY_MIB, 0.9, 2).is_some());
         assert!(preset("gpt-9").is_none());
+        let l = preset("llama-3-8b").unwrap();
+        assert_eq!(l.context_len, 8_192);
+        assert_eq!(preset("llama-3.1-8b").unwrap().context_len, 131_072);
+        l.check_tp(1).unwrap();
+        l.check_tp(8).unwrap();
+        l.check_tp(16).unwrap(); // 8 KV heads replicated twice over 16 GPUs
+        assert!(l.check_tp(3).unwrap_err().contains("32 attention heads"));
+        let q = preset("qwen2.5-7b").unwrap(); // 28 heads, 4 KV heads
+        q.check_tp(2).unwrap();
+        assert!(q.check_tp(7).unwrap_err().contains("KV heads"));
         // GQA: every preset's query heads are a whole multiple of its KV heads.
         for name in preset_names() {
             let m = preset(name).unwrap();

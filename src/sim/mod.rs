@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod cache;
+pub mod cluster;
 pub mod cow;
 pub mod engine;
 pub mod radix;

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::device::DeviceChoice;
 use crate::kv::Dtype;
-use crate::workload::azure::{read_azure_csv, with_rate, Request};
+use crate::workload::azure::{with_rate, Request};
 use crate::workload::synthetic::{synthetic_requests, SizeDist};
 use std::path::PathBuf;
 
@@ -220,7 +220,7 @@ impl SweepConfig {
             }
             WorkloadChoice::Trace(path) => {
                 let path = path.clone().unwrap_or_else(|| DEFAULT_TRACE.into());
-                let mut r = read_azure_csv(&path)?;
+                let mut r = crate::workload::trace::read_trace(&path)?.requests;
                 if let Some(n) = self.requests {
                     r.truncate(n);
                 }

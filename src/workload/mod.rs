@@ -7,6 +7,8 @@ pub mod dense_keys;
 pub mod jobs;
 pub mod key_gen;
 pub mod keys;
+pub mod mooncake;
 pub mod scenario;
 pub mod serving;
 pub mod synthetic;
+pub mod trace;

@@ -1,20 +1,24 @@
 //! Requests as a serving engine sees them: an id, an arrival, a prompt, how many tokens to generate
 //! and a priority. A prompt is either explicit token ids (shared prefixes then share blocks) or a
 //! length whose tokens are unique to the request, so nothing is shared by accident and no token
-//! vector has to be built for a trace of lengths.
+//! vector has to be built for a trace of lengths, or a Mooncake trace's prompt blocks, whose
+//! tokens are synthesised from their hash ids when asked ([`super::mooncake::block_token`]).
 
 use super::azure;
+use super::mooncake::{block_token, MOONCAKE_BLOCK};
 use super::synthetic::SizeDist;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 
-/// A prompt: token ids, or `len` tokens that no other request holds.
+/// A prompt: token ids, `len` tokens that no other request holds, or `len` tokens in blocks of
+/// [`MOONCAKE_BLOCK`] named by hash ids (equal ids, equal tokens).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prompt {
     Tokens(Vec<u32>),
     Unique(u32),
+    Blocks { hash_ids: Vec<u64>, len: u32 },
 }
 
 impl Prompt {
@@ -22,6 +26,25 @@ impl Prompt {
         match self {
             Prompt::Tokens(t) => t.len(),
             Prompt::Unique(n) => *n as usize,
+            Prompt::Blocks { len, .. } => *len as usize,
+        }
+    }
+
+    /// Whether other prompts can share this one's tokens (not [`Prompt::Unique`]).
+    pub fn has_tokens(&self) -> bool {
+        !matches!(self, Prompt::Unique(_))
+    }
+
+    /// Token `i` (`i < len`); 0 for a unique prompt, whose tokens are never compared.
+    #[inline]
+    pub fn token(&self, i: usize) -> u32 {
+        match self {
+            Prompt::Tokens(t) => t[i],
+            Prompt::Unique(_) => 0,
+            Prompt::Blocks { hash_ids, .. } => {
+                let b = MOONCAKE_BLOCK as usize;
+                block_token(hash_ids[i / b], (i % b) as u32)
+            }
         }
     }
 

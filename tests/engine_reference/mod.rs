@@ -84,6 +84,7 @@ impl Reference {
                     Prompt::Unique(n) => {
                         (0..*n).map(|k| 1_000_000 + i as u32 * 10_000 + k).collect()
                     }
+                    p @ Prompt::Blocks { .. } => (0..p.len()).map(|k| p.token(k)).collect(),
                 };
                 R {
                     id: r.id.clone(),

@@ -2,7 +2,8 @@
 //! (src/bin/pagedkv/sim_<name>.rs).
 
 use crate::{
-    sim_alloc, sim_cache, sim_cow, sim_engine, sim_radix, sim_sched, sim_thrash, CmdResult,
+    sim_alloc, sim_cache, sim_cluster, sim_cow, sim_engine, sim_radix, sim_sched, sim_thrash,
+    CmdResult,
 };
 
 #[derive(clap::Args)]
@@ -27,6 +28,9 @@ enum SimCommand {
     Thrash(sim_thrash::Args),
     /// One vLLM V1 engine replica step by step: throughput, TTFT, TPOT, preemptions per block size.
     Engine(Box<sim_engine::Args>),
+    /// Replicas of the vLLM engine behind a router (round-robin, least-loaded, SGLang's
+    /// prefix-aware, Dynamo's kv-aware), with an optional host KV tier: routers compared.
+    Cluster(Box<sim_cluster::Args>),
 }
 
 pub fn run(args: Args) -> CmdResult {
@@ -38,5 +42,6 @@ pub fn run(args: Args) -> CmdResult {
         SimCommand::Cow(a) => sim_cow::run(a),
         SimCommand::Thrash(a) => sim_thrash::run(a),
         SimCommand::Engine(a) => sim_engine::run(*a),
+        SimCommand::Cluster(a) => sim_cluster::run(*a),
     }
 }

@@ -7,6 +7,7 @@ use pagedkv::sim::radix::workload::{self, MultiTurnConfig, Workload};
 use pagedkv::sim::radix::{
     dedup_stats, render_tree, simulate, CapacityResult, DedupStats, EvictionPolicy, SimConfig,
 };
+use pagedkv::workload::trace::{detect, read_trace, TraceFormat};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -31,7 +32,7 @@ fn parse_workload(s: &str) -> Result<WorkloadArg, String> {
 #[derive(clap::Args)]
 pub struct Args {
     /// multiturn (generated conversations) or file:PATH (one request per line, space-separated
-    /// token ids or words).
+    /// token ids or words; or a Mooncake JSON lines trace, its token ids made from its hash ids).
     #[arg(long, default_value = "multiturn", value_parser = parse_workload)]
     workload: WorkloadArg,
     /// Requests to replay [default: 2000 generated; all lines of a file].
@@ -140,7 +141,19 @@ fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
             Ok(("multiturn".into(), w))
         }
         WorkloadArg::File(path) => {
-            let mut w = workload::read_requests(path)?;
+            // A Mooncake trace (the shared trace path tells it by its first character) brings
+            // token ids synthesised from its prefix hash ids; anything else is token lists.
+            let mut w = match detect(path)? {
+                TraceFormat::Mooncake => {
+                    let mut t = read_trace(path)?;
+                    t.truncate(args.requests.unwrap_or(usize::MAX));
+                    Workload {
+                        requests: t.token_prompts().expect("a Mooncake trace has tokens"),
+                        words: None,
+                    }
+                }
+                TraceFormat::Csv => workload::read_requests(path)?,
+            };
             if let Some(n) = args.requests {
                 w.requests.truncate(n);
             }

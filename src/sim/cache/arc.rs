@@ -167,6 +167,11 @@ impl CachePolicy for Arc {
         self.len_of(T1) + self.len_of(T2)
     }
 
+    fn contains(&self, key: u32) -> bool {
+        let n = self.node_of[key as usize];
+        n != NONE && matches!(self.list_of[n as usize] as usize, T1 | T2)
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         let n = self.node_of[key as usize];

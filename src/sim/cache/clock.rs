@@ -66,6 +66,10 @@ impl CachePolicy for Clock {
         self.keys.len()
     }
 
+    fn contains(&self, key: u32) -> bool {
+        self.frame_of[key as usize] != NONE
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         match ahead {

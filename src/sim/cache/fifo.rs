@@ -51,6 +51,10 @@ impl CachePolicy for Fifo {
         self.ring.len()
     }
 
+    fn contains(&self, key: u32) -> bool {
+        self.resident[key as usize]
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         if ahead == Ahead::Entry {

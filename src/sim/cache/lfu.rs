@@ -135,6 +135,10 @@ impl CachePolicy for Lfu {
         self.len
     }
 
+    fn contains(&self, key: u32) -> bool {
+        self.node_of[key as usize] != NONE
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         let n = self.node_of[key as usize];

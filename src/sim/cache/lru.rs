@@ -64,6 +64,10 @@ impl CachePolicy for Lru {
         self.links.len(LIST)
     }
 
+    fn contains(&self, key: u32) -> bool {
+        self.node_of[key as usize] != NONE
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         match ahead {

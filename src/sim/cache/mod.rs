@@ -63,6 +63,8 @@ pub trait CachePolicy {
     fn access(&mut self, key: u32) -> bool;
     /// Keys held now.
     fn len(&self) -> usize;
+    /// Whether `key` is held now (ghost entries are not); changes nothing.
+    fn contains(&self, key: u32) -> bool;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -235,5 +237,25 @@ mod tests {
             simulate(Policy::Opt, &empty, 3),
             Err(CacheSimError::EmptyTrace)
         );
+    }
+
+    #[test]
+    fn contains_answers_what_the_next_access_will() {
+        use clap::ValueEnum;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let keys: Vec<u32> = (0..4000).map(|_| rng.random_range(0..60)).collect();
+        let trace = KeyTrace::from_keys(keys.clone());
+        for &p in Policy::value_variants() {
+            let mut c = p.build(17, &trace).unwrap();
+            let mut hits = 0;
+            for &k in &keys {
+                let held = c.contains(k);
+                assert_eq!(c.access(k), held, "{p}");
+                assert!(c.contains(k), "{p}: {k} just admitted");
+                hits += u32::from(held);
+            }
+            assert!(hits > 100 && hits < 3900, "{p}: {hits}");
+        }
     }
 }

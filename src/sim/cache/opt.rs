@@ -101,6 +101,10 @@ impl CachePolicy for Opt {
         self.len
     }
 
+    fn contains(&self, key: u32) -> bool {
+        self.resident[key as usize]
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         if ahead == Ahead::Entry {

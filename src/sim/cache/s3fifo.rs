@@ -150,6 +150,11 @@ impl CachePolicy for S3Fifo {
         self.links.len(SMALL) + self.links.len(MAIN)
     }
 
+    fn contains(&self, key: u32) -> bool {
+        let n = self.node_of[key as usize];
+        n != NONE && self.list_of[n as usize] != GHOST as u8
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         let n = self.node_of[key as usize];

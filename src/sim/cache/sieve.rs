@@ -78,6 +78,10 @@ impl CachePolicy for Sieve {
         self.links.len(QUEUE)
     }
 
+    fn contains(&self, key: u32) -> bool {
+        self.node_of[key as usize] != NONE
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         match ahead {

@@ -49,6 +49,9 @@ pub struct BlockPool {
     caching: bool,
     evict_first: Vec<u32>,
     evict_last: Vec<u32>,
+    /// Hashes dropped by [`BlockPool::get_new_blocks`] since the last drain, when recording
+    /// (a host tier takes them).
+    evicted: Option<Vec<BlockHash>>,
 }
 
 impl BlockPool {
@@ -63,7 +66,18 @@ impl BlockPool {
             caching,
             evict_first: Vec::new(),
             evict_last: Vec::new(),
+            evicted: None,
         }
+    }
+
+    /// Keeps the hashes of the cached blocks it evicts from now on, for [`BlockPool::drain_evicted`].
+    pub fn record_evictions(&mut self) {
+        self.evicted.get_or_insert_with(Vec::new);
+    }
+
+    /// The hashes evicted since the last call, in eviction order.
+    pub fn drain_evicted(&mut self) -> impl Iterator<Item = BlockHash> + '_ {
+        self.evicted.iter_mut().flat_map(|v| v.drain(..))
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -101,7 +115,9 @@ impl BlockPool {
         );
         for _ in 0..n {
             let b = self.queue.pop_front().expect("checked above");
-            self.uncache(b);
+            if let (Some(h), Some(log)) = (self.uncache(b), self.evicted.as_mut()) {
+                log.push(h);
+            }
             debug_assert_eq!(self.meta[b as usize].ref_cnt, 0);
             self.meta[b as usize].ref_cnt = 1;
             out.push(b);
@@ -175,13 +191,11 @@ impl BlockPool {
         self.meta[b as usize].hash = Some(h);
     }
 
-    /// Drops `b`'s hash (eviction from the prefix cache).
-    fn uncache(&mut self, b: u32) {
-        let Some(h) = self.meta[b as usize].hash.take() else {
-            return;
-        };
+    /// Drops `b`'s hash (eviction from the prefix cache) and returns it.
+    fn uncache(&mut self, b: u32) -> Option<BlockHash> {
+        let h = self.meta[b as usize].hash.take()?;
         if !std::mem::take(&mut self.meta[b as usize].shared) {
-            return;
+            return Some(h);
         }
         let empty = match self.cached.get_mut(&h) {
             Some(Holders::One(x)) => *x == b,
@@ -194,6 +208,7 @@ impl BlockPool {
         if empty {
             self.cached.remove(&h);
         }
+        Some(h)
     }
 
     /// Blocks in the free queue, front first.
@@ -269,6 +284,7 @@ mod tests {
     #[test]
     fn free_order_hits_and_eviction_follow_vllm() {
         let mut p = BlockPool::new(6, true);
+        p.record_evictions();
         assert_eq!(p.num_free(), 5);
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);
@@ -287,6 +303,8 @@ mod tests {
         assert_eq!(b, [3, 4, 5, 1]);
         // Reusing block 1 evicted its hash.
         assert_eq!((p.get_cached(11), p.hash_of(1)), (None, None));
+        assert_eq!(p.drain_evicted().collect::<Vec<_>>(), [11]);
+        assert_eq!(p.drain_evicted().count(), 0);
         let mut holders = vec![0; 6];
         for &x in b.iter().chain([2].iter()) {
             holders[x as usize] += 1;

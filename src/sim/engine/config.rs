@@ -49,6 +49,29 @@ pub enum Preemption {
     Swap { gbps: f64, host_bytes: u64 },
 }
 
+/// Whose blocks a host tier holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffloadScope {
+    /// One tier per replica.
+    Local,
+    /// One tier shared by every replica of a cluster (Mooncake's pool).
+    Global,
+}
+
+crate::value_names::display_as_value_name!(OffloadScope);
+
+/// Beyond vLLM 0.33's engine: a KV cache tier in host memory ([`super::host_tier`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CpuOffload {
+    /// Blocks the tier holds (of the engine's block size).
+    pub blocks: usize,
+    pub policy: crate::sim::cache::Policy,
+    /// Host link, GB/s per GPU.
+    pub gbps: f64,
+    pub scope: OffloadScope,
+}
+
 /// Output lengths the SJF and SRPT policies rank by.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Prediction {
@@ -80,6 +103,8 @@ pub struct EngineConfig {
     pub prediction: Prediction,
     /// Aging policy: seconds (or steps) per priority level.
     pub aging_delay: f64,
+    /// A KV tier in host memory; none in vLLM.
+    pub cpu_offload: Option<CpuOffload>,
 }
 
 /// vLLM 0.33's `max_model_len` comes from the model; the simulator has no limit unless told.
@@ -108,6 +133,7 @@ impl Default for EngineConfig {
                 seed: 0,
             },
             aging_delay: 10.0,
+            cpu_offload: None,
         }
     }
 }
@@ -252,6 +278,52 @@ impl EngineConfig {
                 return bad(format!("swap bandwidth must be > 0 GB/s, got {gbps}"));
             }
         }
+        if let Some(o) = &self.cpu_offload {
+            if o.blocks == 0 {
+                return bad("--cpu-offload-blocks must be at least 1".into());
+            }
+            if !(o.gbps.is_finite() && o.gbps > 0.0) {
+                return bad(format!(
+                    "--offload-bandwidth must be > 0 GB/s, got {}",
+                    o.gbps
+                ));
+            }
+            if o.policy == crate::sim::cache::Policy::Opt {
+                return bad(format!(
+                    "--cpu-offload-policy opt needs the future; use one of {}",
+                    super::host_tier::tier_policy_names()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What vLLM's `SchedulerConfig` refuses at start (`_verify_args`, 0.33), for settings a user
+    /// gives; the simulator itself runs any of them (its property tests do). A `max_model_len`
+    /// left unlimited is not checked.
+    pub fn check_as_vllm(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError(m));
+        if self.max_num_batched_tokens < self.max_num_seqs {
+            return bad(format!(
+                "vLLM refuses max_num_batched_tokens ({}) below max_num_seqs ({})",
+                self.max_num_batched_tokens, self.max_num_seqs
+            ));
+        }
+        if self.max_model_len == UNLIMITED_MODEL_LEN {
+            return Ok(());
+        }
+        if !self.enable_chunked_prefill && self.max_num_batched_tokens < self.max_model_len {
+            return bad(format!(
+                "vLLM refuses max_num_batched_tokens ({}) below max_model_len ({}) without chunked prefill (raise the budget, lower --max-model-len, or enable chunked prefill)",
+                self.max_num_batched_tokens, self.max_model_len
+            ));
+        }
+        if self.long_prefill_token_threshold > self.max_model_len {
+            return bad(format!(
+                "vLLM refuses long_prefill_token_threshold ({}) above max_model_len ({})",
+                self.long_prefill_token_threshold, self.max_model_len
+            ));
+        }
         Ok(())
     }
 
@@ -363,5 +435,48 @@ mod tests {
             host_bytes: 1,
         };
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn refuses_what_vllms_scheduler_config_refuses() {
+        let ok = EngineConfig {
+            max_model_len: 16384,
+            ..Default::default()
+        };
+        ok.check_as_vllm().unwrap();
+        for (c, want) in [
+            (
+                EngineConfig {
+                    max_num_batched_tokens: 512,
+                    ..ok.clone()
+                },
+                "below max_num_seqs",
+            ),
+            (
+                EngineConfig {
+                    enable_chunked_prefill: false,
+                    ..ok.clone()
+                },
+                "without chunked prefill",
+            ),
+            (
+                EngineConfig {
+                    long_prefill_token_threshold: 16385,
+                    ..ok.clone()
+                },
+                "long_prefill_token_threshold (16385)",
+            ),
+        ] {
+            let e = c.check_as_vllm().unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        // Unlimited length: only the budget against the seats is checked.
+        EngineConfig {
+            enable_chunked_prefill: false,
+            long_prefill_token_threshold: 1 << 20,
+            ..Default::default()
+        }
+        .check_as_vllm()
+        .unwrap();
     }
 }

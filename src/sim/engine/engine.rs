@@ -5,6 +5,8 @@
 //! requests return one step later).
 
 use super::config::{ConfigError, EngineConfig, Policy, Preemption};
+use super::hash::BlockHash;
+use super::host_tier::{tier_key_space, HostTier, SharedTier};
 use super::metrics::{report, EngineReport, Integrals, Slo};
 use super::request::Req;
 use super::scheduler::{Plan, Scheduler};
@@ -112,6 +114,38 @@ fn predictions(requests: &[ServingRequest], sigma: f64, seed: u64) -> Vec<f64> {
     }
 }
 
+/// The output lengths the ranking policies believe: predicted under SJF and SRPT, else true.
+pub fn predicted_outputs(cfg: &EngineConfig, requests: &[ServingRequest]) -> Vec<f64> {
+    if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
+        predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
+    } else {
+        requests.iter().map(|r| f64::from(r.output_len)).collect()
+    }
+}
+
+/// An error naming the first id used twice.
+pub fn check_unique_ids(requests: &[ServingRequest]) -> Result<(), EngineError> {
+    let mut seen = std::collections::HashSet::new();
+    match requests.iter().find(|r| !seen.insert(r.id.as_str())) {
+        Some(r) => Err(EngineError::Request {
+            id: r.id.clone(),
+            detail: "duplicate id".into(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Each request's id's position among all ids in string order (vLLM's last tie-break).
+pub fn id_ranks(requests: &[ServingRequest]) -> Vec<u32> {
+    let mut by_id: Vec<u32> = (0..requests.len() as u32).collect();
+    by_id.sort_by(|&a, &b| requests[a as usize].id.cmp(&requests[b as usize].id));
+    let mut rank = vec![0u32; requests.len()];
+    for (r, &i) in by_id.iter().enumerate() {
+        rank[i as usize] = r as u32;
+    }
+    rank
+}
+
 /// Checks that every request can run to completion in this engine.
 fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineError> {
     let bad = |detail: String| {
@@ -157,6 +191,8 @@ fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineErr
 }
 
 impl Engine {
+    /// An engine for `requests`, each arriving at its time; with `cfg.cpu_offload`, its own host
+    /// tier.
     pub fn new(
         cfg: EngineConfig,
         requests: &[ServingRequest],
@@ -168,57 +204,66 @@ impl Engine {
         if requests.is_empty() {
             return Err(EngineError::NoRequests);
         }
-        let mut seen = std::collections::HashSet::new();
-        for r in requests {
-            check_request(&cfg, r)?;
-            if !seen.insert(r.id.as_str()) {
-                return Err(EngineError::Request {
-                    id: r.id.clone(),
-                    detail: "duplicate id".into(),
-                });
-            }
-        }
-        let predicted = if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
-            predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
-        } else {
-            requests.iter().map(|r| f64::from(r.output_len)).collect()
+        let tier = match cfg.cpu_offload {
+            Some(o) => Some(
+                HostTier::new(o.policy, o.blocks, tier_key_space(requests, cfg.block_size))
+                    .map_err(ConfigError)?
+                    .shared(),
+            ),
+            None => None,
         };
-        let mut by_id: Vec<u32> = (0..requests.len() as u32).collect();
-        by_id.sort_by(|&a, &b| requests[a as usize].id.cmp(&requests[b as usize].id));
-        let mut id_rank = vec![0u32; requests.len()];
-        for (rank, &i) in by_id.iter().enumerate() {
-            id_rank[i as usize] = rank as u32;
+        let predicted = predicted_outputs(&cfg, requests);
+        let ranks = id_ranks(requests);
+        let mut e = Engine::open(cfg, clock, recording, slo)?;
+        if let Some(t) = tier {
+            e.attach_tier(t);
         }
-        let reqs: Vec<Req> = requests
-            .iter()
-            .zip(&predicted)
-            .zip(&id_rank)
-            .map(|((r, &p), &rank)| Req::new(r, p, rank))
-            .collect();
+        for r in requests {
+            check_request(&e.sched.cfg, r)?;
+        }
+        check_unique_ids(requests)?;
         let mut order: Vec<u32> = (0..requests.len() as u32).collect();
         order.sort_by(|&a, &b| {
             requests[a as usize]
                 .arrival
                 .total_cmp(&requests[b as usize].arrival)
         });
+        // Requests enter in arrival order, each keeping its input index as its number.
+        e.sched.reqs = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Req::new(r, predicted[i], ranks[i], i as u64))
+            .collect();
+        e.order = order;
+        e.now = match e.clock {
+            Clock::Steps => 0.0,
+            Clock::Seconds(_) => requests[e.order[0] as usize].arrival,
+        };
+        e.gpu_free = e.now;
+        Ok(e)
+    }
+
+    /// An engine that holds no requests yet: a cluster's replica, fed by [`Engine::submit`].
+    pub fn open(
+        cfg: EngineConfig,
+        clock: Clock,
+        recording: Recording,
+        slo: Slo,
+    ) -> Result<Engine, EngineError> {
+        cfg.validate()?;
         let host_tokens = match (&cfg.preemption, &clock) {
             (Preemption::Swap { host_bytes, .. }, Clock::Seconds(m)) => {
                 host_bytes / kv_bytes_per_token_per_gpu(&m.model, m.tp).max(1)
             }
             _ => u64::MAX,
         };
-        // A step clock starts at step 0 (idle steps before the first arrival are steps too).
-        let now = match clock {
-            Clock::Steps => 0.0,
-            Clock::Seconds(_) => requests[order[0] as usize].arrival,
-        };
         Ok(Engine {
-            sched: Scheduler::new(cfg, reqs, host_tokens),
+            sched: Scheduler::new(cfg, Vec::new(), host_tokens),
             clock,
-            order,
+            order: Vec::new(),
             next: 0,
-            now,
-            gpu_free: now,
+            now: 0.0,
+            gpu_free: 0.0,
             next_index: 0,
             queue: std::collections::VecDeque::new(),
             spare: Vec::new(),
@@ -230,6 +275,43 @@ impl Engine {
             timeline: Vec::new(),
             slo,
         })
+    }
+
+    /// Sends the blocks this engine's prefix cache evicts to `tier` (its own or a shared one).
+    pub fn attach_tier(&mut self, tier: SharedTier) {
+        self.sched.kv.attach_tier(tier);
+    }
+
+    /// Adds request `r`, numbered `uid` among every request its blocks may meet, arriving at its
+    /// time (no earlier than the requests submitted before it). `predicted` is the output length
+    /// ranking policies believe; `id_rank` its id's place in string order among all ids;
+    /// `hashes` its first full blocks' hashes if already known (else empty). Returns its index
+    /// in this engine.
+    pub fn submit(
+        &mut self,
+        r: &ServingRequest,
+        predicted: f64,
+        id_rank: u32,
+        uid: u64,
+        hashes: Vec<BlockHash>,
+    ) -> Result<u32, EngineError> {
+        check_request(&self.sched.cfg, r)?;
+        if let Some(&last) = self.order.last() {
+            if r.arrival < self.sched.reqs[last as usize].arrival {
+                return Err(EngineError::Request {
+                    id: r.id.clone(),
+                    detail: "submitted before an earlier-arriving request".into(),
+                });
+            }
+        }
+        let i = self.sched.reqs.len() as u32;
+        let mut q = Req::new(r, predicted, id_rank, uid);
+        if !hashes.is_empty() {
+            q = q.with_hashes(hashes);
+        }
+        self.sched.reqs.push(q);
+        self.order.push(i);
+        Ok(i)
     }
 
     pub fn scheduler(&self) -> &Scheduler {
@@ -247,6 +329,55 @@ impl Engine {
 
     pub fn finished_requests(&self) -> usize {
         self.done
+    }
+
+    /// The requests the last step finished (indices in this engine).
+    pub fn just_finished(&self) -> &[u32] {
+        &self.finished
+    }
+
+    /// Request `i` of this engine.
+    pub fn request(&self, i: u32) -> &Req {
+        &self.sched.reqs[i as usize]
+    }
+
+    /// When the next step begins: now while requests or batches remain, else at the next
+    /// arrival; `None` with nothing submitted left to do. (Seconds; under a step clock, now.)
+    pub fn next_step_time(&self) -> Option<f64> {
+        if self.sched.has_requests() || !self.queue.is_empty() {
+            return Some(self.now);
+        }
+        self.next_arrival().map(|t| t.max(self.now))
+    }
+
+    /// How many of `hashes` (a prompt's block hashes, first block first) the GPU prefix cache
+    /// holds in a row from the start, as of the last step.
+    pub fn cached_prefix_blocks(&self, hashes: &[BlockHash]) -> usize {
+        hashes
+            .iter()
+            .take_while(|&&h| self.sched.kv.pool.get_cached(h).is_some())
+            .count()
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.sched.kv.block_size()
+    }
+
+    /// The time integrals of the steps so far (a cluster adds its replicas').
+    pub fn integrals(&self) -> &Integrals {
+        &self.integrals
+    }
+
+    pub fn slo(&self) -> Slo {
+        self.slo
+    }
+
+    /// The host tier's counts (shared with other engines when the tier is).
+    pub fn tier_stats(&self) -> Option<super::host_tier::TierStats> {
+        self.sched
+            .kv
+            .tier()
+            .map(|t| t.lock().expect("tier lock").stats)
     }
 
     /// Adds the requests that have arrived by the step beginning now: arrival <= step index under
@@ -293,6 +424,13 @@ impl Engine {
         if self.done == self.sched.reqs.len() {
             return Ok(false);
         }
+        self.advance()
+    }
+
+    /// One step as [`Engine::step`], also when every request has finished (a cluster's replicas
+    /// step together under a step clock, idle or not). In seconds, with nothing to run and no
+    /// arrival ahead, it does nothing and returns false.
+    pub fn advance(&mut self) -> Result<bool, EngineError> {
         self.admit_arrivals();
         let index = self.next_index;
         let steps = matches!(self.clock, Clock::Steps);
@@ -352,9 +490,11 @@ impl Engine {
             to_process = Some(b);
         } else if !steps {
             // Idle in seconds: no step until the next arrival.
-            let t = self.next_arrival().expect("requests remain unfinished");
+            let Some(t) = self.next_arrival() else {
+                return Ok(false);
+            };
             self.now = self.now.max(t);
-            return self.step();
+            return self.advance();
         }
         if let Some(batch) = to_process {
             // A step clock stamps outputs at the end of the step that processes them.

@@ -18,12 +18,7 @@ pub const NONE_HASH: BlockHash = 0x6e6f_6e65_5f68_6173; // "none_has"
 const TOKENS_DOMAIN: u64 = 0x7b1d_6c58_a3f1_0e27;
 const UNIQUE_DOMAIN: u64 = 0xc2b2_ae3d_27d4_eb4f;
 
-/// SplitMix64's finaliser: every input bit reaches every output bit.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use crate::mix::splitmix64 as mix;
 
 /// The hash of a block holding `tokens` after a block whose hash is `parent`.
 pub fn token_block_hash(parent: BlockHash, tokens: impl Iterator<Item = u32>) -> BlockHash {

@@ -5,6 +5,7 @@
 
 use super::block_pool::BlockPool;
 use super::config::EngineConfig;
+use super::host_tier::SharedTier;
 use super::request::{Req, Status};
 
 #[derive(Debug, Clone)]
@@ -15,6 +16,10 @@ pub struct KvManager {
     max_model_len: u64,
     watermark_blocks: usize,
     new_blocks: Vec<u32>,
+    /// The host tier that takes evicted blocks, if any.
+    tier: Option<SharedTier>,
+    /// Blocks copied to the host tier since the last [`KvManager::take_stored`].
+    stored: u64,
 }
 
 /// What an admission's allocation is asked to do (a running request passes no hit).
@@ -40,6 +45,59 @@ impl KvManager {
             max_model_len: cfg.max_model_len as u64,
             watermark_blocks: cfg.watermark_blocks(),
             new_blocks: Vec::new(),
+            tier: None,
+            stored: 0,
+        }
+    }
+
+    /// Sends the blocks the prefix cache evicts to `tier`, and looks there past the GPU's hits.
+    pub fn attach_tier(&mut self, tier: SharedTier) {
+        self.pool.record_evictions();
+        self.tier = Some(tier);
+    }
+
+    pub fn tier(&self) -> Option<&SharedTier> {
+        self.tier.as_ref()
+    }
+
+    /// Blocks copied to the host tier since the last call.
+    pub fn take_stored(&mut self) -> u64 {
+        std::mem::take(&mut self.stored)
+    }
+
+    /// How many of `r`'s full blocks after its first `from` (the GPU hit) the host tier holds in
+    /// a row, within the `num_tokens - 1` tokens a lookup may cover.
+    pub fn host_hit_blocks(&self, r: &mut Req, from: u32) -> u32 {
+        let Some(tier) = &self.tier else { return 0 };
+        if !self.caching {
+            return 0;
+        }
+        let tier = tier.lock().expect("tier lock");
+        let max_blocks = (r.num_tokens() - 1) / self.block_size;
+        let mut n = 0;
+        for j in from..max_blocks {
+            let h = r.block_hash(j, self.block_size);
+            if !tier.contains(h) {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Loads `n` blocks of `r` from the host tier, after its first `from`.
+    pub fn load_from_host(&mut self, r: &mut Req, from: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let mut tier = self
+            .tier
+            .as_ref()
+            .expect("a tier")
+            .lock()
+            .expect("tier lock");
+        for j in from..from + n {
+            tier.load(r.block_hash(j, self.block_size));
         }
     }
 
@@ -50,14 +108,14 @@ impl KvManager {
     /// The longest run of cached full blocks from the start of `r`'s sequence, at most
     /// `num_tokens - 1` tokens (the last token is always computed, for its logits). Pushes the
     /// blocks into `out` and returns the tokens they hold.
-    pub fn get_computed_blocks(&self, r: &mut Req, uid: u64, out: &mut Vec<u32>) -> u32 {
+    pub fn get_computed_blocks(&self, r: &mut Req, out: &mut Vec<u32>) -> u32 {
         out.clear();
         if !self.caching {
             return 0;
         }
         let max_blocks = (r.num_tokens() - 1) / self.block_size;
         for j in 0..max_blocks {
-            let h = r.block_hash(j, self.block_size, uid);
+            let h = r.block_hash(j, self.block_size);
             let found = if r.has_tokens() {
                 self.pool.get_cached(h)
             } else {
@@ -85,7 +143,7 @@ impl KvManager {
 
     /// vLLM's `allocate_slots`: on success the request holds blocks for its computed tokens, the
     /// hit and `new_tokens` more, and its full blocks are cached; on failure nothing changed.
-    pub fn allocate_slots(&mut self, r: &mut Req, uid: u64, a: Alloc) -> bool {
+    pub fn allocate_slots(&mut self, r: &mut Req, a: Alloc) -> bool {
         let local_computed = u64::from(r.num_computed + a.hit_tokens);
         let total_computed = local_computed.min(self.max_model_len);
         let watermark =
@@ -117,24 +175,31 @@ impl KvManager {
             self.pool
                 .get_new_blocks(required - r.blocks.len(), &mut self.new_blocks);
             r.blocks.extend_from_slice(&self.new_blocks);
+            if let Some(tier) = &self.tier {
+                let mut tier = tier.lock().expect("tier lock");
+                for h in self.pool.drain_evicted() {
+                    tier.store(h);
+                    self.stored += 1;
+                }
+            }
         }
         if self.caching {
             let to_cache =
                 (total_computed + u64::from(a.new_tokens)).min(u64::from(r.num_tokens()));
-            self.cache_blocks(r, uid, to_cache as u32);
+            self.cache_blocks(r, to_cache as u32);
         }
         true
     }
 
     /// Caches `r`'s full blocks up to `num_tokens` tokens (vLLM's `cache_blocks`).
-    pub fn cache_blocks(&mut self, r: &mut Req, uid: u64, num_tokens: u32) {
+    pub fn cache_blocks(&mut self, r: &mut Req, num_tokens: u32) {
         let done = r.num_cached_block.unwrap_or(0);
         let full = num_tokens.min(r.num_tokens()) / self.block_size;
         if done >= full {
             return;
         }
         for j in done..full {
-            let h = r.block_hash(j, self.block_size, uid);
+            let h = r.block_hash(j, self.block_size);
             let b = r.blocks[j as usize];
             if r.has_tokens() {
                 self.pool.cache(b, h);

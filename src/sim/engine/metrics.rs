@@ -63,6 +63,17 @@ impl Integrals {
         self.steps += 1;
         self.scheduled_tokens += tokens;
     }
+
+    /// Adds another engine's integrals (a cluster's total; the peak is the largest).
+    pub fn merge(&mut self, o: &Integrals) {
+        self.busy += o.busy;
+        self.used_blocks += o.used_blocks;
+        self.running += o.running;
+        self.waiting += o.waiting;
+        self.peak_used_blocks = self.peak_used_blocks.max(o.peak_used_blocks);
+        self.steps += o.steps;
+        self.scheduled_tokens += o.scheduled_tokens;
+    }
 }
 
 /// Service-level objectives for goodput.
@@ -104,6 +115,14 @@ pub struct EngineReport {
     pub prefix_cache_hit_tokens: u64,
     /// Fraction of the prompt tokens found in the cache at each request's first admission.
     pub prompt_hit_ratio: f64,
+    /// Host tier: prompt tokens loaded from it instead of computed, every admission; and the
+    /// fraction of the prompt tokens it served at first admissions.
+    pub offload_hit_tokens: u64,
+    pub offload_prompt_hit_ratio: f64,
+    /// Prompt tokens computed at first admissions (neither tier held them).
+    pub prompt_computed_tokens: u64,
+    /// Requests refused before the engine (longer than max_model_len, as vLLM's server refuses).
+    pub rejected: usize,
     pub usable_blocks: usize,
     /// Blocks in use (not free) over usable blocks: time average over busy time, and peak.
     pub mean_kv_utilization: f64,
@@ -154,14 +173,19 @@ pub fn report(
     let ideal: u64 = reqs
         .iter()
         .map(|r| {
-            u64::from(r.prompt_len + r.num_output.max(1) - 1)
-                .saturating_sub(u64::from(r.first_hit.unwrap_or(0)))
+            u64::from(r.prompt_len + r.num_output.max(1) - 1).saturating_sub(u64::from(
+                r.first_hit.unwrap_or(0) + r.first_offload_hit.unwrap_or(0),
+            ))
         })
         .sum();
     let scheduled: u64 = reqs.iter().map(|r| r.scheduled_tokens).sum();
     let first_hits: u64 = reqs
         .iter()
         .map(|r| u64::from(r.first_hit.unwrap_or(0)))
+        .sum();
+    let first_loads: u64 = reqs
+        .iter()
+        .map(|r| u64::from(r.first_offload_hit.unwrap_or(0)))
         .sum();
     let all_prompts: u64 = reqs.iter().map(|r| u64::from(r.prompt_len)).sum();
     let busy = integ.busy;
@@ -195,6 +219,10 @@ pub fn report(
             .then(|| stats.prefix_hits as f64 / stats.prefix_queries as f64),
         prefix_cache_hit_tokens: stats.prefix_hits,
         prompt_hit_ratio: first_hits as f64 / all_prompts.max(1) as f64,
+        offload_hit_tokens: stats.offload_hits,
+        offload_prompt_hit_ratio: first_loads as f64 / all_prompts.max(1) as f64,
+        prompt_computed_tokens: all_prompts.saturating_sub(first_hits + first_loads),
+        rejected: 0,
         usable_blocks,
         mean_kv_utilization: avg(integ.used_blocks) / usable_blocks as f64,
         peak_kv_utilization: integ.peak_used_blocks as f64 / usable_blocks as f64,

@@ -42,10 +42,13 @@
 //!
 //! Beyond vLLM, each off by default: swap preemption ([`config::Preemption::Swap`]), admission
 //! orders by predicted or true output length and priority with aging ([`config::Policy`]), block
-//! sizes that are not powers of two, and tensor parallelism in the step-time model.
+//! sizes that are not powers of two, tensor parallelism in the step-time model, and a KV tier in
+//! host memory ([`host_tier`]). An engine can also be opened empty and fed request by request
+//! ([`Engine::open`], [`Engine::submit`]): [`crate::sim::cluster`] drives its replicas so.
 //!
 //! - [`config`]: settings and presets; [`request`], [`waiting`]: request state and queue;
-//!   [`hash`], [`free_queue`], [`block_pool`], [`kv_manager`]: the block manager;
+//!   [`hash`], [`free_queue`], [`block_pool`], [`kv_manager`]: the block manager, [`host_tier`]
+//!   the optional tier behind it;
 //!   [`scheduler`]: schedule and output processing; [`engine`]: the loop and the clock;
 //!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports;
 //!   [`run`]: runs on a model and GPU, several block sizes in parallel; [`output`]: files.
@@ -56,6 +59,7 @@ pub mod config;
 pub mod engine;
 pub mod free_queue;
 pub mod hash;
+pub mod host_tier;
 pub mod kv_manager;
 pub mod metrics;
 pub mod output;
@@ -67,7 +71,7 @@ pub mod step_log;
 pub mod step_time;
 pub mod waiting;
 
-pub use config::{EngineConfig, Policy, Prediction, Preemption, Preset};
+pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, Slo};
 pub use profile::{load_profile, parse_profile, Profile};

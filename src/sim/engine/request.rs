@@ -23,7 +23,10 @@ pub enum Status {
 pub struct Req {
     pub id: String,
     pub arrival: f64,
-    tokens: Option<Vec<u32>>,
+    /// Numbers the request among all requests its block hashes may meet (unique prompts hash
+    /// by it): its index in the engine, or in the cluster.
+    pub uid: u64,
+    prompt: Prompt,
     pub prompt_len: u32,
     /// vLLM's `max_tokens`: the request stops after this many sampled tokens.
     pub max_tokens: u32,
@@ -58,20 +61,19 @@ pub struct Req {
     pub preemptions: u32,
     /// Prefix-cache hit at the first admission.
     pub first_hit: Option<u32>,
+    /// Tokens loaded from a host tier at the first admission.
+    pub first_offload_hit: Option<u32>,
     pub scheduled_tokens: u64,
 }
 
 impl Req {
-    pub fn new(r: &ServingRequest, predicted_output: f64, id_rank: u32) -> Self {
-        let (tokens, prompt_len) = match &r.prompt {
-            Prompt::Tokens(t) => (Some(t.clone()), t.len() as u32),
-            Prompt::Unique(n) => (None, *n),
-        };
+    pub fn new(r: &ServingRequest, predicted_output: f64, id_rank: u32, uid: u64) -> Self {
         Req {
             id: r.id.clone(),
             arrival: r.arrival,
-            tokens,
-            prompt_len,
+            uid,
+            prompt_len: r.prompt.len() as u32,
+            prompt: r.prompt.clone(),
             max_tokens: r.output_len,
             priority: r.priority,
             predicted_output,
@@ -92,8 +94,17 @@ impl Req {
             finish_time: f64::NAN,
             preemptions: 0,
             first_hit: None,
+            first_offload_hit: None,
             scheduled_tokens: 0,
         }
+    }
+
+    /// Takes the hashes of its first full blocks, computed elsewhere by [`Req::block_hash`]'s own
+    /// chain (a router that hashed the prompt already), so they are not computed twice.
+    pub fn with_hashes(mut self, hashes: Vec<BlockHash>) -> Self {
+        debug_assert!(self.hashes.is_empty() && self.has_tokens());
+        self.hashes = hashes;
+        self
     }
 
     /// Prompt and sampled tokens (vLLM's `num_tokens`).
@@ -103,17 +114,17 @@ impl Req {
 
     /// Token `i` of the sequence; sampled tokens are all 0 (the simulated model's choice).
     fn token(&self, i: u32) -> u32 {
-        match &self.tokens {
-            Some(t) if i < self.prompt_len => t[i as usize],
-            _ => 0,
+        if i < self.prompt_len {
+            self.prompt.token(i as usize)
+        } else {
+            0
         }
     }
 
-    /// The hash of full block `j` (`j < num_tokens / block_size`). `uid` numbers requests with
-    /// unique prompts.
-    pub fn block_hash(&mut self, j: u32, block_size: u32, uid: u64) -> BlockHash {
-        if self.tokens.is_none() {
-            return unique_block_hash(uid, u64::from(j));
+    /// The hash of full block `j` (`j < num_tokens / block_size`).
+    pub fn block_hash(&mut self, j: u32, block_size: u32) -> BlockHash {
+        if !self.prompt.has_tokens() {
+            return unique_block_hash(self.uid, u64::from(j));
         }
         while self.hashes.len() <= j as usize {
             let k = self.hashes.len() as u32;
@@ -129,7 +140,7 @@ impl Req {
 
     /// Whether the prompt is explicit tokens (else unique to this request).
     pub fn has_tokens(&self) -> bool {
-        self.tokens.is_some()
+        self.prompt.has_tokens()
     }
 
     /// Records that block `b` was cached under block `j`'s hash (unique prompts). `holds(x)` says
@@ -182,7 +193,7 @@ impl Req {
         self.blocks = Vec::new();
         self.homes = Vec::new();
         self.more_homes = Vec::new();
-        self.tokens = None;
+        self.prompt = Prompt::Unique(self.prompt_len);
     }
 }
 
@@ -201,6 +212,7 @@ mod tests {
             },
             3.0,
             0,
+            7,
         )
     }
 
@@ -209,13 +221,13 @@ mod tests {
         let mut a = req(Prompt::Tokens(vec![1, 2, 3, 4, 5, 6]));
         let mut b = req(Prompt::Tokens(vec![1, 2, 3, 4, 9, 0, 0]));
         let mut c = req(Prompt::Tokens(vec![1, 2, 3, 4, 9]));
-        assert_eq!(a.block_hash(0, 4, 0), b.block_hash(0, 4, 0));
+        assert_eq!(a.block_hash(0, 4), b.block_hash(0, 4));
         c.num_output = 3; // tokens 1 2 3 4 | 9 0 0 0
         b.num_output = 1; // tokens 1 2 3 4 | 9 0 0 0
-        assert_eq!(c.block_hash(1, 4, 0), b.block_hash(1, 4, 0));
-        assert_ne!(c.block_hash(1, 4, 0), a.block_hash(1, 4, 0));
+        assert_eq!(c.block_hash(1, 4), b.block_hash(1, 4));
+        assert_ne!(c.block_hash(1, 4), a.block_hash(1, 4));
         let mut u = req(Prompt::Unique(8));
-        assert_eq!(u.block_hash(1, 4, 7), unique_block_hash(7, 1));
+        assert_eq!(u.block_hash(1, 4), unique_block_hash(7, 1));
         assert_eq!((u.num_tokens(), u.has_tokens()), (8, false));
     }
 }

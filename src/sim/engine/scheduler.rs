@@ -30,6 +30,21 @@ pub struct Plan {
     /// Swap preemption: tokens of KV copied to the host and back in this step.
     pub swap_out_tokens: u64,
     pub swap_in_tokens: u64,
+    /// Host tier: tokens of KV loaded back for admissions, and copied out for evicted blocks.
+    pub offload_load_tokens: u64,
+    pub offload_store_tokens: u64,
+}
+
+impl SchedStats {
+    /// Adds another engine's counts (a cluster's total).
+    pub fn merge(&mut self, o: &SchedStats) {
+        self.preemptions += o.preemptions;
+        self.prefix_queries += o.prefix_queries;
+        self.prefix_hits += o.prefix_hits;
+        self.swapped_out_tokens += o.swapped_out_tokens;
+        self.swapped_in_tokens += o.swapped_in_tokens;
+        self.offload_hits += o.offload_hits;
+    }
 }
 
 impl Plan {
@@ -39,6 +54,8 @@ impl Plan {
         self.admitted.clear();
         self.swap_out_tokens = 0;
         self.swap_in_tokens = 0;
+        self.offload_load_tokens = 0;
+        self.offload_store_tokens = 0;
     }
 
     pub fn total_tokens(&self) -> u64 {
@@ -55,6 +72,8 @@ pub struct SchedStats {
     pub prefix_hits: u64,
     pub swapped_out_tokens: u64,
     pub swapped_in_tokens: u64,
+    /// Host tier: prompt tokens admissions found there (beyond the GPU's hits).
+    pub offload_hits: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -199,10 +218,7 @@ impl Scheduler {
                     full_sequence_must_fit: false,
                     has_scheduled_reqs: true,
                 };
-                if self
-                    .kv
-                    .allocate_slots(&mut self.reqs[ri as usize], u64::from(ri), alloc)
-                {
+                if self.kv.allocate_slots(&mut self.reqs[ri as usize], alloc) {
                     break true;
                 }
                 let pos = self.victim();
@@ -243,6 +259,7 @@ impl Scheduler {
         if plan.preempted.is_empty() {
             self.admit(plan, &mut budget, threshold);
         }
+        plan.offload_store_tokens = self.kv.take_stored() * u64::from(self.kv.block_size());
 
         self.finished_unreported = false;
         let async_scheduling = self.cfg.async_scheduling;
@@ -269,14 +286,18 @@ impl Scheduler {
             let mut hit = std::mem::take(&mut self.hit);
             let r = &mut self.reqs[wi as usize];
             debug_assert_eq!(r.num_computed, 0);
-            let hit_tokens = self.kv.get_computed_blocks(r, u64::from(wi), &mut hit);
+            let hit_tokens = self.kv.get_computed_blocks(r, &mut hit);
             let num_tokens = r.num_tokens();
+            // A host tier: the blocks it holds right after the hit load instead of computing.
+            let hit_blocks = hit.len() as u32;
+            let host_blocks = self.kv.host_hit_blocks(r, hit_blocks);
+            let loaded = host_blocks * self.kv.block_size();
             // Swap preemption: what the host holds beyond the hit comes back without compute.
             let restored = r
                 .swapped_tokens
                 .min(num_tokens - 1)
-                .saturating_sub(hit_tokens);
-            let computed = hit_tokens + restored;
+                .saturating_sub(hit_tokens + loaded);
+            let computed = hit_tokens + loaded + restored;
             let mut n = u64::from(num_tokens - computed);
             if threshold > 0 && n > threshold {
                 n = threshold;
@@ -287,13 +308,13 @@ impl Scheduler {
             }
             n = n.min(*budget);
             let alloc = Alloc {
-                new_tokens: restored + n as u32,
+                new_tokens: loaded + restored + n as u32,
                 hit: &hit,
                 hit_tokens,
                 full_sequence_must_fit: self.cfg.scheduler_reserve_full_isl,
                 has_scheduled_reqs: !self.running.is_empty(),
             };
-            let ok = self.kv.allocate_slots(r, u64::from(wi), alloc);
+            let ok = self.kv.allocate_slots(r, alloc);
             self.hit = hit;
             if !ok {
                 break;
@@ -303,6 +324,12 @@ impl Scheduler {
                 self.stats.prefix_hits += u64::from(hit_tokens);
             }
             r.first_hit.get_or_insert(hit_tokens);
+            r.first_offload_hit.get_or_insert(loaded);
+            if loaded > 0 {
+                self.kv.load_from_host(r, hit_blocks, host_blocks);
+                plan.offload_load_tokens += u64::from(loaded);
+                self.stats.offload_hits += u64::from(loaded);
+            }
             r.status = Status::Running;
             r.num_computed = computed;
             if r.swapped_tokens > 0 {
@@ -354,7 +381,7 @@ impl Scheduler {
             }
             if !stale && status_before == Status::Running && had_placeholders {
                 let upto = r.num_computed - r.in_flight;
-                self.kv.cache_blocks(r, u64::from(s.req), upto);
+                self.kv.cache_blocks(r, upto);
             }
             if stopped {
                 r.status = Status::Finished;

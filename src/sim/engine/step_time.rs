@@ -3,7 +3,8 @@
 //! ```text
 //! memory  = (weight bytes + KV bytes read / attention efficiency(block size)) / HBM bandwidth
 //! compute = (2 × parameters × tokens + 4 × layers × heads × head dim × attended pairs) / peak
-//! step    = max(memory, compute) + tensor-parallel all-reduces + swap copies + CPU overhead
+//! step    = max(memory, compute, host-tier stores) + tensor-parallel all-reduces + swap copies
+//!           + host-tier loads + CPU overhead
 //! ```
 //!
 //! - Weights are read once per step (2 bytes per parameter) whatever the batch; KV is read for every
@@ -111,6 +112,8 @@ pub struct StepModel {
     pub overlap_cpu: bool,
     /// Host link for swap preemption, GB/s (per GPU, each moving its shard).
     pub swap_gbps: Option<f64>,
+    /// Host link for the KV host tier, GB/s per GPU (see [`StepModel::step_seconds`]).
+    pub offload_gbps: Option<f64>,
 }
 
 impl StepModel {
@@ -141,7 +144,16 @@ impl StepModel {
         let swap = self.swap_gbps.map_or(0.0, |g| {
             (plan.swap_in_tokens + plan.swap_out_tokens) as f64 * kv_per_token / (g * 1e9)
         });
-        let gpu_time = memory.max(compute) + comm + swap;
+        // Host tier: blocks loaded for admissions precede the compute that reads them; evicted
+        // blocks are copied out by the copy engine while the step computes.
+        let (load, store) = self.offload_gbps.map_or((0.0, 0.0), |g| {
+            let per_token = kv_per_token / (g * 1e9);
+            (
+                plan.offload_load_tokens as f64 * per_token,
+                plan.offload_store_tokens as f64 * per_token,
+            )
+        });
+        let gpu_time = memory.max(compute).max(store) + comm + swap + load;
         if self.overlap_cpu {
             gpu_time.max(self.cpu_overhead_s)
         } else {
@@ -181,6 +193,7 @@ mod tests {
             cpu_overhead_s: 1e-3,
             overlap_cpu: false,
             swap_gbps: None,
+            offload_gbps: None,
         };
         // 8 decodes over 1000-token contexts: memory-bound.
         let d = sm.step_seconds(&plan(&[(1, 999); 8]));
@@ -205,6 +218,39 @@ mod tests {
             (t.step_seconds(&plan(&[(1, 999); 8])) - ((want - 1e-3) / 2.0 + comm + 1e-3)).abs()
                 < 1e-12
         );
+    }
+
+    #[test]
+    fn host_tier_loads_add_and_stores_overlap_the_step() {
+        let sm = StepModel {
+            model: crate::kv::model::preset("llama-3-8b").unwrap(),
+            gpu: gpu("h200").unwrap(),
+            tp: 1,
+            efficiency: 0.5,
+            cpu_overhead_s: 0.0,
+            overlap_cpu: false,
+            swap_gbps: None,
+            offload_gbps: Some(50.0),
+        };
+        let base = plan(&[(1, 999); 8]);
+        let t0 = sm.step_seconds(&base);
+        let per_token = 131_072.0 / 50e9;
+        let with = |load: u64, store: u64| {
+            sm.step_seconds(&Plan {
+                offload_load_tokens: load,
+                offload_store_tokens: store,
+                ..base.clone()
+            })
+        };
+        assert!((with(1000, 0) - (t0 + 1000.0 * per_token)).abs() < 1e-12);
+        // A small store hides under the step; a large one is the step.
+        assert_eq!(with(0, 10), t0);
+        assert!((with(0, 1_000_000) - 1e6 * per_token).abs() < 1e-12);
+        let none = StepModel {
+            offload_gbps: None,
+            ..sm
+        };
+        assert_eq!(none.step_seconds(&base), t0);
     }
 
     #[test]

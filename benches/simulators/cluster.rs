@@ -1,0 +1,70 @@
+//! Cluster simulator speed: the whole Mooncake conversation trace (12,031 requests, one hour,
+//! mean prompt 12k tokens with real shared prefixes) on 16 replicas of the vLLM engine (H200
+//! online preset, Llama-3.1-8B, the built-in efficiency profile, block size 16), once per router.
+//! The target is at most 10 s per run on one core; measured in the thread's CPU time (what one
+//! core spends, whatever else shares the machine). The trace is read outside the timed loop.
+
+use super::cache::ThreadCpuTime;
+use criterion::{BenchmarkId, Criterion, Throughput};
+use pagedkv::kv::model::preset;
+use pagedkv::sim::cluster::{ClusterSpec, RouterConfig, RouterKind};
+use pagedkv::sim::engine::step_time::gpu;
+use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::workload::trace::read_trace;
+use std::hint::black_box;
+
+pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mooncake/conversation_trace.jsonl"
+    );
+    let (requests, _) = read_trace(path).expect("the trace in data/").serving();
+    let model = preset("llama-3.1-8b").expect("preset");
+    let settings = RunSettings {
+        engine: EngineConfig {
+            max_model_len: model.context_len,
+            ..EngineConfig::default()
+        },
+        num_gpu_blocks_override: None,
+        gpu_memory_utilization: 0.92,
+        model,
+        gpu: gpu("h200").expect("preset"),
+        tp: 1,
+        profile: Profile::h200_assumed(),
+        efficiency_scale: 1.0,
+        cpu_overhead_s: 5e-4,
+        swap_gbps: None,
+        clock_steps: false,
+        slo: Slo::default(),
+    };
+    let mut group = c.benchmark_group("cluster_cpu_mooncake_conv_16_replicas");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(requests.len() as u64));
+    for router in [
+        RouterKind::RoundRobin,
+        RouterKind::LeastLoaded,
+        RouterKind::PrefixAware,
+        RouterKind::KvAware,
+    ] {
+        let spec = ClusterSpec {
+            replicas: 16,
+            router,
+            router_cfg: RouterConfig::default(),
+        };
+        group.bench_with_input(BenchmarkId::new("router", router), &spec, |b, spec| {
+            b.iter(|| {
+                pagedkv::sim::cluster::run(
+                    &settings,
+                    16,
+                    spec,
+                    black_box(&requests),
+                    false,
+                    None,
+                    |_, _| {},
+                )
+                .expect("valid run")
+            })
+        });
+    }
+    group.finish();
+}

@@ -1,0 +1,537 @@
+//! The flags `sim engine` and `sim cluster` share: where the requests come from, and the engine
+//! every replica runs (vLLM's settings, the model and GPU, the host tier).
+
+use crate::count;
+use pagedkv::kv::model::{self, ModelShape};
+use pagedkv::kv::Dtype;
+use pagedkv::sim::cache::Policy as TierPolicy;
+use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
+use pagedkv::sim::engine::step_time::gpu;
+use pagedkv::sim::engine::{
+    load_profile, CpuOffload, EngineConfig, OffloadScope, Profile, RunSettings, Slo,
+};
+use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
+use pagedkv::workload::scenario::{read_scenario, EngineFields};
+use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
+use pagedkv::workload::synthetic::{SizeDist, SyntheticRequests};
+use pagedkv::workload::trace::read_trace;
+use std::path::{Path, PathBuf};
+
+pub type BoxError = Box<dyn std::error::Error>;
+
+/// PCIe 5.0 ×16, one direction: 32 GT/s × 16 lanes × 128/130 / 8 bits.
+pub const PCIE5_X16_GBPS: f64 = 63.0;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClockArg {
+    /// Seconds from the step-time model; arrivals in seconds.
+    Seconds,
+    /// Every step one unit; arrivals are step indices (exact comparisons).
+    Steps,
+}
+
+#[derive(clap::Args)]
+pub struct WorkloadArgs {
+    /// Trace: a CSV with prompt and output token columns and timestamps (Azure's), or Mooncake's
+    /// JSON lines with prefix hash ids, told apart by their first character.
+    #[arg(long, group = "workload")]
+    pub trace: Option<PathBuf>,
+    /// Scenario file (JSON: requests with token ids or lengths, optional engine settings).
+    #[arg(long, group = "workload")]
+    pub scenario: Option<PathBuf>,
+    /// Poisson arrivals at this many requests per second (log-normal prompts, exponential outputs).
+    #[arg(long, group = "workload")]
+    pub poisson: Option<f64>,
+    /// Multi-turn conversations with shared prefixes (as `sim radix` makes), Poisson arrivals at
+    /// this many requests per second.
+    #[arg(long, group = "workload")]
+    pub multiturn: Option<f64>,
+    /// Requests: a trace's first N; generated workloads' count [default 2000].
+    #[arg(long, value_parser = count(1..))]
+    pub requests: Option<usize>,
+    /// Replay arrivals this many times faster (2: twice the rate).
+    #[arg(long, default_value_t = 1.0)]
+    pub rate_scale: f64,
+    /// Poisson: mean prompt tokens.
+    #[arg(long, default_value_t = 1000.0)]
+    pub prompt_mean: f64,
+    /// Poisson: standard deviation of ln(prompt length).
+    #[arg(long, default_value_t = 1.0)]
+    pub prompt_sigma: f64,
+    /// Poisson: mean output tokens.
+    #[arg(long, default_value_t = 200.0)]
+    pub output_mean: f64,
+    /// Multiturn: output lengths (fixed:N, uniform:LO,HI or lognormal:MEAN,SD).
+    #[arg(long, default_value = "uniform:64,192")]
+    pub output: SizeDist,
+    /// Seed of generated workloads and of predicted lengths.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(clap::Args)]
+pub struct EngineArgs {
+    /// vLLM's defaults for a GPU and usage.
+    #[arg(long, default_value = "h200")]
+    pub preset: String,
+    /// vLLM's --block-size.
+    #[arg(long)]
+    pub block_size: Option<usize>,
+    /// vLLM's --num-gpu-blocks-override: blocks in the pool (null block included) at every block
+    /// size [default: what the GPU's memory leaves after the weights].
+    #[arg(long)]
+    pub num_gpu_blocks_override: Option<usize>,
+    #[arg(long)]
+    pub gpu_memory_utilization: Option<f64>,
+    #[arg(long)]
+    pub max_num_seqs: Option<usize>,
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<usize>,
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+    #[arg(long)]
+    pub no_enable_chunked_prefill: bool,
+    #[arg(long)]
+    pub long_prefill_token_threshold: Option<usize>,
+    /// fcfs, priority (vLLM's); sjf, srpt, aging (beyond vLLM).
+    #[arg(long, value_enum, ignore_case = true)]
+    pub scheduling_policy: Option<Policy>,
+    /// Longest prompt + output served; longer requests are refused as vLLM's server refuses them
+    /// (counted) [default: the model's context length].
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+    /// Fraction of the pool admissions keep free while requests run (vLLM's default 0).
+    #[arg(long)]
+    pub watermark: Option<f64>,
+    /// Schedule each step before the previous one's output is processed (vLLM 0.33 serves this
+    /// way); the synchronous loop otherwise.
+    #[arg(long)]
+    pub async_scheduling: bool,
+    /// Tensor parallelism: weights and KV heads split over this many GPUs, the pool per GPU.
+    #[arg(long, default_value_t = 1, value_parser = count(1..=64))]
+    pub tp: usize,
+
+    /// Beyond vLLM: preempt by swapping KV to host memory and back instead of recomputing.
+    #[arg(long)]
+    pub swap_preemption: bool,
+    /// Host link bandwidth for swaps, GB/s per GPU (an assumption unless measured with
+    /// `pagedkv swap`).
+    #[arg(long, default_value_t = 25.0)]
+    pub swap_gbps: f64,
+    /// Host memory for swapped KV, GiB per GPU (vLLM's old --swap-space default).
+    #[arg(long, default_value_t = 4.0)]
+    pub swap_space_gib: f64,
+    /// sjf/srpt: rank by predicted output lengths, true × e^N(0, sigma²) (0: true lengths).
+    #[arg(long, default_value_t = 0.0)]
+    pub predict_sigma: f64,
+    /// aging: seconds (steps) per priority level.
+    #[arg(long, default_value_t = 10.0)]
+    pub aging_delay: f64,
+
+    /// Beyond vLLM: a KV tier in host memory of this many blocks: blocks evicted from the GPU
+    /// prefix cache go there, and admissions load them back instead of recomputing.
+    #[arg(long, conflicts_with = "cpu_offload_gib")]
+    pub cpu_offload_blocks: Option<usize>,
+    /// The host tier's size in GiB per GPU (blocks of the model's KV at the block size); per
+    /// replica with the local scope, the one shared pool with the global scope.
+    #[arg(long)]
+    pub cpu_offload_gib: Option<f64>,
+    /// The host tier's eviction policy (`sim cache`'s, OPT excepted).
+    #[arg(long, value_enum, default_value_t = TierPolicy::Lru)]
+    pub cpu_offload_policy: TierPolicy,
+    /// Host link for the tier, GB/s per GPU, or a `pagedkv swap --json` file whose measured copy
+    /// rate (the slower direction, at the nearest block size) is used [default: 63, PCIe 5.0 ×16,
+    /// an assumption].
+    #[arg(long)]
+    pub offload_bandwidth: Option<String>,
+    /// local: a tier per replica; global: one tier every replica shares (Mooncake's pool).
+    #[arg(long, value_enum, default_value_t = OffloadScope::Local)]
+    pub cpu_offload_scope: OffloadScope,
+
+    /// Model preset.
+    #[arg(long, default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// How the KV cache stores K and V (vLLM's --kv-cache-dtype): f16/bf16 ("auto"), or
+    /// fp8_e4m3 / fp8_e5m2 at one byte per element: twice the tokens in the same pool, half the
+    /// KV bytes a step reads.
+    #[arg(long, value_enum, default_value_t = Dtype::F16)]
+    pub kv_cache_dtype: Dtype,
+    /// h200, h100, a100 [default: the preset's].
+    #[arg(long)]
+    pub gpu: Option<String>,
+    /// Attention efficiency per block size: a profile (`sweep --out` writes one), `sweep --json`
+    /// output or `attention --json` reports [default: the built-in H200 assumption].
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// CPU time per step (scheduling, output processing), milliseconds; hidden under async
+    /// scheduling while the GPU is busier.
+    #[arg(long, default_value_t = 0.5)]
+    pub step_overhead_ms: f64,
+    #[arg(long, value_enum, default_value_t = ClockArg::Seconds)]
+    pub clock: ClockArg,
+
+    /// Goodput: time to first token objective (seconds, or steps).
+    #[arg(long)]
+    pub slo_ttft: Option<f64>,
+    /// Goodput: time per output token objective.
+    #[arg(long)]
+    pub slo_tpot: Option<f64>,
+}
+
+pub fn positive(name: &str, x: f64) -> Result<f64, String> {
+    if x.is_finite() && x > 0.0 {
+        Ok(x)
+    } else {
+        Err(format!("--{name} must be a positive number, got {x}"))
+    }
+}
+
+/// The requests and a name for them; a scenario also brings engine settings. A trace defaults to
+/// `default_trace`.
+pub fn workload(
+    args: &WorkloadArgs,
+    default_trace: &str,
+) -> Result<(Vec<ServingRequest>, String, Option<EngineFields>), BoxError> {
+    let n = args.requests;
+    let generated = n.unwrap_or(2000);
+    let (mut requests, name, fields) = if let Some(path) = &args.scenario {
+        let s = read_scenario(path)?;
+        let mut r = s.requests;
+        r.truncate(n.unwrap_or(usize::MAX));
+        let name = format!("{} ({})", path.display(), s.description);
+        (r, name, Some(s.engine))
+    } else if let Some(rate) = args.poisson {
+        let w = SyntheticRequests {
+            requests: generated,
+            rate_per_s: positive("poisson", rate)?,
+            prompt_mean: args.prompt_mean,
+            prompt_sigma: args.prompt_sigma,
+            output_mean: args.output_mean,
+            seed: args.seed,
+        };
+        let (r, _) = from_trace(&w.generate()?);
+        let name = format!(
+            "Poisson {rate}/s, log-normal prompts (mean {}, sigma {}), exponential outputs (mean {})",
+            args.prompt_mean, args.prompt_sigma, args.output_mean
+        );
+        (r, name, None)
+    } else if let Some(rate) = args.multiturn {
+        let prompts = multiturn(&MultiTurnConfig::default(), generated, args.seed)?;
+        let r = from_prompts(
+            prompts,
+            positive("multiturn", rate)?,
+            args.output,
+            args.seed,
+        );
+        (
+            r,
+            format!("multi-turn conversations, Poisson {rate}/s"),
+            None,
+        )
+    } else {
+        let path = args.trace.clone().unwrap_or_else(|| default_trace.into());
+        let mut trace = read_trace(&path)?;
+        trace.truncate(n.unwrap_or(usize::MAX));
+        let (r, fix) = trace.serving();
+        let mut name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |f| f.to_string_lossy().into(),
+        );
+        if fix.empty_prompts + fix.empty_outputs > 0 {
+            name += &format!(
+                " ({} empty prompts and {} empty outputs counted as 1 token)",
+                fix.empty_prompts, fix.empty_outputs
+            );
+        }
+        (r, name, None)
+    };
+    let scale = positive("rate-scale", args.rate_scale)?;
+    if scale != 1.0 {
+        scale_rate(&mut requests, scale);
+    }
+    Ok((requests, name, fields))
+}
+
+fn model_shape(name: &str) -> Result<ModelShape, String> {
+    model::preset(name).ok_or_else(|| {
+        format!(
+            "unknown model {name:?} (presets: {})",
+            model::preset_names().join(", ")
+        )
+    })
+}
+
+/// The host link from `pagedkv swap --json` output at the row nearest `block_size`: the slower
+/// direction's batched copy rate.
+fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), String> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
+    let rate = |r: &serde_json::Value, dir: &str| r.get(dir)?.get("batched_gbps")?.as_f64();
+    let row = v
+        .get("rows")
+        .and_then(|r| r.as_array())
+        .and_then(|rows| {
+            rows.iter()
+                .filter_map(|r| Some((r.get("block_size")?.as_u64()? as usize, r)))
+                .min_by_key(|(b, _)| b.abs_diff(block_size))
+        })
+        .ok_or_else(|| format!("{name}: not `pagedkv swap --json` output (no rows)"))?;
+    let gbps = rate(row.1, "swap_in")
+        .zip(rate(row.1, "swap_out"))
+        .map(|(i, o)| i.min(o))
+        .ok_or_else(|| format!("{name}: row for block size {} lacks batched_gbps", row.0))?;
+    let device = v.get("device").and_then(|d| d.as_str()).unwrap_or("?");
+    Ok((
+        gbps,
+        format!(
+            "measured by pagedkv swap on {device} at block size {}",
+            row.0
+        ),
+    ))
+}
+
+/// What the settings were resolved from, for the report.
+pub struct Resolved {
+    pub settings: RunSettings,
+    /// The block size the flags, the scenario or the preset give.
+    pub block_size: usize,
+    pub preset_name: String,
+    /// Where max_model_len comes from.
+    pub max_model_len_source: String,
+    /// Where the host tier's bandwidth comes from.
+    pub offload_source: Option<String>,
+}
+
+/// Preset, then the scenario's engine settings, then the flags; checked as vLLM checks them.
+/// `seed` seeds predicted output lengths.
+pub fn settings(
+    args: &EngineArgs,
+    fields: Option<&EngineFields>,
+    seed: u64,
+) -> Result<Resolved, BoxError> {
+    let p = preset(&args.preset).ok_or_else(|| {
+        format!(
+            "unknown preset {:?} (one of {})",
+            args.preset,
+            preset_names().join(", ")
+        )
+    })?;
+    let model = ModelShape {
+        dtype: args.kv_cache_dtype,
+        ..model_shape(&args.model)?
+    };
+    model.check_tp(args.tp)?;
+    let mut e = EngineConfig {
+        max_num_seqs: p.max_num_seqs,
+        max_num_batched_tokens: p.max_num_batched_tokens,
+        ..EngineConfig::default()
+    };
+    let mut override_blocks = None;
+    if let Some(f) = fields {
+        e.apply(f)?;
+        if f.num_gpu_blocks.is_some() {
+            override_blocks = Some(e.num_gpu_blocks);
+        }
+    }
+    let fixed_block = fields.and_then(|f| f.block_size).map(|_| e.block_size);
+    override_blocks = args.num_gpu_blocks_override.or(override_blocks);
+    if let Some(v) = args.max_num_seqs {
+        e.max_num_seqs = v;
+    }
+    if let Some(v) = args.max_num_batched_tokens {
+        e.max_num_batched_tokens = v;
+    }
+    if args.enable_prefix_caching {
+        e.enable_prefix_caching = true;
+    }
+    if args.no_enable_prefix_caching {
+        e.enable_prefix_caching = false;
+    }
+    if args.enable_chunked_prefill {
+        e.enable_chunked_prefill = true;
+    }
+    if args.no_enable_chunked_prefill {
+        e.enable_chunked_prefill = false;
+    }
+    if let Some(v) = args.long_prefill_token_threshold {
+        e.long_prefill_token_threshold = v;
+    }
+    if let Some(v) = args.scheduling_policy {
+        e.scheduling_policy = v;
+    }
+    // A scenario's own length stands unless the flag overrides it; else the model's context.
+    let max_model_len_source = if let Some(v) = args.max_model_len {
+        e.max_model_len = v;
+        "--max-model-len".to_string()
+    } else if fields.is_some_and(|f| f.max_model_len.is_some()) {
+        "the scenario".to_string()
+    } else if fields.is_some() {
+        "unlimited (a scenario without max_model_len)".to_string()
+    } else {
+        e.max_model_len = model.context_len;
+        format!("{}'s context length", model.name)
+    };
+    if let Some(v) = args.watermark {
+        e.watermark = v;
+    }
+    e.async_scheduling = args.async_scheduling;
+    e.prediction = Prediction {
+        sigma: args.predict_sigma,
+        seed,
+    };
+    e.aging_delay = args.aging_delay;
+    if args.swap_preemption {
+        let gib = args.swap_space_gib;
+        if !(gib.is_finite() && gib >= 0.0) {
+            return Err(format!("--swap-space-gib must be >= 0, got {gib}").into());
+        }
+        e.preemption = Preemption::Swap {
+            gbps: args.swap_gbps,
+            host_bytes: (gib * (1u64 << 30) as f64) as u64,
+        };
+    }
+    let block_size = args.block_size.or(fixed_block).unwrap_or(p.block_size);
+    if block_size == 0 {
+        return Err("block sizes must be at least 1".into());
+    }
+    let mut offload_source = None;
+    if args.cpu_offload_blocks.is_some() || args.cpu_offload_gib.is_some() {
+        let (gbps, source) = match &args.offload_bandwidth {
+            None => (
+                PCIE5_X16_GBPS,
+                "PCIe 5.0 ×16 per direction, an assumption (measure with pagedkv swap)".into(),
+            ),
+            Some(s) => match s.parse::<f64>() {
+                Ok(g) => (g, "--offload-bandwidth".to_string()),
+                Err(_) => swap_file_gbps(Path::new(s), block_size)?,
+            },
+        };
+        let blocks = match (args.cpu_offload_blocks, args.cpu_offload_gib) {
+            (Some(b), _) => b,
+            (None, Some(gib)) => {
+                if !(gib.is_finite() && gib > 0.0) {
+                    return Err(format!("--cpu-offload-gib must be > 0, got {gib}").into());
+                }
+                let per_block =
+                    pagedkv::sim::engine::step_time::kv_bytes_per_token_per_gpu(&model, args.tp)
+                        as f64
+                        * block_size as f64;
+                (gib * (1u64 << 30) as f64 / per_block) as usize
+            }
+            (None, None) => unreachable!("checked above"),
+        };
+        e.cpu_offload = Some(CpuOffload {
+            blocks,
+            policy: args.cpu_offload_policy,
+            gbps,
+            scope: args.cpu_offload_scope,
+        });
+        offload_source = Some(source);
+    } else if args.offload_bandwidth.is_some() {
+        return Err(
+            "--offload-bandwidth needs a tier (--cpu-offload-blocks or --cpu-offload-gib)".into(),
+        );
+    }
+    e.validate()?;
+    e.check_as_vllm()?;
+    let util = args
+        .gpu_memory_utilization
+        .unwrap_or(p.gpu_memory_utilization);
+    if !(util > 0.0 && util <= 1.0) {
+        return Err(format!("--gpu-memory-utilization must be in (0, 1], got {util}").into());
+    }
+    let gpu_name = args.gpu.clone().unwrap_or_else(|| p.gpu.to_string());
+    let g = gpu(&gpu_name).ok_or_else(|| format!("unknown GPU {gpu_name:?} (h200, h100, a100)"))?;
+    let profile = match &args.profile {
+        Some(path) => load_profile(path)?,
+        None => Profile::h200_assumed(),
+    };
+    let overhead = args.step_overhead_ms;
+    if !(overhead.is_finite() && overhead >= 0.0) {
+        return Err(format!("--step-overhead-ms must be >= 0, got {overhead}").into());
+    }
+    for (name, v) in [("slo-ttft", args.slo_ttft), ("slo-tpot", args.slo_tpot)] {
+        if let Some(v) = v {
+            positive(name, v)?;
+        }
+    }
+    let settings = RunSettings {
+        engine: e,
+        num_gpu_blocks_override: override_blocks,
+        gpu_memory_utilization: util,
+        model,
+        gpu: g,
+        tp: args.tp,
+        profile,
+        efficiency_scale: 1.0,
+        cpu_overhead_s: overhead / 1e3,
+        swap_gbps: args.swap_preemption.then_some(args.swap_gbps),
+        clock_steps: args.clock == ClockArg::Steps,
+        slo: Slo {
+            ttft: args.slo_ttft,
+            tpot: args.slo_tpot,
+        },
+    };
+    Ok(Resolved {
+        settings,
+        block_size,
+        preset_name: p.name.to_string(),
+        max_model_len_source,
+        offload_source,
+    })
+}
+
+/// Lines that say where max_model_len and the host tier come from.
+pub fn describe_limits(r: &Resolved) -> Vec<String> {
+    let e = &r.settings.engine;
+    let mut out = vec![
+        if e.max_model_len == pagedkv::sim::engine::config::UNLIMITED_MODEL_LEN {
+            format!("max_model_len: {}", r.max_model_len_source)
+        } else {
+            format!(
+                "max_model_len: {} ({}); longer requests are refused as vLLM's server refuses them",
+                e.max_model_len, r.max_model_len_source
+            )
+        },
+    ];
+    if let (Some(o), Some(src)) = (e.cpu_offload, &r.offload_source) {
+        out.push(format!(
+            "host tier: {} blocks, {} eviction, {} scope, {} GB/s per GPU ({src}); beyond vLLM 0.33's engine",
+            o.blocks, o.policy, o.scope, o.gbps
+        ));
+    }
+    out
+}
+
+/// One line on the host tier's effect: hits per tier, blocks moved, TTFT with and without it.
+pub fn tier_line(
+    with: &pagedkv::sim::engine::EngineReport,
+    stats: pagedkv::sim::engine::host_tier::TierStats,
+    without: &pagedkv::sim::engine::EngineReport,
+) -> String {
+    let (scale, unit) = if with.time_unit == "s" {
+        (1e3, "ms")
+    } else {
+        (1.0, "steps")
+    };
+    let ttft = |r: &pagedkv::sim::engine::EngineReport| {
+        r.ttft.map_or("-".into(), |d| {
+            format!("{:.1}/{:.1}", d.p50 * scale, d.p99 * scale)
+        })
+    };
+    format!(
+        "host tier: prompt tokens hit in the GPU cache {}, loaded from the host {} ({} blocks stored, {} loaded), computed {}; TTFT p50/p99 {} {unit} with the tier, {} without",
+        with.prefix_cache_hit_tokens,
+        with.offload_hit_tokens,
+        stats.stored_blocks,
+        stats.loaded_blocks,
+        with.prompt_computed_tokens,
+        ttft(with),
+        ttft(without),
+    )
+}

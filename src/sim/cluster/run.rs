@@ -1,0 +1,249 @@
+//! Runs of a cluster on a model and GPU: the engine settings of [`RunSettings`] at one block size
+//! on every replica, requests refused above `max_model_len` as vLLM's server refuses them, and
+//! what a run reports — every replica's [`EngineReport`], their total, the router's decisions,
+//! the host tier's counts — plus each request's line for `--request-log`.
+
+use super::cluster::{Cluster, ReplicaStep};
+use super::router::{RouterConfig, RouterKind, RouterStats};
+use crate::sim::engine::engine::TimelinePoint;
+use crate::sim::engine::host_tier::TierStats;
+use crate::sim::engine::metrics::{report, EngineReport, Integrals};
+use crate::sim::engine::run::accepted;
+use crate::sim::engine::scheduler::SchedStats;
+use crate::sim::engine::{EngineError, Recording, RunSettings, StepRecord};
+use crate::workload::serving::ServingRequest;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::io::Write;
+
+/// One cluster configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ClusterSpec {
+    pub replicas: usize,
+    pub router: RouterKind,
+    pub router_cfg: RouterConfig,
+}
+
+/// One request as `--request-log` writes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestLine {
+    pub id: String,
+    /// `None`: refused (longer than max_model_len).
+    pub replica: Option<usize>,
+    pub arrival: f64,
+    pub first_token: Option<f64>,
+    pub finish: Option<f64>,
+    pub prompt_len: usize,
+    pub output_len: u32,
+    /// Prompt tokens found in the replica's GPU prefix cache at the first admission.
+    pub prefix_hit_tokens: u32,
+    /// Prompt tokens loaded from the host tier at the first admission.
+    pub offload_hit_tokens: u32,
+    pub preemptions: u32,
+}
+
+/// A step log line: the engine's record and its replica.
+#[derive(Serialize)]
+struct StepLine<'a> {
+    replica: usize,
+    #[serde(flatten)]
+    record: &'a StepRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterOutcome {
+    pub replicas: usize,
+    pub router: RouterKind,
+    pub block_size: usize,
+    pub num_gpu_blocks: usize,
+    pub efficiency: f64,
+    /// Every replica together: latencies over all requests, throughput over the cluster's
+    /// makespan, KV utilisation and batch means over the replicas' busy time, busy fraction per
+    /// replica.
+    pub total: EngineReport,
+    pub per_replica: Vec<EngineReport>,
+    pub router_stats: RouterStats,
+    /// One per tier (one per replica, or one shared).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tiers: Vec<TierStats>,
+    #[serde(skip)]
+    pub requests: Vec<RequestLine>,
+    /// Per replica, its state over time (with a timeline recorded).
+    #[serde(skip)]
+    pub timelines: Vec<Vec<TimelinePoint>>,
+}
+
+/// Runs `requests` on the cluster `spec` at `block_size`; `step_log` gets every replica step as a
+/// JSON line with its `replica`; `progress(finished, total)` now and then.
+pub fn run(
+    s: &RunSettings,
+    block_size: usize,
+    spec: &ClusterSpec,
+    requests: &[ServingRequest],
+    timeline: bool,
+    mut step_log: Option<&mut dyn Write>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ClusterOutcome, EngineError> {
+    let (cfg, clock, efficiency) = s.at(block_size)?;
+    let (ok, rejected) = accepted(requests, cfg.max_model_len)?;
+    let rec = Recording {
+        steps: step_log.is_some(),
+        timeline,
+    };
+    let mut c = Cluster::new(
+        &cfg,
+        &clock,
+        spec.replicas,
+        spec.router,
+        spec.router_cfg,
+        &ok,
+        rec,
+        s.slo,
+    )?;
+    let mut log: Vec<ReplicaStep> = Vec::new();
+    let total = ok.len();
+    let mut events = 0u64;
+    while c.step(&mut log)? {
+        if let Some(out) = step_log.as_deref_mut() {
+            for st in log.drain(..) {
+                let line = serde_json::to_string(&StepLine {
+                    replica: st.replica,
+                    record: &st.record,
+                })
+                .expect("a step line serialises");
+                writeln!(out, "{line}").map_err(|e| EngineError::Output(e.to_string()))?;
+            }
+        }
+        events += 1;
+        if events.is_multiple_of(8192) {
+            progress(c.finished_requests(), total);
+        }
+    }
+    progress(c.finished_requests(), total);
+    Ok(outcome(
+        &c,
+        spec,
+        block_size,
+        cfg.num_gpu_blocks,
+        efficiency,
+        requests,
+        rejected,
+    ))
+}
+
+fn outcome(
+    c: &Cluster,
+    spec: &ClusterSpec,
+    block_size: usize,
+    num_gpu_blocks: usize,
+    efficiency: f64,
+    all: &[ServingRequest],
+    rejected: usize,
+) -> ClusterOutcome {
+    let per_replica: Vec<EngineReport> = c.engines.iter().map(|e| e.report()).collect();
+    let mut stats = SchedStats::default();
+    let mut integ = Integrals::default();
+    let mut reqs = Vec::with_capacity(c.requests().len());
+    for e in &c.engines {
+        stats.merge(&e.scheduler().stats);
+        integ.merge(e.integrals());
+        reqs.extend(e.scheduler().reqs.iter().cloned());
+    }
+    let e0 = &c.engines[0];
+    let mut total = report(
+        &reqs,
+        &stats,
+        &integ,
+        e0.scheduler().cfg.usable_blocks(),
+        e0.slo(),
+        e0.report().time_unit,
+    );
+    total.busy_fraction /= c.engines.len() as f64;
+    total.rejected = rejected;
+    // Request lines in the input's order, refused ones included.
+    let mut lines = Vec::with_capacity(all.len());
+    let mut g = 0;
+    for r in all {
+        let served = c.requests().get(g).is_some_and(|x| x.id == r.id);
+        let line = if served {
+            let (rep, q) = c.placed(g).expect("every request is routed by the end");
+            g += 1;
+            RequestLine {
+                id: r.id.clone(),
+                replica: Some(rep),
+                arrival: r.arrival,
+                first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
+                finish: q.finish_time.is_finite().then_some(q.finish_time),
+                prompt_len: r.prompt.len(),
+                output_len: r.output_len,
+                prefix_hit_tokens: q.first_hit.unwrap_or(0),
+                offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
+                preemptions: q.preemptions,
+            }
+        } else {
+            RequestLine {
+                id: r.id.clone(),
+                replica: None,
+                arrival: r.arrival,
+                first_token: None,
+                finish: None,
+                prompt_len: r.prompt.len(),
+                output_len: r.output_len,
+                prefix_hit_tokens: 0,
+                offload_hit_tokens: 0,
+                preemptions: 0,
+            }
+        };
+        lines.push(line);
+    }
+    ClusterOutcome {
+        replicas: spec.replicas,
+        router: spec.router,
+        block_size,
+        num_gpu_blocks,
+        efficiency,
+        total,
+        per_replica,
+        router_stats: c.router.stats.clone(),
+        tiers: c
+            .tiers
+            .iter()
+            .map(|t| t.lock().expect("tier lock").stats)
+            .collect(),
+        requests: lines,
+        timelines: c.engines.iter().map(|e| e.timeline().to_vec()).collect(),
+    }
+}
+
+/// Writes `--request-log` lines.
+pub fn write_request_log(out: &mut dyn Write, lines: &[RequestLine]) -> std::io::Result<()> {
+    for l in lines {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string(l).expect("a request line serialises")
+        )?;
+    }
+    Ok(())
+}
+
+/// Every spec on the same requests, in parallel, in the order given.
+pub fn run_all(
+    s: &RunSettings,
+    block_size: usize,
+    specs: &[ClusterSpec],
+    requests: &[ServingRequest],
+    timeline: bool,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<Vec<ClusterOutcome>, EngineError> {
+    specs
+        .par_iter()
+        .map(|spec| {
+            let mut last = 0;
+            run(s, block_size, spec, requests, timeline, None, |done, _| {
+                progress(done - last);
+                last = done;
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,378 @@
+//! The cluster simulator: one replica steps exactly as `sim engine`; hand-computed routing on two
+//! replicas (which replica each request lands on, and the prefix hits that follow); the host tier
+//! (a prefix evicted from the GPU comes back from host memory at the stated cost; a global tier
+//! lets another replica hit it); and conservation of requests and blocks on every replica after
+//! every step of random workloads under every router.
+
+use pagedkv::sim::cache::Policy as TierPolicy;
+use pagedkv::sim::cluster::{Cluster, ReplicaStep, RouterConfig, RouterKind};
+use pagedkv::sim::engine::step_time::gpu;
+use pagedkv::sim::engine::{
+    Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, StepModel, StepRecord,
+};
+use pagedkv::workload::serving::{Prompt, ServingRequest};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const ROUTERS: [RouterKind; 4] = [
+    RouterKind::RoundRobin,
+    RouterKind::LeastLoaded,
+    RouterKind::PrefixAware,
+    RouterKind::KvAware,
+];
+
+fn rec() -> Recording {
+    Recording {
+        steps: true,
+        timeline: false,
+    }
+}
+
+fn req(id: &str, arrival: f64, prompt: Prompt, output_len: u32) -> ServingRequest {
+    ServingRequest {
+        id: id.into(),
+        arrival,
+        prompt,
+        output_len,
+        priority: 0,
+    }
+}
+
+fn model_clock(offload_gbps: Option<f64>) -> Clock {
+    Clock::Seconds(Box::new(StepModel {
+        model: pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
+        gpu: gpu("h200").unwrap(),
+        tp: 1,
+        efficiency: 0.8,
+        cpu_overhead_s: 5e-4,
+        overlap_cpu: false,
+        swap_gbps: None,
+        offload_gbps,
+    }))
+}
+
+/// Random requests: prompts drawn from a few shared prefixes plus a tail, some unique, arrivals
+/// spread over `span` (steps or seconds).
+fn random_requests(rng: &mut StdRng, n: usize, span: f64) -> Vec<ServingRequest> {
+    let prefixes: Vec<Vec<u32>> = (0..4)
+        .map(|p| (0..rng.random_range(4..24)).map(|t| p * 100 + t).collect())
+        .collect();
+    let mut arrivals: Vec<f64> = (0..n)
+        .map(|_| (rng.random_range(0.0..span)).floor())
+        .collect();
+    arrivals.sort_by(f64::total_cmp);
+    arrivals
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            let prompt = if rng.random_bool(0.2) {
+                Prompt::Unique(rng.random_range(1..30))
+            } else {
+                let mut t = prefixes[rng.random_range(0..4)].clone();
+                t.extend((0..rng.random_range(0..12)).map(|_| rng.random_range(0..5u32)));
+                Prompt::Tokens(t)
+            };
+            req(&format!("q{i}"), a, prompt, rng.random_range(1..8))
+        })
+        .collect()
+}
+
+fn small_cfg(rng: &mut StdRng, async_scheduling: bool) -> EngineConfig {
+    EngineConfig {
+        block_size: rng.random_range(2..6),
+        num_gpu_blocks: rng.random_range(30..60),
+        max_num_seqs: rng.random_range(2..6),
+        max_num_batched_tokens: rng.random_range(8..40),
+        async_scheduling,
+        ..EngineConfig::default()
+    }
+}
+
+fn engine_log(e: &mut Engine) -> Vec<StepRecord> {
+    let mut log = Vec::new();
+    while e.step().unwrap() {
+        log.extend(e.last_record().cloned());
+    }
+    log
+}
+
+fn cluster_log(c: &mut Cluster) -> Vec<ReplicaStep> {
+    let mut log = Vec::new();
+    while c.step(&mut log).unwrap() {
+        c.check().unwrap();
+    }
+    log
+}
+
+#[test]
+fn one_replica_steps_exactly_as_the_engine_under_every_router() {
+    let mut rng = StdRng::seed_from_u64(25);
+    for case in 0..24 {
+        let async_scheduling = case % 2 == 1;
+        let seconds = case % 3 == 0;
+        let cfg = small_cfg(&mut rng, async_scheduling);
+        let span = if seconds { 0.5 } else { 30.0 };
+        let reqs = random_requests(&mut rng, 40, span);
+        let clock = if seconds {
+            model_clock(None)
+        } else {
+            Clock::Steps
+        };
+        let mut e = Engine::new(cfg.clone(), &reqs, clock.clone(), rec(), Slo::default()).unwrap();
+        let want = engine_log(&mut e);
+        assert!(want.len() > 10);
+        for router in ROUTERS {
+            let mut c = Cluster::new(
+                &cfg,
+                &clock,
+                1,
+                router,
+                RouterConfig::default(),
+                &reqs,
+                rec(),
+                Slo::default(),
+            )
+            .unwrap();
+            let got: Vec<StepRecord> = cluster_log(&mut c)
+                .into_iter()
+                .map(|s| {
+                    assert_eq!(s.replica, 0);
+                    s.record
+                })
+                .collect();
+            assert_eq!(got, want, "case {case}, {router}");
+            assert_eq!(c.engines[0].report(), e.report(), "case {case}, {router}");
+        }
+    }
+}
+
+fn tokens(v: &[u32]) -> Prompt {
+    Prompt::Tokens(v.to_vec())
+}
+
+/// Two replicas, block size 4, a step clock. P and Q are 9-token prompts (two full blocks each);
+/// at step 10 and 20 their continuations arrive.
+fn routed(router: RouterKind) -> (Vec<usize>, Vec<u32>) {
+    let p: Vec<u32> = (1..=9).collect();
+    let q: Vec<u32> = (20..=28).collect();
+    let cat = |a: &[u32], b: &[u32]| tokens(&[a, b].concat());
+    let reqs = vec![
+        req("r0", 0.0, tokens(&p), 2),
+        req("r1", 0.0, tokens(&q), 2),
+        req("r2", 10.0, cat(&p, &[50]), 2),
+        req("r3", 10.0, cat(&q, &[60]), 2),
+        req("r4", 20.0, cat(&q, &[70, 71]), 2),
+    ];
+    let cfg = EngineConfig {
+        block_size: 4,
+        num_gpu_blocks: 40,
+        max_num_seqs: 4,
+        max_num_batched_tokens: 16,
+        ..EngineConfig::default()
+    };
+    let mut c = Cluster::new(
+        &cfg,
+        &Clock::Steps,
+        2,
+        router,
+        RouterConfig::default(),
+        &reqs,
+        rec(),
+        Slo::default(),
+    )
+    .unwrap();
+    cluster_log(&mut c);
+    (0..reqs.len())
+        .map(|g| {
+            let (rep, r) = c.placed(g).unwrap();
+            (rep, r.first_hit.unwrap())
+        })
+        .unzip()
+}
+
+#[test]
+fn routers_place_requests_as_computed_by_hand() {
+    // Round-robin alternates; least-loaded sees r0 in flight when r1 arrives and both idle later.
+    assert_eq!(
+        routed(RouterKind::RoundRobin),
+        (vec![0, 1, 0, 1, 0], vec![0, 0, 8, 8, 0])
+    );
+    assert_eq!(
+        routed(RouterKind::LeastLoaded),
+        (vec![0, 1, 0, 1, 0], vec![0, 0, 8, 8, 0])
+    );
+    // Prefix-aware: r0 to the smallest (empty) tree 0, r1 to the smaller tree 1; r2..r4 match
+    // 8 of 10 or 11 tokens (> 50%) on the replica that holds their prefix.
+    assert_eq!(
+        routed(RouterKind::PrefixAware),
+        (vec![0, 1, 0, 1, 1], vec![0, 0, 8, 8, 8])
+    );
+    // Kv-aware: r1 costs 2.25 + 3 + 3 on replica 0 (r0's 3 blocks in flight) and 2.25 + 3 on 1;
+    // r4 costs 2.75 + 3 on replica 0 and 0.75 + 3 on 1, whose cache holds Q's two blocks.
+    assert_eq!(
+        routed(RouterKind::KvAware),
+        (vec![0, 1, 0, 1, 1], vec![0, 0, 8, 8, 8])
+    );
+}
+
+fn tier(blocks: usize, gbps: f64, scope: OffloadScope) -> Option<CpuOffload> {
+    Some(CpuOffload {
+        blocks,
+        policy: TierPolicy::Lru,
+        gbps,
+        scope,
+    })
+}
+
+/// P (two full blocks) on replica 0, then a long unique prompt there that evicts P's blocks from
+/// its GPU cache, then P again (with one more token) on the last replica. Returns each request's
+/// (replica, GPU hit, host hit, first token time).
+fn evict_and_return(
+    replicas: usize,
+    offload: Option<CpuOffload>,
+    gbps: Option<f64>,
+) -> Vec<(usize, u32, u32, f64)> {
+    let p: Vec<u32> = (1..=9).collect();
+    let again = tokens(&[&p[..], &[77]].concat());
+    // The filler's 44 tokens need all 11 usable blocks: P's cached blocks are evicted.
+    let reqs = if replicas == 1 {
+        vec![
+            req("p", 0.0, tokens(&p), 1),
+            req("filler", 0.1, Prompt::Unique(44), 1),
+            req("p again", 0.2, again, 1),
+        ]
+    } else {
+        // Round-robin: P and the filler on replica 0, P's return on replica 1.
+        vec![
+            req("p", 0.0, tokens(&p), 1),
+            req("f1", 0.05, Prompt::Unique(4), 1),
+            req("filler", 0.1, Prompt::Unique(44), 1),
+            req("p again", 0.2, again, 1),
+        ]
+    };
+    let cfg = EngineConfig {
+        block_size: 4,
+        // 11 usable blocks.
+        num_gpu_blocks: 12,
+        max_num_seqs: 4,
+        max_num_batched_tokens: 64,
+        cpu_offload: offload,
+        ..EngineConfig::default()
+    };
+    let mut c = Cluster::new(
+        &cfg,
+        &model_clock(gbps),
+        replicas,
+        RouterKind::RoundRobin,
+        RouterConfig::default(),
+        &reqs,
+        rec(),
+        Slo::default(),
+    )
+    .unwrap();
+    cluster_log(&mut c);
+    (0..reqs.len())
+        .map(|g| {
+            let (rep, r) = c.placed(g).unwrap();
+            (
+                rep,
+                r.first_hit.unwrap(),
+                r.first_offload_hit.unwrap(),
+                r.first_token_time - r.arrival,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_prefix_evicted_from_the_gpu_comes_back_from_the_host_at_the_link_cost() {
+    let none = evict_and_return(1, None, None);
+    assert_eq!(
+        (none[2].1, none[2].2),
+        (0, 0),
+        "without a tier P is recomputed"
+    );
+    let no_room = evict_and_return(1, tier(1, 1.0, OffloadScope::Local), Some(1.0));
+    // A one-block tier keeps the last block stored: P's first (the GPU evicts a chain's tail
+    // first), so one block loads and the second is computed.
+    assert_eq!(no_room[2].2, 4);
+    let slow = evict_and_return(1, tier(16, 1.0, OffloadScope::Local), Some(1.0));
+    let fast = evict_and_return(1, tier(16, 2.0, OffloadScope::Local), Some(2.0));
+    assert_eq!(
+        (slow[2].1, slow[2].2),
+        (0, 8),
+        "two blocks loaded from the host"
+    );
+    assert_eq!(fast[2].2, 8);
+    // Only the load differs: 8 tokens × 128 KiB of KV over 1 and 2 GB/s.
+    let kv = 8.0 * 131_072.0;
+    let want = kv / 1e9 - kv / 2e9;
+    let got = slow[2].3 - fast[2].3;
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    // The first two requests never touch the link (stores overlap the compute).
+    assert_eq!(slow[0].3, fast[0].3);
+}
+
+#[test]
+fn a_global_tier_serves_what_another_replica_stored() {
+    for (scope, want) in [(OffloadScope::Local, 0), (OffloadScope::Global, 8)] {
+        let r = evict_and_return(2, tier(64, 10.0, scope), Some(10.0));
+        let replicas: Vec<usize> = r.iter().map(|x| x.0).collect();
+        assert_eq!(replicas, [0, 1, 0, 1], "{scope}");
+        let last = r[3];
+        assert_eq!((last.1, last.2), (0, want), "{scope}");
+    }
+}
+
+#[test]
+fn requests_and_blocks_are_conserved_on_every_replica_after_every_step() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for case in 0..16 {
+        let cfg = EngineConfig {
+            cpu_offload: (case % 2 == 0).then(|| CpuOffload {
+                blocks: rng.random_range(1..40),
+                policy: [TierPolicy::Lru, TierPolicy::Fifo, TierPolicy::S3Fifo][case % 3],
+                gbps: 50.0,
+                scope: if case % 4 == 0 {
+                    OffloadScope::Global
+                } else {
+                    OffloadScope::Local
+                },
+            }),
+            ..small_cfg(&mut rng, case % 3 == 0)
+        };
+        let reqs = random_requests(&mut rng, 60, 25.0);
+        for router in ROUTERS {
+            let replicas = 1 + case % 4;
+            let mut c = Cluster::new(
+                &cfg,
+                &Clock::Steps,
+                replicas,
+                router,
+                RouterConfig {
+                    balance_abs_threshold: 2,
+                    ..RouterConfig::default()
+                },
+                &reqs,
+                rec(),
+                Slo::default(),
+            )
+            .unwrap();
+            let log = cluster_log(&mut c); // checks every replica after every step
+            assert_eq!(c.finished_requests(), reqs.len());
+            let per: Vec<usize> = c.engines.iter().map(|e| e.report().requests).collect();
+            assert_eq!(per.iter().sum::<usize>(), reqs.len(), "{router}");
+            assert_eq!(per, c.router.stats.per_replica, "{router}");
+            // Every request finished exactly once, in the log of the replica it was sent to.
+            let mut finished = std::collections::HashMap::new();
+            for s in &log {
+                for id in &s.record.finished {
+                    assert!(finished.insert(id.clone(), s.replica).is_none(), "{id}");
+                }
+            }
+            for (g, r) in reqs.iter().enumerate() {
+                assert_eq!(finished[&r.id], c.placed(g).unwrap().0, "{router}");
+            }
+        }
+    }
+}

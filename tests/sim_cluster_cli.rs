@@ -1,0 +1,273 @@
+//! `pagedkv sim cluster` from the command line: bad input is one line and exit code 2 (a
+//! malformed trace line named); the request log and step log carry what they promise; several
+//! routers and replica counts in one run; `sim engine` and `sim radix` read Mooncake traces too.
+
+mod cli;
+
+use std::path::PathBuf;
+
+fn cluster(args: &[&str]) -> std::process::Output {
+    cli::pagedkv(&[&["sim", "cluster"], args].concat())
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("pagedkv-cluster-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const MOONCAKE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/data/mooncake/conversation_trace.jsonl"
+);
+
+fn one_line_exit_2(out: &std::process::Output, case: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{case}: {stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{case}: {stderr}");
+    assert!(stderr.starts_with("pagedkv: "), "{case}: {stderr}");
+    stderr
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_2() {
+    let dir = temp_dir("bad");
+    let bad_trace = dir.join("bad.jsonl");
+    std::fs::write(
+        &bad_trace,
+        "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 3, \"hash_ids\": [1, 2]}\n\
+         {\"timestamp\": 5, \"input_length\": 600, \"output_length\": 3, \"hash_ids\": [1]}\n",
+    )
+    .unwrap();
+    let bad_trace = bad_trace.display().to_string();
+    for (case, want) in [
+        (vec!["--router", "random"], "random"),
+        (vec!["--replicas", "0"], "must be 1"),
+        (vec!["--replicas", "4,0"], "must be 1"),
+        (
+            vec!["--cpu-offload-blocks", "100", "--offload-bandwidth", "0"],
+            "offload-bandwidth",
+        ),
+        (vec!["--offload-bandwidth", "10"], "needs a tier"),
+        (vec!["--cpu-offload-blocks", "0"], "cpu-offload-blocks"),
+        (
+            vec!["--cpu-offload-blocks", "8", "--cpu-offload-policy", "opt"],
+            "opt",
+        ),
+        (vec!["--trace", &bad_trace], "line 2"),
+        (vec!["--tp", "3"], "32 attention heads"),
+        (vec!["--cache-threshold", "1.5"], "cache-threshold"),
+        (vec!["--max-num-batched-tokens", "512"], "max_num_seqs"),
+        (
+            vec!["--long-prefill-token-threshold", "200000"],
+            "long_prefill_token_threshold",
+        ),
+        (
+            vec![
+                "--router",
+                "kv-aware,round-robin",
+                "--request-log",
+                "/tmp/x",
+            ],
+            "one router",
+        ),
+    ] {
+        let mut args = case.clone();
+        args.extend(["--requests", "20"]);
+        let err = one_line_exit_2(&cluster(&args), &format!("{case:?}"));
+        assert!(err.contains(want), "{case:?}: {err}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn request_and_step_logs_name_each_replica() {
+    let dir = temp_dir("logs");
+    let (req_log, step_log) = (dir.join("requests.jsonl"), dir.join("steps.jsonl"));
+    let v = cli::json(&cluster(&[
+        "--requests",
+        "150",
+        "--replicas",
+        "3",
+        "--router",
+        "kv-aware",
+        "--cpu-offload-gib",
+        "64",
+        "--request-log",
+        req_log.to_str().unwrap(),
+        "--step-log",
+        step_log.to_str().unwrap(),
+        "--json",
+    ]));
+    let run = &v["runs"][0];
+    assert_eq!(run["router"], "kv-aware");
+    let per: Vec<u64> = run["per_replica"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["requests"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per.iter().sum::<u64>(), 150);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&req_log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 150);
+    let mut counted = [0u64; 3];
+    let (mut gpu_hits, mut host_hits) = (0, 0);
+    for l in &lines {
+        for key in [
+            "id",
+            "replica",
+            "arrival",
+            "first_token",
+            "finish",
+            "prompt_len",
+            "output_len",
+            "prefix_hit_tokens",
+            "offload_hit_tokens",
+            "preemptions",
+        ] {
+            assert!(!l[key].is_null(), "{key}: {l}");
+        }
+        counted[l["replica"].as_u64().unwrap() as usize] += 1;
+        let (a, f, e) = (
+            l["arrival"].as_f64().unwrap(),
+            l["first_token"].as_f64().unwrap(),
+            l["finish"].as_f64().unwrap(),
+        );
+        assert!(a < f && f <= e, "{l}");
+        gpu_hits += l["prefix_hit_tokens"].as_u64().unwrap();
+        host_hits += l["offload_hit_tokens"].as_u64().unwrap();
+    }
+    assert_eq!(counted.to_vec(), per);
+    assert!(gpu_hits > 0, "Mooncake's prompts share prefixes");
+    // The total's first-admission counts are the request log's sums.
+    let total = &run["total"];
+    let prompts: u64 = lines
+        .iter()
+        .map(|l| l["prompt_len"].as_u64().unwrap())
+        .sum();
+    let ratio = total["prompt_hit_ratio"].as_f64().unwrap();
+    assert!((ratio - gpu_hits as f64 / prompts as f64).abs() < 1e-12);
+    let host = total["offload_prompt_hit_ratio"].as_f64().unwrap();
+    assert!((host - host_hits as f64 / prompts as f64).abs() < 1e-12);
+    // Every step line names its replica, and each replica's steps run in order.
+    let mut last = [None::<u64>; 3];
+    let mut finished = 0;
+    for l in std::fs::read_to_string(&step_log).unwrap().lines() {
+        let s: serde_json::Value = serde_json::from_str(l).unwrap();
+        let rep = s["replica"].as_u64().unwrap() as usize;
+        let step = s["step"].as_u64().unwrap();
+        assert!(last[rep].is_none_or(|p| step == p + 1), "{l}");
+        last[rep] = Some(step);
+        finished += s["finished"].as_array().unwrap().len();
+    }
+    assert_eq!(finished, 150);
+    assert!(!v["without_tier"].as_array().unwrap().is_empty());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn routers_and_replica_counts_in_one_run_with_plots() {
+    let dir = temp_dir("out");
+    let v = cli::json(&cluster(&[
+        "--requests",
+        "120",
+        "--replicas",
+        "1,2",
+        "--router",
+        "round-robin,least-loaded,prefix-aware,kv-aware",
+        "--out",
+        dir.to_str().unwrap(),
+        "--json",
+    ]));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8);
+    // One replica: every router gives the same run.
+    let one: Vec<&serde_json::Value> = runs.iter().filter(|r| r["replicas"] == 1).collect();
+    for r in &one[1..] {
+        assert_eq!(r["total"], one[0]["total"]);
+    }
+    for name in ["cluster.json", "hit_ratio.svg", "load_kv-aware_2.svg"] {
+        assert!(dir.join(name).exists(), "{name}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn engine_and_radix_read_mooncake_traces() {
+    let v = cli::json(&cli::pagedkv(&[
+        "sim",
+        "engine",
+        "--trace",
+        MOONCAKE,
+        "--requests",
+        "100",
+        "--json",
+    ]));
+    let r = &v["runs"][0];
+    assert_eq!(r["completed"], 100);
+    assert!(r["prefix_cache_hit_tokens"].as_u64().unwrap() > 0);
+    let out = cli::pagedkv(&[
+        "sim",
+        "radix",
+        "--workload",
+        &format!("file:{MOONCAKE}"),
+        "--requests",
+        "50",
+        "--capacity",
+        "1000000",
+        "--page-size",
+        "16",
+        "--json",
+    ]);
+    let v = cli::json(&out);
+    assert_eq!(v["requests"], 50);
+    assert!(v["dedup"].to_string().len() > 2);
+}
+
+#[test]
+fn sim_engine_refuses_requests_over_max_model_len_and_counts_them() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+    let v = cli::json(&cli::pagedkv(&[
+        "sim",
+        "engine",
+        "--requests",
+        "300",
+        "--max-model-len",
+        "2000",
+        "--json",
+    ]));
+    // Independently: prompt >= 2000 or prompt + output > 2000 among the first 300 rows.
+    let text = std::fs::read_to_string(trace).unwrap();
+    let want = text
+        .lines()
+        .skip(1)
+        .take(300)
+        .filter(|l| {
+            let f: Vec<u64> = l
+                .split(',')
+                .skip(1)
+                .map(|x| x.trim().parse().unwrap())
+                .collect();
+            let (p, o) = (f[0].max(1), f[1].max(1));
+            p >= 2000 || p + o > 2000
+        })
+        .count() as u64;
+    let r = &v["runs"][0];
+    assert!(want > 0);
+    assert_eq!(r["rejected"].as_u64().unwrap(), want);
+    assert_eq!(r["requests"].as_u64().unwrap(), 300 - want);
+    // The default (Llama 3.1's 131,072) refuses nothing on the whole trace's first rows.
+    let d = cli::json(&cli::pagedkv(&[
+        "sim",
+        "engine",
+        "--requests",
+        "300",
+        "--json",
+    ]));
+    assert_eq!(d["runs"][0]["rejected"], 0);
+    assert_eq!(d["max_model_len_source"], "llama-3.1-8b's context length");
+}
