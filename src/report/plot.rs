@@ -96,7 +96,8 @@ fn y_range(ys: &[f64], include_zero: bool) -> (f64, f64, bool) {
         hi.abs().max(1.0) * 0.1
     };
     let pad = 0.08 * span;
-    let floor = if include_zero && lo >= 0.0 {
+    // Non-negative data never shows negative space below it.
+    let floor = if lo >= 0.0 && (include_zero || lo - pad < 0.0) {
         0.0
     } else {
         lo - pad
@@ -345,8 +346,9 @@ mod tests {
         // 95..105 drawn from 94.2 to 105.8, not from 0.
         let (a, b, log) = y_range(&[95.0, 100.0, 105.0], false);
         assert!(!log && (a - 94.2).abs() < 1e-9 && (b - 105.8).abs() < 1e-9);
-        // Shares keep 0 when asked.
+        // Shares keep 0 when asked; non-negative data never dips below 0.
         assert_eq!(y_range(&[0.2, 0.5], true).0, 0.0);
+        assert_eq!(y_range(&[0.0, 1.0, 5.0], false).0, 0.0);
         // 0.001 .. 1: log10, -3 .. 0 padded by 5%.
         let (a, b, log) = y_range(&[0.001, 0.01, 1.0], false);
         assert!(log && (a + 3.15).abs() < 1e-9 && (b - 0.15).abs() < 1e-9);

@@ -266,3 +266,93 @@ pub fn run(
         },
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::{memory_rows, DurationModel, MemoryConfig};
+
+    /// A single server's capacity is its service rate. Every request is one full prefill chunk
+    /// (8192 prompt tokens, one output token): each takes exactly one step of `t` seconds and
+    /// nothing overlaps. With arrivals `g` apart and `g < t`, request `i` starts at `i·t` and has
+    /// TTFT `(i + 1)·t − i·g`; with the TTFT SLO at `2t`, request `i` meets it iff
+    /// `i ≤ t / (t − g)`. For 90% of `n` requests, `(0.9n − 1)·(t − g) ≤ t`: the sustained gap is
+    /// `g* = t − t / (0.9n − 1)`, the capacity scale `1 / g*` (arrivals 1 s apart at scale 1).
+    #[test]
+    fn the_search_finds_the_capacity_a_single_server_queue_predicts() {
+        let model = crate::kv::model::preset("llama-3-8b").unwrap();
+        let n = 200;
+        let requests: Vec<Request> = (0..n)
+            .map(|i| Request {
+                arrival_s: i as f64,
+                prompt_tokens: 8192,
+                output_tokens: 1,
+            })
+            .collect();
+        let config = MemoryConfig {
+            model: model.clone(),
+            pool_bytes: 8 << 30,
+            durations: DurationModel::default(),
+            turns: 1,
+            system_prompt_tokens: 0,
+        };
+        let mut rows = memory_rows(&requests, &config).unwrap();
+        rows.retain(|r| [1, 16, 256].contains(&r.block_size));
+        let profile = Profile::h200_assumed();
+        let search = SearchLimits::default();
+        let go = |slo: &SloTargets| {
+            run(
+                &rows,
+                &requests,
+                &model,
+                1,
+                &profile,
+                0.01,
+                slo,
+                &search,
+                n,
+                &|| {},
+            )
+            .unwrap()
+        };
+        // At 1 s apart nothing queues: every TTFT is one step.
+        let (first, setup) = go(&SloTargets::default());
+        assert!(!setup.spaced && (setup.base_rps - n as f64 / (n - 1) as f64).abs() < 1e-12);
+        for e in &first {
+            let t = e.natural.p99_ttft_s;
+            let slo = SloTargets {
+                ttft_s: 2.0 * t,
+                tpot_s: 1.0,
+                attainment: 0.9,
+            };
+            let (again, _) = go(&slo);
+            let e = again.iter().find(|x| x.block_size == e.block_size).unwrap();
+            let want = 1.0 / (t - t / (0.9 * n as f64 - 1.0));
+            let c = &e.capacity;
+            assert!(
+                c.rate_scale <= want && c.failed_scale > want,
+                "block {}: t {t}, predicted {want}, found {c:?}",
+                e.block_size
+            );
+            assert!(c.resolved(&search), "{c:?}");
+            // Prefill is compute-bound: the efficiency band does not move it past the resolution.
+            assert!(e.capacity_low.rate_scale <= want && e.capacity_high.failed_scale > want);
+            let at = c.at.as_ref().unwrap();
+            assert!(at.attainment >= 0.9 && at.preemptions == 0 && at.kv_peak > 0.0);
+        }
+    }
+
+    #[test]
+    fn workloads_without_times_are_spaced_a_second_apart() {
+        let r = |arrival_s| Request {
+            arrival_s,
+            prompt_tokens: 10,
+            output_tokens: 2,
+        };
+        let (reqs, rps, spaced) = serving_requests(&[r(0.0), r(0.0), r(0.0)]);
+        assert!(spaced && rps == 1.5);
+        assert_eq!(reqs[2].arrival, 2.0);
+        let (_, rps, spaced) = serving_requests(&[r(0.0), r(2.0), r(4.0)]);
+        assert!(!spaced && rps == 0.75);
+    }
+}

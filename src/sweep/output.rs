@@ -219,7 +219,7 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
     let rows = &report.rows;
     let x = Axis::log2("block size (tokens)");
     let marks = marks(report);
-    // Concurrency as % of the best row, so it shares an axis with waste and prefix loss.
+    // Concurrency lost against the best row, in %, so all three are losses on one axis.
     let best = rows
         .iter()
         .map(|r| r.concurrent_requests)
@@ -229,13 +229,13 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
         &path,
         &format!("{}: memory side ({})", report.model.name, report.workload),
         &x,
-        "% (each series its own measure)",
+        "% lost (each series its own measure)",
         &[
             series("internal waste, % of slots", rows, |r| {
                 Some(r.internal_waste_pct)
             }),
-            series("concurrent requests, % of best", rows, |r| {
-                (best > 0.0).then(|| 100.0 * r.concurrent_requests / best)
+            series("concurrent requests lost vs the best size, %", rows, |r| {
+                (best > 0.0).then(|| 100.0 * (1.0 - r.concurrent_requests / best))
             }),
             series("prefix tokens lost, %", rows, |r| r.prefix_share_lost_pct),
         ],
@@ -267,7 +267,7 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
                 .filter_map(|r| {
                     let m = at(r)?;
                     let (v, n) = (f(&m)?, m.efficiency_noise?);
-                    Some((r.block_size as f64, v * (1.0 - n), v * (1.0 + n)))
+                    Some((r.block_size as f64, (v * (1.0 - n)).max(0.0), v * (1.0 + n)))
                 })
                 .collect(),
         };

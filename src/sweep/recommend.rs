@@ -107,8 +107,11 @@ mod tests {
         let p = pick(&rows, 16, 0.02).unwrap();
         assert_eq!((p.block_size, p.beats_default), (128, true));
         assert!(p.tied_with_default.is_empty());
-        // 3% resolution: 103.5 no longer clears 101 × 1.03 = 104.03; 32 (104) does.
-        assert_eq!(pick(&rows, 16, 0.03).unwrap().block_size, 32);
+        // 3% resolution: only 64's low end (106) clears 101 × 1.03 = 104.03; at 5%, none does.
+        assert_eq!(pick(&rows, 16, 0.03).unwrap().block_size, 64);
+        let p = pick(&rows, 16, 0.05).unwrap();
+        assert_eq!((p.block_size, p.beats_default), (16, false));
+        assert_eq!(p.tied_with_default, vec![32, 64, 128]);
         assert!(pick(&rows[1..], 16, 0.02).is_none());
     }
 

@@ -305,9 +305,12 @@ fn print_text(report: &SweepReport, out: Option<&PathBuf>, wide: bool) {
         println!("{l}");
     }
     if let Some(dir) = out {
-        println!(
-            "wrote {} (open it in a browser), with the CSV, JSON and plots beside it",
+        let line = format!(
+            "wrote {} (open it in a browser; CSV, JSON and plots beside it)",
             dir.join(output::INDEX_HTML).display()
         );
+        for l in text::wrap(&line, text::WIDTH) {
+            println!("{l}");
+        }
     }
 }
