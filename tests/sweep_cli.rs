@@ -255,7 +255,7 @@ fn rate_from_csv(path: &str, first: usize) -> f64 {
 
 #[test]
 fn attention_can_take_its_contexts_from_the_trace_or_be_skipped() {
-    let mut args = vec!["--json", "--attention-trace-context"];
+    let mut args = vec!["--json", "--attention-trace-context", "--no-end-to-end"];
     args.extend(TINY);
     let out = sweep(&args);
     let v = cli::json(&out);
@@ -281,7 +281,7 @@ fn attention_can_take_its_contexts_from_the_trace_or_be_skipped() {
     assert_eq!(v["probe"]["attention"]["num_heads"], 32);
     assert!(v["rows"][0]["attention_gbps"].as_f64().is_some());
 
-    let mut args = vec!["--json", "--no-attention"];
+    let mut args = vec!["--json", "--no-attention", "--no-end-to-end"];
     args.extend(TINY);
     let out = sweep(&args);
     assert!(out.status.success());

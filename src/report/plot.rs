@@ -48,6 +48,21 @@ pub struct Mark {
     pub label: String,
 }
 
+/// Tableau's ten colours: distinct on white and for most colour-blind readers (plotters'
+/// default palette puts a pale yellow third).
+const PALETTE: [(u8, u8, u8); 10] = [
+    (0x4e, 0x79, 0xa7),
+    (0xf2, 0x8e, 0x2b),
+    (0xe1, 0x57, 0x59),
+    (0x59, 0xa1, 0x4f),
+    (0xb0, 0x7a, 0xa1),
+    (0x76, 0xb7, 0xb2),
+    (0x9c, 0x75, 0x5f),
+    (0xed, 0xc9, 0x48),
+    (0xff, 0x9d, 0xa7),
+    (0x79, 0x70, 0x6e),
+];
+
 /// What [`line_plot_with`] adds to the lines.
 #[derive(Debug, Clone, Default)]
 pub struct Extras {
@@ -205,7 +220,10 @@ pub fn line_plot_with(
         mesh.x_labels(n);
     }
     mesh.draw()?;
-    let color = |i: usize| Palette99::pick(i).to_rgba();
+    let color = |i: usize| {
+        let (r, g, b) = PALETTE[i % PALETTE.len()];
+        RGBColor(r, g, b).to_rgba()
+    };
     for band in &extras.bands {
         let c = color(band.series);
         let pts: Vec<(f64, f64, f64)> = band

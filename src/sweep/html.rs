@@ -46,11 +46,11 @@ pub fn index(report: &SweepReport) -> String {
     for (file, what) in output::plots(report) {
         h += &format!("<p><a href=\"{file}\"><img src=\"{file}\" alt=\"{what}\"></a></p>\n");
     }
-    h += "<h2>Every column</h2>\n<div class=\"scroll\">\n";
+    h += "<h2 id=\"every\">Every column</h2>\n<div class=\"scroll\">\n";
     h += &mark_pick(text::table(report, true).to_html(), report);
     h += "</div>\n";
     h += &format!("<pre>{}</pre>\n", lines(&text::key(report, true)));
-    h += "<h2>Run settings</h2>\n";
+    h += "<h2 id=\"settings\">Run settings</h2>\n";
     let settings = serde_json::json!({
         "memory": report.config,
         "probe": report.probe,

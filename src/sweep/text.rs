@@ -84,11 +84,11 @@ fn capacity_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
         let best_note = if best.block_size == def || cap(best) <= cap(d) {
             String::new()
         } else {
-            format!("; {} nominally {}", best.block_size, rps(cap(best)))
+            format!(", {} nominally {}", best.block_size, rps(cap(best)))
         };
         format!(
-            "no block size sustains more req/s within the SLOs beyond the noise: 16 holds {} \
-             ({} over ±{:.0}% efficiency){best_note}",
+            "no block size sustains more load within the SLOs beyond the noise: 16 holds {} req/s \
+             ({} at ±{:.0}% efficiency){best_note}",
             rps(cap(d)),
             band(d),
             100.0
