@@ -67,6 +67,10 @@ fn bad_input_is_one_line_and_exit_code_2() {
             "fp8_e4m3".into(),
         ],
         vec!["--kv-dtype".into(), "int4".into()],
+        vec!["--slo-ttft".into(), "0".into()],
+        vec!["--slo-tpot".into(), "nan".into()],
+        vec!["--slo-attainment".into(), "1.5".into()],
+        vec!["--capacity-requests".into(), "0".into()],
         vec!["--kv-dtype".into(), "f16,fp8_e4m3,f16".into()],
         // A 1 MiB probe holds fewer than 256 tokens of 32 KV heads.
         vec![
@@ -440,11 +444,13 @@ fn capacity_pick(v: &serde_json::Value) -> u64 {
     let figures: Vec<(u64, f64, f64, f64)> = e2e
         .iter()
         .map(|e| {
+            // The band holds the nominal figure (each search is exact to its resolution only).
+            let nominal = scale(e, "capacity");
             (
                 e["block_size"].as_u64().unwrap(),
-                scale(e, "capacity"),
-                scale(e, "capacity_low"),
-                scale(e, "capacity_high"),
+                nominal,
+                scale(e, "capacity_low").min(nominal),
+                scale(e, "capacity_high").max(nominal),
             )
         })
         .collect();

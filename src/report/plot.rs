@@ -179,12 +179,39 @@ pub fn line_plot_with(
     let ty = move |v: f64| if ylog { v.log10() } else { v };
     let yok = move |v: f64| v.is_finite() && (!ylog || v > 0.0);
 
-    let longest = series
+    let data: Vec<Vec<(f64, f64)>> = series
         .iter()
-        .map(|s| s.name.chars().count())
-        .max()
-        .unwrap_or(0);
-    let legend_w = (longest as u32 * 8 + 60).clamp(160, 380);
+        .map(|s| {
+            s.points
+                .iter()
+                .filter(|(a, b)| ok(*a) && yok(*b))
+                .map(|&(a, b)| (tx(a), ty(b)))
+                .collect()
+        })
+        .collect();
+    // A series drawn over an earlier one it matches (within 1% of the axis) is dashed, so the
+    // earlier one shows through and the legend says so.
+    let same_as: Vec<Option<usize>> = (0..data.len())
+        .map(|i| {
+            (0..i).find(|&j| {
+                !data[i].is_empty()
+                    && data[i].len() == data[j].len()
+                    && data[i].iter().zip(&data[j]).all(|(p, q)| {
+                        (p.0 - q.0).abs() < 1e-9 && (p.1 - q.1).abs() <= 0.01 * (y1 - y0)
+                    })
+            })
+        })
+        .collect();
+    let names: Vec<String> = series
+        .iter()
+        .zip(&same_as)
+        .map(|(s, same)| match same {
+            Some(j) => format!("{} (dashed: on {})", s.name, series[*j].name),
+            None => s.name.clone(),
+        })
+        .collect();
+    let longest = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    let legend_w = (longest as u32 * 7 + 60).clamp(160, 640);
     let (w, h) = (900 + legend_w, 560u32);
     let root = SVGBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -251,16 +278,14 @@ pub fn line_plot_with(
             RGBColor(90, 90, 90).stroke_width(1),
         ))?;
     }
-    for (i, s) in series.iter().enumerate() {
+    for (i, d) in data.iter().enumerate() {
         let c = color(i);
-        let data: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .filter(|(a, b)| ok(*a) && yok(*b))
-            .map(|&(a, b)| (tx(a), ty(b)))
-            .collect();
-        chart.draw_series(LineSeries::new(data.clone(), c.stroke_width(2)))?;
-        chart.draw_series(data.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+        if same_as[i].is_some() {
+            chart.draw_series(DashedLineSeries::new(d.clone(), 8, 6, c.stroke_width(2)))?;
+        } else {
+            chart.draw_series(LineSeries::new(d.clone(), c.stroke_width(2)))?;
+        }
+        chart.draw_series(d.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
     }
     // Mark labels along the top edge of the plot, inside it, stacked when marks share an x.
     for (k, m) in extras.marks.iter().enumerate() {
@@ -280,7 +305,7 @@ pub fn line_plot_with(
     }
     // The legend panel: one line per series, then what the shading and dashes mean.
     let mut y = 40;
-    for (i, s) in series.iter().enumerate() {
+    for i in 0..series.len() {
         let c = color(i);
         let shaded = extras.bands.iter().any(|b| b.series == i);
         if shaded {
@@ -289,9 +314,16 @@ pub fn line_plot_with(
                 c.mix(0.18).filled(),
             ))?;
         }
-        legend_area.draw(&PathElement::new(vec![(8, y), (36, y)], c.stroke_width(2)))?;
+        let segments: &[(i32, i32)] = if same_as[i].is_some() {
+            &[(8, 16), (22, 30)]
+        } else {
+            &[(8, 36)]
+        };
+        for &(a, b) in segments {
+            legend_area.draw(&PathElement::new(vec![(a, y), (b, y)], c.stroke_width(2)))?;
+        }
         legend_area.draw(&Text::new(
-            s.name.clone(),
+            names[i].clone(),
             (44, y - 7),
             ("sans-serif", 14).into_font(),
         ))?;

@@ -67,13 +67,16 @@ pub struct EndToEnd {
 }
 
 impl EndToEnd {
-    /// The capacity (rate scales) with its band, for [`super::recommend`].
+    /// The capacity (rate scales) with its band, for [`super::recommend`]. The band holds the
+    /// nominal figure too: each search is exact only to its resolution, and attainment need not
+    /// fall monotonically with efficiency, so a low-end search can land a step above the nominal.
     pub fn banded(&self) -> Banded {
+        let nominal = self.capacity.rate_scale;
         Banded {
             block_size: self.block_size,
-            nominal: self.capacity.rate_scale,
-            low: self.capacity_low.rate_scale,
-            high: self.capacity_high.rate_scale,
+            nominal,
+            low: self.capacity_low.rate_scale.min(nominal),
+            high: self.capacity_high.rate_scale.max(nominal),
         }
     }
 }

@@ -393,8 +393,9 @@ pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd], bas
             row.e2e_kv_peak = Some(e.natural.kv_peak);
             row.slo_capacity_rps = Some(e.capacity.rate_scale * base_rps);
             row.slo_capacity_rate_scale = Some(e.capacity.rate_scale);
-            row.slo_capacity_low_rps = Some(e.capacity_low.rate_scale * base_rps);
-            row.slo_capacity_high_rps = Some(e.capacity_high.rate_scale * base_rps);
+            let band = e.banded();
+            row.slo_capacity_low_rps = Some(band.low * base_rps);
+            row.slo_capacity_high_rps = Some(band.high * base_rps);
             let at = e.capacity.at.as_ref();
             row.goodput_at_capacity_rps = at.map(|a| a.goodput_rps);
             row.kv_peak_at_capacity = at.map(|a| a.kv_peak);

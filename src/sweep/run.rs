@@ -44,12 +44,15 @@ impl Progress for NoProgress {
 const PROXY: &str = "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best";
 
 /// Runs the sweep `config` asks for. Settings are checked in the order the CLI lists its errors:
-/// the model, the pool, the workload, the replay, the device, the probes.
+/// the model, the pool, the workload, the replay, the SLOs, the device, the probes.
 pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
     let m = config.model.shape()?;
     let (pool_bytes, pool_source) = config.pool(&m)?;
     let (requests, workload_name) = config.workload()?;
     let memory = config.memory_config(&m, pool_bytes)?;
+    let slo = config.slo()?;
+    let search = config.search_limits();
+    let window = config.capacity_requests()?;
     let mut rows = memory_rows(&requests, &memory)?;
 
     let device = Device::detect(config.device)?;
@@ -84,9 +87,6 @@ pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepR
         probe = Some(opts);
     }
     let noise = apply_proxy(&mut rows);
-    let slo = config.slo()?;
-    let search = config.search_limits();
-    let window = config.capacity_requests()?;
     let (mut e2e, mut settings, mut setup) = (Vec::new(), None, None);
     if config.end_to_end {
         let profile = end_to_end::profile(&rows, &device.name());

@@ -116,7 +116,8 @@ fn proxy_clause(report: &SweepReport, pick: usize) -> String {
     )
 }
 
-/// The setting: device, model, pool (naming the GPU it sizes), workload, SLOs.
+/// The setting: device, model, pool (naming the GPU it sizes), workload, SLOs; one line each
+/// (unwrapped: [`wrap`] them for a terminal).
 pub fn setting(report: &SweepReport) -> Vec<String> {
     let m = &report.model;
     let mut lines = vec![
@@ -158,7 +159,7 @@ pub fn setting(report: &SweepReport) -> Vec<String> {
             }
         ));
     }
-    lines.iter().flat_map(|l| wrap(l, WIDTH)).collect()
+    lines
 }
 
 /// A column: header, key text, and the cell of a row.

@@ -294,7 +294,9 @@ fn print_text(report: &SweepReport, out: Option<&PathBuf>, wide: bool) {
     println!("{}", text::verdict(report));
     println!();
     for l in text::setting(report) {
-        println!("{l}");
+        for w in text::wrap(&l, text::WIDTH) {
+            println!("{w}");
+        }
     }
     println!();
     print!("{}", text::table(report, wide));
