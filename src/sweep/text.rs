@@ -209,7 +209,7 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
     if wide {
         c.push(col(
             "concurrent",
-            "requests of the trace's mean length the pool holds at once (exact)",
+            "the pool's blocks over the mean blocks a request of the trace holds at full length (exact)",
             |r| format!("{:.1}", r.concurrent_requests),
         ));
         c.push(col(
@@ -219,7 +219,7 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
         ));
         c.push(col(
             "prefix lost",
-            "shared prefix tokens not reusable because they end inside a partial block",
+            "shared prefix tokens (multi-turn conversations) in partial blocks, so not shared",
             |r| {
                 r.prefix_share_lost_pct
                     .map_or("-".into(), |x| format!("{x:.2}%"))
