@@ -1,7 +1,9 @@
 //! `pagedkv sweep` end to end: bad input exits 2 with one line; JSON carries the promised keys and
 //! figures that agree with a count made here from the trace file; the recommendation follows the
-//! end-to-end rule (recomputed here from the JSON), the proxy's pick the proxy rule; `--out` writes
-//! every file. Tiny probe pools and truncated traces keep it fast.
+//! one rule (recomputed here from the JSON) over the SLO capacity, or over the proxy when end to
+//! end is skipped; the text starts with the verdict, its default table fits in 100 columns and
+//! marks the rule's pick; `--out` writes every file and an index.html holding the verdict. Tiny
+//! probe pools and truncated traces keep it fast.
 
 mod cli;
 
@@ -65,6 +67,10 @@ fn bad_input_is_one_line_and_exit_code_2() {
             "fp8_e4m3".into(),
         ],
         vec!["--kv-dtype".into(), "int4".into()],
+        vec!["--slo-ttft".into(), "0".into()],
+        vec!["--slo-tpot".into(), "nan".into()],
+        vec!["--slo-attainment".into(), "1.5".into()],
+        vec!["--capacity-requests".into(), "0".into()],
         vec!["--kv-dtype".into(), "f16,fp8_e4m3,f16".into()],
         // A 1 MiB probe holds fewer than 256 tokens of 32 KV heads.
         vec![
@@ -119,9 +125,11 @@ fn quick_json_has_every_key_and_exact_waste() {
     let v = cli::json(&out);
     assert!(v["device"].as_str().unwrap().starts_with("cpu"));
     assert_eq!(v["vllm_default_block_size"], 16);
-    let rec = v["proxy_recommended_block_size"].as_u64().unwrap();
-    assert!(rec.is_power_of_two() && rec <= 256);
-    assert_eq!(v["recommended_block_size"].as_u64(), Some(e2e_pick(&v)));
+    assert_eq!(v["basis"], "SLO capacity");
+    assert_eq!(
+        v["recommended_block_size"].as_u64(),
+        Some(capacity_pick(&v))
+    );
     let rows = v["rows"].as_array().unwrap();
     let sizes: Vec<u64> = rows
         .iter()
@@ -166,10 +174,30 @@ fn quick_json_has_every_key_and_exact_waste() {
             "e2e_output_tokens_per_s",
             "e2e_p99_ttft_s",
             "e2e_p99_tpot_s",
+            "slo_capacity_rps",
+            "slo_capacity_rate_scale",
+            "kv_peak_at_capacity",
+            "goodput_at_capacity_rps",
         ] {
             let x = r[key].as_f64().unwrap();
             assert!(x.is_finite() && x > 0.0, "{key} in {r}");
         }
+        // The capacity in requests per second is the rate scale times the searched requests'
+        // own rate, counted here from the trace's timestamps (the first 300 requests).
+        let base = v["end_to_end_settings"]["base_rps"].as_f64().unwrap();
+        let scale = r["slo_capacity_rate_scale"].as_f64().unwrap();
+        let cap = r["slo_capacity_rps"].as_f64().unwrap();
+        assert!((cap - scale * base).abs() < 1e-9 * cap, "{r}");
+        assert!(
+            (base - rate_from_csv(trace, 300)).abs() < 1e-6 * base,
+            "{base}"
+        );
+        assert!(r["kv_peak_at_capacity"].as_f64().unwrap() <= 1.0);
+        let (lo, hi) = (
+            r["slo_capacity_low_rps"].as_f64().unwrap(),
+            r["slo_capacity_high_rps"].as_f64().unwrap(),
+        );
+        assert!(lo.is_finite() && hi.is_finite() && lo <= hi, "{r}");
     }
     // The end-to-end runs used the efficiency measured at their block size, scaled by 1 -/+ that
     // row's own noise (at least the run's band) for the pessimistic/optimistic runs.
@@ -184,7 +212,7 @@ fn quick_json_has_every_key_and_exact_waste() {
         let own = r["efficiency_noise"].as_f64().unwrap();
         assert_eq!(e["noise"].as_f64().unwrap(), noise.max(own), "{e}");
     }
-    // The recommendation weighs concurrency by attention's fraction (capped at 1), recomputed here.
+    // The proxy weighs concurrency by attention's fraction (capped at 1), recomputed here.
     let raw: Vec<f64> = rows
         .iter()
         .map(|r| {
@@ -193,14 +221,13 @@ fn quick_json_has_every_key_and_exact_waste() {
         })
         .collect();
     let best = raw.iter().copied().fold(0.0, f64::max);
-    let want = rows
-        .iter()
-        .zip(&raw)
-        .filter(|(_, &x)| x >= 0.99 * best)
-        .map(|(r, _)| r["block_size"].as_u64().unwrap())
-        .max();
-    assert_eq!(Some(rec), want);
-    // The noise band: the median row noise (at least 1%), and the block sizes within it.
+    for (r, x) in rows.iter().zip(&raw) {
+        assert!(
+            (r["proxy"].as_f64().unwrap() - x / best).abs() < 1e-12,
+            "{r}"
+        );
+    }
+    // The noise band: the median row noise (at least 1%).
     let mut noise: Vec<f64> = rows
         .iter()
         .map(|r| r["efficiency_noise"].as_f64().unwrap())
@@ -208,25 +235,28 @@ fn quick_json_has_every_key_and_exact_waste() {
     noise.sort_by(f64::total_cmp);
     let tolerance = noise[noise.len() / 2].max(0.01);
     assert!((v["noise_tolerance"].as_f64().unwrap() - tolerance).abs() < 1e-12);
-    let band: Vec<u64> = rows
-        .iter()
-        .zip(&raw)
-        .filter(|(_, &x)| x / best >= 1.0 - tolerance)
-        .map(|(r, _)| r["block_size"].as_u64().unwrap())
+}
+
+/// Requests over the arrival span of the trace's first `first` requests, from its timestamps
+/// (`YYYY-MM-DD hh:mm:ss.fffffff`, all on one day in the shipped trace).
+fn rate_from_csv(path: &str, first: usize) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    let secs: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .take(first)
+        .map(|l| {
+            let time = l.split(',').next().unwrap().split(' ').nth(1).unwrap();
+            let f: Vec<f64> = time.split(':').map(|x| x.parse().unwrap()).collect();
+            3600.0 * f[0] + 60.0 * f[1] + f[2]
+        })
         .collect();
-    let got: Vec<u64> = v["within_noise_block_sizes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b.as_u64().unwrap())
-        .collect();
-    assert_eq!(got, band);
-    assert!(band.contains(&rec));
+    first as f64 / (secs[secs.len() - 1] - secs[0])
 }
 
 #[test]
 fn attention_can_take_its_contexts_from_the_trace_or_be_skipped() {
-    let mut args = vec!["--json", "--attention-trace-context"];
+    let mut args = vec!["--json", "--attention-trace-context", "--no-end-to-end"];
     args.extend(TINY);
     let out = sweep(&args);
     let v = cli::json(&out);
@@ -252,7 +282,7 @@ fn attention_can_take_its_contexts_from_the_trace_or_be_skipped() {
     assert_eq!(v["probe"]["attention"]["num_heads"], 32);
     assert!(v["rows"][0]["attention_gbps"].as_f64().is_some());
 
-    let mut args = vec!["--json", "--no-attention"];
+    let mut args = vec!["--json", "--no-attention", "--no-end-to-end"];
     args.extend(TINY);
     let out = sweep(&args);
     assert!(out.status.success());
@@ -283,15 +313,27 @@ fn out_dir_gets_csv_json_and_plots_and_no_bandwidth_still_recommends() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("<- vLLM default") && text.contains("<- recommended"),
-        "{text}"
-    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sweep.json")).unwrap()).unwrap();
+    let rec = v["recommended_block_size"].as_u64().unwrap();
+    assert_eq!(rec, capacity_pick(&v));
+    check_text(&text, &v);
+    // The report page: the verdict (its first line), the table, every plot it links.
+    let verdict = text.lines().next().unwrap();
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains(&format!("<h1>{verdict}</h1>")), "{html}");
+    assert!(html.contains("<table>") && html.contains(&v["rule"].as_str().unwrap()[..40]));
+    for src in html.split("src=\"").skip(1) {
+        let file = &src[..src.find('"').unwrap()];
+        assert!(dir.join(file).exists(), "{file} linked but not written");
+    }
+    assert!(html.contains("src=\"end_to_end.svg\""));
     for f in [
         "sweep.csv",
         "sweep.json",
         "waste_concurrency.svg",
         "bandwidth.svg",
+        "index.html",
     ] {
         let p = dir.join(f);
         assert!(
@@ -309,23 +351,41 @@ fn out_dir_gets_csv_json_and_plots_and_no_bandwidth_still_recommends() {
     let profile = pagedkv::sim::engine::load_profile(&dir.join("attention_profile.json")).unwrap();
     assert!(profile.measured && profile.efficiency.len() == 9);
 
-    let out = sweep(&["--no-bandwidth", "--json", "--requests", "300"]);
+    // Without the end to end, the same rule over the proxy (concurrency alone here), whose band
+    // is the run's 1% floor: the first line says so.
+    let out = sweep(&[
+        "--no-bandwidth",
+        "--no-end-to-end",
+        "--requests",
+        "300",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["recommended_block_size"].as_u64(), Some(e2e_pick(&v)));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("sweep.json")).unwrap()).unwrap();
+    assert_eq!(v["basis"], "throughput proxy");
     let rows = v["rows"].as_array().unwrap();
     assert!(rows.iter().all(|r| r["gather_gbps"].is_null()));
-    // Concurrency alone: the largest block size within 1% of the best concurrency.
     let best = rows
         .iter()
         .map(|r| r["concurrent_requests"].as_f64().unwrap())
         .fold(0.0, f64::max);
-    let want = rows
+    let figures: Vec<(u64, f64, f64, f64)> = rows
         .iter()
-        .filter(|r| r["concurrent_requests"].as_f64().unwrap() >= 0.99 * best)
-        .map(|r| r["block_size"].as_u64().unwrap())
-        .max();
-    assert_eq!(v["proxy_recommended_block_size"].as_u64(), want);
+        .map(|r| {
+            let p = r["concurrent_requests"].as_f64().unwrap() / best;
+            (r["block_size"].as_u64().unwrap(), p, p * 0.99, p * 1.01)
+        })
+        .collect();
+    assert_eq!(
+        v["recommended_block_size"].as_u64(),
+        Some(rule(&figures, 0.01))
+    );
+    assert!(text.lines().next().unwrap().contains("throughput proxy"));
+    check_text(&text, &v);
+    assert!(!dir.join("end_to_end.svg").exists() || v["end_to_end"].as_array().unwrap().is_empty());
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -342,7 +402,7 @@ fn one_sweep_per_kv_dtype_and_whether_the_pick_moves() {
         assert_eq!(r["model"]["dtype"], dtype);
         assert_eq!(p["kv_dtype"], dtype);
         assert_eq!(p["recommended_block_size"], r["recommended_block_size"]);
-        assert_eq!(r["recommended_block_size"].as_u64(), Some(e2e_pick(r)));
+        assert_eq!(r["recommended_block_size"].as_u64(), Some(capacity_pick(r)));
         // The probes read the dtype asked for.
         assert!(r["rows"][0]["attention_gbps"].as_f64().unwrap() > 0.0);
     }
@@ -360,38 +420,111 @@ fn one_sweep_per_kv_dtype_and_whether_the_pick_moves() {
     assert_eq!(v["summary"]["recommendation_moves"], moves);
 }
 
-/// The end-to-end rule from the JSON: a block size beats 16 when its pessimistic run is no worse
-/// than 16's optimistic run on throughput, p99 TTFT and p99 TPOT (within 0.5%) and better on one
-/// by more than 0.5%; the best such (throughput, then p99 TPOT), else 16.
-fn e2e_pick(v: &serde_json::Value) -> u64 {
+/// The rule, written out here from its statement: vLLM's 16 unless some block size's low end beats
+/// 16's high end by more than `resolution`; then, of those, the highest nominal (ties: the larger
+/// block). `figures`: (block size, nominal, low, high).
+fn rule(figures: &[(u64, f64, f64, f64)], resolution: f64) -> u64 {
+    let def = figures.iter().find(|f| f.0 == 16).unwrap();
+    let mut winners: Vec<&(u64, f64, f64, f64)> = figures
+        .iter()
+        .filter(|f| f.2 > def.3 * (1.0 + resolution))
+        .collect();
+    winners.sort_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+    winners.first().map_or(16, |w| w.0)
+}
+
+/// The rule over the JSON's SLO capacities (rate scales) and their bands.
+fn capacity_pick(v: &serde_json::Value) -> u64 {
     let e2e = v["end_to_end"].as_array().unwrap();
     assert_eq!(e2e.len(), 9);
-    let f = |e: &serde_json::Value, run: &str, k: &str| e[run][k].as_f64().unwrap();
-    let def = e2e.iter().find(|e| e["block_size"] == 16).unwrap();
-    let beats = |e: &serde_json::Value| {
-        let keys = ["output_tokens_per_s", "p99_ttft_s", "p99_tpot_s"];
-        let (x, y): (Vec<f64>, Vec<f64>) = keys
-            .iter()
-            .map(|k| (f(e, "pessimistic", k), f(def, "optimistic", k)))
-            .unzip();
-        let no_worse = x[0] >= y[0] * 0.995 && x[1] <= y[1] * 1.005 && x[2] <= y[2] * 1.005;
-        no_worse && (x[0] > y[0] * 1.005 || x[1] < y[1] * 0.995 || x[2] < y[2] * 0.995)
-    };
-    let mut winners: Vec<&serde_json::Value> = e2e.iter().filter(|e| beats(e)).collect();
-    winners.sort_by(|a, b| {
-        let (ta, tb) = (
-            f(a, "nominal", "output_tokens_per_s"),
-            f(b, "nominal", "output_tokens_per_s"),
-        );
-        if (ta / tb - 1.0).abs() <= 0.005 {
-            f(a, "nominal", "p99_tpot_s").total_cmp(&f(b, "nominal", "p99_tpot_s"))
-        } else {
-            tb.total_cmp(&ta)
-        }
-    });
-    let pick = winners
-        .first()
-        .map_or(16, |w| w["block_size"].as_u64().unwrap());
-    assert_eq!(v["end_to_end_pick"]["block_size"].as_u64(), Some(pick));
+    let scale = |e: &serde_json::Value, k: &str| e[k]["rate_scale"].as_f64().unwrap();
+    let figures: Vec<(u64, f64, f64, f64)> = e2e
+        .iter()
+        .map(|e| {
+            // The band holds the nominal figure (each search is exact to its resolution only).
+            let nominal = scale(e, "capacity");
+            (
+                e["block_size"].as_u64().unwrap(),
+                nominal,
+                scale(e, "capacity_low").min(nominal),
+                scale(e, "capacity_high").max(nominal),
+            )
+        })
+        .collect();
+    let resolution = v["resolution"].as_f64().unwrap();
+    assert_eq!(resolution, v["end_to_end_settings"]["search"]["resolution"]);
+    let pick = rule(&figures, resolution);
+    assert_eq!(v["recommendation"]["block_size"].as_u64(), Some(pick));
     pick
+}
+
+/// The text report: the verdict first (naming the JSON's pick), every line after it within 100
+/// columns, the marker on the recommended row and on 16, and the rule's footnote.
+fn check_text(text: &str, v: &serde_json::Value) {
+    let rec = v["recommended_block_size"].as_u64().unwrap();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap();
+    assert!(
+        first.starts_with(&format!(
+            "recommended block size: {rec} (vLLM's default: 16) — "
+        )),
+        "{first}"
+    );
+    for l in lines {
+        assert!(
+            l.chars().count() <= 100,
+            "{} columns: {l}",
+            l.chars().count()
+        );
+    }
+    let row = |bs: u64| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(&bs.to_string()))
+            .unwrap_or_else(|| panic!("no row {bs} in {text}"))
+    };
+    assert!(row(rec).contains("◀ recommended"), "{text}");
+    assert!(row(16).contains("vLLM's"), "{text}");
+    let marked = text.lines().filter(|l| l.contains("◀ recommended")).count();
+    assert_eq!(marked, 1, "{text}");
+    assert!(text.contains(
+        v["rule"]
+            .as_str()
+            .unwrap()
+            .split(' ')
+            .take(8)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .as_str()
+    ));
+}
+
+#[test]
+fn wide_prints_every_column_and_the_default_table_fewer() {
+    let mut args = vec!["--no-attention", "--quick", "--rounds", "1"];
+    args.extend(TINY);
+    let narrow = sweep(&args);
+    args.push("--wide");
+    let wide = sweep(&args);
+    let header = |o: &std::process::Output| {
+        let t = String::from_utf8_lossy(&o.stdout).to_string();
+        let h = t
+            .lines()
+            .find(|l| l.starts_with("block "))
+            .unwrap()
+            .to_string();
+        h
+    };
+    let (n, w) = (header(&narrow), header(&wide));
+    assert!(w.len() > n.len() + 50, "{n}\n{w}");
+    for col in [
+        "concurrent",
+        "gather thp",
+        "stream 4k",
+        "proxy",
+        "nat tok/s",
+        "× rate",
+    ] {
+        assert!(w.contains(col), "{col}: {w}");
+    }
+    assert!(n.contains("SLO req/s") && n.contains("KV peak"), "{n}");
 }

@@ -1,7 +1,7 @@
-//! Output shared by every command: aligned text tables and SVG line plots.
+//! Output shared by every command: aligned text tables (also as HTML) and SVG line plots.
 
 mod plot;
 mod table;
 
-pub use plot::{line_plot, Axis, Series};
-pub use table::Table;
+pub use plot::{line_plot, line_plot_with, Axis, Band, Extras, Mark, Series};
+pub use table::{escape_html, Table};

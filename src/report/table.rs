@@ -23,6 +23,35 @@ impl Table {
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
+
+    /// The table as an HTML `<table>`, numbers right-aligned (class `num`), text escaped.
+    pub fn to_html(&self) -> String {
+        let cell = |tag: &str, c: &str| {
+            let class = if numeric(c) { " class=\"num\"" } else { "" };
+            format!("<{tag}{class}>{}</{tag}>", escape_html(c))
+        };
+        let mut out = String::from("<table>\n<thead><tr>");
+        for c in &self.header {
+            out += &cell("th", c);
+        }
+        out += "</tr></thead>\n<tbody>\n";
+        for row in &self.rows {
+            out += "<tr>";
+            for c in row {
+                out += &cell("td", c);
+            }
+            out += "</tr>\n";
+        }
+        out + "</tbody>\n</table>\n"
+    }
+}
+
+/// `text` with HTML's special characters escaped.
+pub fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn numeric(cell: &str) -> bool {
@@ -81,5 +110,9 @@ mod tests {
             t.to_string(),
             "policy  hits\n------  -----\nlru         5\ns3fifo  12.5%\n"
         );
+        t.row(["<a & b>", "3"]);
+        let html = t.to_html();
+        assert!(html.contains("<th>policy</th>") && html.contains("<td class=\"num\">12.5%</td>"));
+        assert!(html.contains("<td>&lt;a &amp; b&gt;</td>"), "{html}");
     }
 }

@@ -3,6 +3,7 @@
 //! or what the GPUs leave after the weights), the workload (a trace or synthetic sizes), and the
 //! probes' sizes, whose defaults depend on the device. Every check names the CLI flag it concerns.
 
+use super::capacity::{SearchLimits, SloTargets};
 use super::{
     model, AttentionBatch, DurationModel, MemoryConfig, ModelShape, ProbeOptions, SweepError,
 };
@@ -93,6 +94,11 @@ pub struct SweepConfig {
     pub attention_context: Option<usize>,
     /// Attention's contexts from the workload's first requests (a ragged batch).
     pub attention_trace_context: bool,
+    /// The SLOs the end-to-end capacity is searched against (checked by [`SweepConfig::slo`]).
+    pub slo: SloTargets,
+    /// Requests the capacity search replays (the workload's first); `None`: see
+    /// [`SweepConfig::capacity_requests`].
+    pub capacity_requests: Option<usize>,
 }
 
 fn invalid(message: impl Into<String>) -> SweepError {
@@ -189,16 +195,63 @@ impl SweepConfig {
                 self.gpu_mib
             ))
         })?;
+        let gib = |b: f64| b / (1u64 << 30) as f64;
+        let gpu = if self.gpu_mib == model::H200_MEMORY_MIB {
+            "H200".to_string()
+        } else {
+            "GPU".to_string()
+        };
         Ok((
             bytes,
             format!(
-                "{} × {} MiB × {util} − {:.2} GB weights ({} B params × 2 bytes)",
+                "{} × {gpu} {:.2} GiB ({} MiB) × utilization {util} − {:.2} GiB weights ({} B params × 2 bytes)",
                 self.gpus,
+                gib(self.gpu_mib as f64 * (1u64 << 20) as f64),
                 self.gpu_mib,
-                m.weight_bytes() / 1e9,
+                gib(m.weight_bytes()),
                 m.params_billion
             ),
         ))
+    }
+
+    /// The SLOs, checked: positive objectives, attainment in (0, 1].
+    pub fn slo(&self) -> Result<SloTargets, SweepError> {
+        let s = self.slo;
+        positive("slo-ttft", s.ttft_s)?;
+        positive("slo-tpot", s.tpot_s)?;
+        if !(s.attainment > 0.0 && s.attainment <= 1.0) {
+            return Err(invalid(format!(
+                "--slo-attainment must be in (0, 1], got {}",
+                s.attainment
+            )));
+        }
+        Ok(s)
+    }
+
+    /// How the capacity search looks: 2% resolution in at most 12 engine runs per search; `quick`
+    /// 5% in at most 8.
+    pub fn search_limits(&self) -> SearchLimits {
+        let full = SearchLimits::default();
+        if self.quick {
+            SearchLimits {
+                resolution: 0.05,
+                max_probes: 8,
+                ..full
+            }
+        } else {
+            full
+        }
+    }
+
+    /// Requests the capacity search replays: the workload's first 5000 (`quick` 2000), about 15
+    /// (6) minutes of the Azure conversation trace, so that a search of a dozen engine runs per
+    /// block size and noise end stays within a minute or two on 2 cores.
+    pub fn capacity_requests(&self) -> Result<usize, SweepError> {
+        match self.capacity_requests {
+            Some(0) => Err(invalid("--capacity-requests must be at least 1")),
+            Some(n) => Ok(n),
+            None => Ok(if self.quick { 2000 } else { 5000 }),
+        }
     }
 
     /// The requests, and the workload's name for the report.
@@ -392,6 +445,8 @@ mod tests {
             attention_batch: None,
             attention_context: None,
             attention_trace_context: false,
+            slo: SloTargets::default(),
+            capacity_requests: None,
         }
     }
 
@@ -413,7 +468,7 @@ mod tests {
         assert_eq!(bytes, 48_576_000);
         assert_eq!(
             source,
-            "2 × 1000 MiB × 0.5 − 1.00 GB weights (0.5 B params × 2 bytes)"
+            "2 × GPU 0.98 GiB (1000 MiB) × utilization 0.5 − 0.93 GiB weights (0.5 B params × 2 bytes)"
         );
         c.model.params_billion = Some(0.6);
         let m = c.model.shape().unwrap();

@@ -9,8 +9,10 @@
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
 //!   [`attention_probe`]: the bandwidth side (host buffers of a chosen page size in
 //!   [`crate::device::cpu::pages`]);
-//! - [`end_to_end`]: the engine simulation and the recommendation made from it;
-//! - [`recommend`]: the older throughput proxy (still reported); [`output`]: CSV, JSON and plots;
+//! - [`end_to_end`]: the engine simulation, at the trace's rate and at the [`capacity`] within
+//!   SLOs that the recommendation ([`recommend`]: one rule) rests on; [`proxy`]: the throughput
+//!   proxy (a supporting column); [`text`]: the verdict, tables and key; [`output`]: CSV, JSON,
+//!   plots and `index.html`;
 //! - [`config`]: what a sweep is asked for ([`SweepConfig`], plain values) and its defaults;
 //!   [`run`]: the whole sweep ([`run_sweep`]); [`summary`]: what it reports ([`SweepReport`]).
 
@@ -19,27 +21,29 @@ pub mod config;
 /// Model shapes live in [`crate::kv::model`] (the engine simulator shares them).
 pub use crate::kv::model;
 pub mod bandwidth;
+pub mod capacity;
 pub mod cpu_probe;
 pub mod end_to_end;
 pub mod fragmentation;
 pub mod gpu_probe;
+pub mod html;
 pub mod output;
 pub mod prefix;
+pub mod proxy;
 pub mod recommend;
 pub mod replay;
 pub mod run;
 pub mod summary;
+pub mod text;
 
 pub use attention_probe::AttentionBatch;
 pub use bandwidth::{probes_for, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
+pub use capacity::{SearchLimits, SloTargets};
 pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
 pub use model::ModelShape;
 pub use replay::DurationModel;
 pub use run::{run_sweep, NoProgress, Phase, Progress};
-pub use summary::{
-    comparison_line, end_to_end_line, kv_dtype_summary, limit_medians, KvDtypeSummary,
-    LimitMedians, SweepReport,
-};
+pub use summary::{kv_dtype_summary, limit_medians, KvDtypeSummary, LimitMedians, SweepReport};
 
 use crate::device::DeviceError;
 use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};
@@ -176,14 +180,26 @@ pub struct SweepRow {
     pub efficiency_noise: Option<f64>,
     /// Every probe's figures: one per memory setting (CPU: `thp`, `4k`).
     pub memory: Vec<MemoryBandwidth>,
-    /// The throughput proxy, normalised to the best row (see [`recommend`]).
+    /// The throughput proxy, normalised to the best row (see [`proxy`]).
     pub proxy: f64,
-    /// End to end ([`end_to_end`], nominal efficiency): output tokens per second, p99 time to
-    /// first token and per output token (seconds), preemptions.
+    /// End to end at the trace's own rate ([`end_to_end`], nominal efficiency): output tokens
+    /// per second, p99 time to first token and per output token (seconds), preemptions, peak KV
+    /// use (fraction of the pool).
     pub e2e_output_tokens_per_s: Option<f64>,
     pub e2e_p99_ttft_s: Option<f64>,
     pub e2e_p99_tpot_s: Option<f64>,
     pub e2e_preemptions: Option<u64>,
+    pub e2e_kv_peak: Option<f64>,
+    /// The SLO capacity ([`capacity`], nominal efficiency): requests per second and the trace's
+    /// rate scale; the band's low and high ends (requests per second); at the capacity: goodput
+    /// (requests per second within the SLOs), peak KV use (fraction of the pool), preemptions.
+    pub slo_capacity_rps: Option<f64>,
+    pub slo_capacity_rate_scale: Option<f64>,
+    pub slo_capacity_low_rps: Option<f64>,
+    pub slo_capacity_high_rps: Option<f64>,
+    pub goodput_at_capacity_rps: Option<f64>,
+    pub kv_peak_at_capacity: Option<f64>,
+    pub preemptions_at_capacity: Option<u64>,
 }
 
 impl SweepRow {
@@ -249,6 +265,14 @@ pub fn memory_rows(
                 e2e_p99_ttft_s: None,
                 e2e_p99_tpot_s: None,
                 e2e_preemptions: None,
+                e2e_kv_peak: None,
+                slo_capacity_rps: None,
+                slo_capacity_rate_scale: None,
+                slo_capacity_low_rps: None,
+                slo_capacity_high_rps: None,
+                goodput_at_capacity_rps: None,
+                kv_peak_at_capacity: None,
+                preemptions_at_capacity: None,
             })
         })
         .collect()
@@ -324,48 +348,58 @@ pub fn measure_bandwidth(
     Ok(notes)
 }
 
-/// What [`apply_recommendation`] concluded.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Recommendation {
-    pub block_size: Option<usize>,
-    /// The efficiency's typical noise across rounds (at least 1%).
-    pub noise_tolerance: f64,
-    /// Block sizes whose proxy is within that noise of the best.
-    pub within_noise: Vec<usize>,
-}
-
-/// Fills each row's proxy and returns the recommendation (see [`recommend`]).
-pub fn apply_recommendation(rows: &mut [SweepRow]) -> Recommendation {
-    let inputs: Vec<recommend::ProxyInput> = rows
+/// Fills each row's proxy and returns the run's noise band ([`proxy::tie_tolerance`]).
+pub fn apply_proxy(rows: &mut [SweepRow]) -> f64 {
+    let inputs: Vec<proxy::ProxyInput> = rows
         .iter()
-        .map(|r| recommend::ProxyInput {
+        .map(|r| proxy::ProxyInput {
             block_size: r.block_size,
             concurrent_requests: r.concurrent_requests,
             efficiency: r.efficiency(),
         })
         .collect();
-    let noise: Vec<Option<f64>> = rows.iter().map(|r| r.efficiency_noise).collect();
-    let noise_tolerance = recommend::tie_tolerance(&noise);
-    let (proxy, pick) = recommend::recommend(&inputs, recommend::MIN_TIE_TOLERANCE);
-    let within_noise = recommend::within(&inputs, &proxy, noise_tolerance);
-    for (row, p) in rows.iter_mut().zip(proxy) {
+    for (row, p) in rows.iter_mut().zip(proxy::proxy(&inputs)) {
         row.proxy = p;
     }
-    Recommendation {
-        block_size: pick,
-        noise_tolerance,
-        within_noise,
-    }
+    let noise: Vec<Option<f64>> = rows.iter().map(|r| r.efficiency_noise).collect();
+    proxy::tie_tolerance(&noise)
 }
 
-/// Copies each block size's end-to-end figures into its row.
-pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd]) {
+/// The proxy with its band (`proxy × (1 ± noise)`, each row's own noise, at least `noise`): the
+/// recommendation's figure when end to end is skipped.
+pub fn proxy_banded(rows: &[SweepRow], noise: f64) -> Vec<recommend::Banded> {
+    rows.iter()
+        .map(|r| {
+            let band = noise.max(r.efficiency_noise.unwrap_or(0.0));
+            recommend::Banded {
+                block_size: r.block_size,
+                nominal: r.proxy,
+                low: r.proxy * (1.0 - band),
+                high: r.proxy * (1.0 + band),
+            }
+        })
+        .collect()
+}
+
+/// Copies each block size's end-to-end figures into its row (`base_rps`: rate scale 1 in
+/// requests per second).
+pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd], base_rps: f64) {
     for row in rows {
         if let Some(e) = e2e.iter().find(|e| e.block_size == row.block_size) {
-            row.e2e_output_tokens_per_s = Some(e.nominal.output_tokens_per_s);
-            row.e2e_p99_ttft_s = Some(e.nominal.p99_ttft_s);
-            row.e2e_p99_tpot_s = Some(e.nominal.p99_tpot_s);
-            row.e2e_preemptions = Some(e.preemptions);
+            row.e2e_output_tokens_per_s = Some(e.natural.output_tokens_per_s);
+            row.e2e_p99_ttft_s = Some(e.natural.p99_ttft_s);
+            row.e2e_p99_tpot_s = Some(e.natural.p99_tpot_s);
+            row.e2e_preemptions = Some(e.natural.preemptions);
+            row.e2e_kv_peak = Some(e.natural.kv_peak);
+            row.slo_capacity_rps = Some(e.capacity.rate_scale * base_rps);
+            row.slo_capacity_rate_scale = Some(e.capacity.rate_scale);
+            let band = e.banded();
+            row.slo_capacity_low_rps = Some(band.low * base_rps);
+            row.slo_capacity_high_rps = Some(band.high * base_rps);
+            let at = e.capacity.at.as_ref();
+            row.goodput_at_capacity_rps = at.map(|a| a.goodput_rps);
+            row.kv_peak_at_capacity = at.map(|a| a.kv_peak);
+            row.preemptions_at_capacity = at.map(|a| a.preemptions);
         }
     }
 }
@@ -460,11 +494,11 @@ mod tests {
         assert!((noise(&rows[1]) - 0.5).abs() < 1e-12);
         assert_eq!(rows[0].memory.len(), 1);
         assert_eq!(rows[0].gather_frac_of_stream, Some(0.5));
-        // The noise tolerance follows the measured spread; block size 2 (proxy 1) is the best,
-        // and 1 (0.3 / 0.8 of its efficiency) is outside even that wide band.
-        let rec = apply_recommendation(&mut rows);
-        assert!((rec.noise_tolerance - (2.0 / 3.0 + 0.5) / 2.0).abs() < 1e-12);
-        assert_eq!(rec.block_size, Some(2));
-        assert_eq!(rec.within_noise, vec![2]);
+        // The noise band follows the measured spread; block size 2 (proxy 1) is the best.
+        let noise = apply_proxy(&mut rows);
+        assert!((noise - (2.0 / 3.0 + 0.5) / 2.0).abs() < 1e-12);
+        assert_eq!((rows[0].proxy, rows[1].proxy), (0.3 / 0.8, 1.0));
+        let banded = proxy_banded(&rows, noise);
+        assert!((banded[0].high - 0.375 * (1.0 + 2.0 / 3.0)).abs() < 1e-12);
     }
 }

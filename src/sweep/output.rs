@@ -1,9 +1,13 @@
 //! Sweep output files: `sweep.csv`, `sweep.json`, the SVG plots (`waste_concurrency.svg`,
-//! `bandwidth.svg`, `end_to_end.svg`) and the attention efficiency profile the engine simulator
-//! reads (`attention_profile.json`), all from a [`SweepReport`].
+//! `bandwidth.svg`, `end_to_end.svg`: the SLO capacity), the attention efficiency profile the
+//! engine simulator reads (`attention_profile.json`) and `index.html` ([`super::html`]), all from a
+//! [`SweepReport`].
 
 use super::{MemoryBandwidth, SweepReport, SweepRow};
-use crate::report::{line_plot, Axis, Series};
+use crate::report::{line_plot_with, Axis, Band, Extras, Mark, Series};
+
+/// The report to open in a browser.
+pub const INDEX_HTML: &str = "index.html";
 use serde::Serialize;
 use std::path::Path;
 
@@ -38,6 +42,14 @@ struct RowCells {
     e2e_p99_ttft_s: Option<f64>,
     e2e_p99_tpot_s: Option<f64>,
     e2e_preemptions: Option<u64>,
+    e2e_kv_peak: Option<f64>,
+    slo_capacity_rps: Option<f64>,
+    slo_capacity_rate_scale: Option<f64>,
+    slo_capacity_low_rps: Option<f64>,
+    slo_capacity_high_rps: Option<f64>,
+    goodput_at_capacity_rps: Option<f64>,
+    kv_peak_at_capacity: Option<f64>,
+    preemptions_at_capacity: Option<u64>,
 }
 
 /// The columns of each probe after the first, suffixed with its memory label (`gather_gbps_4k`).
@@ -83,6 +95,14 @@ impl From<&SweepRow> for RowCells {
             e2e_p99_ttft_s: r.e2e_p99_ttft_s,
             e2e_p99_tpot_s: r.e2e_p99_tpot_s,
             e2e_preemptions: r.e2e_preemptions,
+            e2e_kv_peak: r.e2e_kv_peak,
+            slo_capacity_rps: r.slo_capacity_rps,
+            slo_capacity_rate_scale: r.slo_capacity_rate_scale,
+            slo_capacity_low_rps: r.slo_capacity_low_rps,
+            slo_capacity_high_rps: r.slo_capacity_high_rps,
+            goodput_at_capacity_rps: r.goodput_at_capacity_rps,
+            kv_peak_at_capacity: r.kv_peak_at_capacity,
+            preemptions_at_capacity: r.preemptions_at_capacity,
         }
     }
 }
@@ -146,9 +166,36 @@ fn series(name: &str, rows: &[SweepRow], y: impl Fn(&SweepRow) -> Option<f64>) -
     }
 }
 
-/// Writes `sweep.csv`, `sweep.json`, `waste_concurrency.svg`, `bandwidth.svg`, and with bandwidth
-/// measured `attention_profile.json`, with end-to-end runs `end_to_end.svg`, into `dir` (created if
-/// missing); returns the paths written.
+/// The plots' marks: vLLM's 16 and the recommended block size.
+fn marks(report: &SweepReport) -> Vec<Mark> {
+    let mut m = vec![Mark {
+        x: report.vllm_default_block_size as f64,
+        label: format!("{}: vLLM's default", report.vllm_default_block_size),
+    }];
+    if let Some(r) = report.recommended_block_size {
+        m.push(Mark {
+            x: r as f64,
+            label: format!("{r}: recommended"),
+        });
+    }
+    m
+}
+
+/// The SVG plots [`write_all`] writes: (file name, what it shows).
+pub fn plots(report: &SweepReport) -> Vec<(&'static str, &'static str)> {
+    let mut p = vec![
+        ("waste_concurrency.svg", "memory side"),
+        ("bandwidth.svg", "bandwidth fractions"),
+    ];
+    if !report.end_to_end.is_empty() {
+        p.insert(0, ("end_to_end.svg", "SLO capacity"));
+    }
+    p
+}
+
+/// Writes `sweep.csv`, `sweep.json`, `waste_concurrency.svg`, `bandwidth.svg`, with bandwidth
+/// measured `attention_profile.json`, with end-to-end runs `end_to_end.svg`, and `index.html`
+/// into `dir` (created if missing); returns the paths written.
 pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxError> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut written = Vec::new();
@@ -167,102 +214,153 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
             serde_json::to_string_pretty(&profile)? + "\n",
         )?;
     }
+    write(INDEX_HTML, super::html::index(report))?;
 
     let rows = &report.rows;
     let x = Axis::log2("block size (tokens)");
-    // Concurrency as % of the best row, so it shares an axis with waste and prefix loss.
+    let marks = marks(report);
+    // Concurrency lost against the best row, in %, so all three are losses on one axis.
     let best = rows
         .iter()
         .map(|r| r.concurrent_requests)
         .fold(0.0, f64::max);
     let path = dir.join("waste_concurrency.svg");
-    line_plot(
+    line_plot_with(
         &path,
         &format!("{}: memory side ({})", report.model.name, report.workload),
         &x,
-        "%",
+        "% lost (each series its own measure)",
         &[
-            series("internal waste %", rows, |r| Some(r.internal_waste_pct)),
-            series("concurrent requests, % of best", rows, |r| {
-                (best > 0.0).then(|| 100.0 * r.concurrent_requests / best)
+            series("internal waste, % of slots", rows, |r| {
+                Some(r.internal_waste_pct)
             }),
-            series("prefix share lost %", rows, |r| r.prefix_share_lost_pct),
+            series("concurrent requests lost vs the best size, %", rows, |r| {
+                (best > 0.0).then(|| 100.0 * (1.0 - r.concurrent_requests / best))
+            }),
+            series("prefix tokens lost, %", rows, |r| r.prefix_share_lost_pct),
         ],
+        &Extras {
+            marks: marks.clone(),
+            include_zero: true,
+            ..Extras::default()
+        },
     )?;
     written.push(path.display().to_string());
 
     let path = dir.join("bandwidth.svg");
     let mut bw = Vec::new();
+    let mut bands = Vec::new();
     let labels: Vec<String> = rows
         .first()
         .map(|r| r.memory.iter().map(|m| m.memory.clone()).collect())
         .unwrap_or_default();
     for (i, label) in labels.iter().enumerate() {
         let at = |r: &SweepRow| r.memory.get(i).cloned();
-        bw.push(series(&format!("gather / stream ({label})"), rows, |r| {
-            at(r).map(|m| m.gather_frac_of_stream)
-        }));
-        bw.push(series(
-            &format!("gather copy / copy ({label})"),
-            rows,
-            |r| at(r).map(|m| m.gather_copy_frac_of_copy),
-        ));
-        bw.push(series(
-            &format!("attention / stream ({label})"),
-            rows,
-            |r| at(r).and_then(|m| m.attention_frac_of_stream),
-        ));
-    }
-    bw.retain(|s| !s.points.is_empty());
-    if !report.end_to_end.is_empty() {
-        let path = dir.join("end_to_end.svg");
-        let e2e = &report.end_to_end;
-        let pts = |f: &dyn Fn(&super::end_to_end::EndToEnd) -> f64| -> Vec<(f64, f64)> {
-            e2e.iter().map(|e| (e.block_size as f64, f(e))).collect()
-        };
-        let def = e2e
+        // The efficiency the recommendation uses carries the measured noise band.
+        let attention = rows
             .iter()
-            .find(|e| e.block_size == super::VLLM_DEFAULT_BLOCK_SIZE);
-        let rel = |f: fn(&super::end_to_end::Figures) -> f64| {
-            let base = def.map_or(f64::NAN, |d| f(&d.nominal));
-            pts(&move |e| 100.0 * f(&e.nominal) / base)
+            .any(|r| at(r).and_then(|m| m.attention_frac_of_stream).is_some());
+        let band = |f: fn(&MemoryBandwidth) -> Option<f64>| Band {
+            series: 0,
+            points: rows
+                .iter()
+                .filter_map(|r| {
+                    let m = at(r)?;
+                    let (v, n) = (f(&m)?, m.efficiency_noise?);
+                    Some((r.block_size as f64, (v * (1.0 - n)).max(0.0), v * (1.0 + n)))
+                })
+                .collect(),
         };
-        line_plot(
-            &path,
-            &format!(
-                "{}: end to end, % of block size 16 ({})",
-                report.model.name, report.workload
-            ),
-            &x,
-            "% of block size 16",
-            &[
-                Series {
-                    name: "output tokens/s".into(),
-                    points: rel(|f| f.output_tokens_per_s),
-                },
-                Series {
-                    name: "p99 TTFT".into(),
-                    points: rel(|f| f.p99_ttft_s),
-                },
-                Series {
-                    name: "p99 TPOT".into(),
-                    points: rel(|f| f.p99_tpot_s),
-                },
-            ],
-        )?;
-        written.push(path.display().to_string());
+        let mut push = |s: Series, b: Option<Band>| {
+            if s.points.is_empty() {
+                return;
+            }
+            if let Some(mut b) = b {
+                b.series = bw.len();
+                bands.push(b);
+            }
+            bw.push(s);
+        };
+        push(
+            series(&format!("attention / stream ({label})"), rows, |r| {
+                at(r).and_then(|m| m.attention_frac_of_stream)
+            }),
+            attention.then(|| band(|m| m.attention_frac_of_stream)),
+        );
+        push(
+            series(&format!("gather / stream ({label})"), rows, |r| {
+                at(r).map(|m| m.gather_frac_of_stream)
+            }),
+            (!attention).then(|| band(|m| Some(m.gather_frac_of_stream))),
+        );
+        push(
+            series(&format!("gather copy / copy ({label})"), rows, |r| {
+                at(r).map(|m| m.gather_copy_frac_of_copy)
+            }),
+            None,
+        );
     }
-    line_plot(
+    line_plot_with(
         &path,
         &format!(
-            "{}: bandwidth fraction on {}",
+            "{}: bandwidth as a fraction of the limit measured beside it, {}",
             report.model.name, report.device
         ),
         &x,
         "fraction of the limit",
         &bw,
+        &Extras {
+            bands,
+            marks: marks.clone(),
+            include_zero: false,
+        },
     )?;
     written.push(path.display().to_string());
+
+    if !report.end_to_end.is_empty() {
+        let path = dir.join("end_to_end.svg");
+        let slo = report
+            .end_to_end_settings
+            .map(|s| s.slo)
+            .unwrap_or_default();
+        let capacity = series("SLO capacity, req/s", rows, |r| r.slo_capacity_rps);
+        let goodput = series("goodput at capacity, req/s", rows, |r| {
+            r.goodput_at_capacity_rps
+        });
+        let band = Band {
+            series: 0,
+            points: rows
+                .iter()
+                .filter_map(|r| {
+                    Some((
+                        r.block_size as f64,
+                        r.slo_capacity_low_rps?,
+                        r.slo_capacity_high_rps?,
+                    ))
+                })
+                .collect(),
+        };
+        line_plot_with(
+            &path,
+            &format!(
+                "{}: SLO capacity (≥{:.0}% of requests at TTFT ≤ {} s, TPOT ≤ {} ms), simulated {}",
+                report.model.name,
+                100.0 * slo.attainment,
+                slo.ttft_s,
+                1e3 * slo.tpot_s,
+                report.engine_gpu
+            ),
+            &x,
+            "requests per second",
+            &[capacity, goodput],
+            &Extras {
+                bands: vec![band],
+                marks,
+                include_zero: false,
+            },
+        )?;
+        written.push(path.display().to_string());
+    }
     Ok(written)
 }
 
@@ -315,6 +413,14 @@ mod tests {
             e2e_p99_ttft_s: None,
             e2e_p99_tpot_s: None,
             e2e_preemptions: Some(2),
+            e2e_kv_peak: None,
+            slo_capacity_rps: Some(31.5),
+            slo_capacity_rate_scale: Some(5.0),
+            slo_capacity_low_rps: None,
+            slo_capacity_high_rps: None,
+            goodput_at_capacity_rps: None,
+            kv_peak_at_capacity: Some(0.25),
+            preemptions_at_capacity: Some(0),
         }
     }
 
@@ -327,12 +433,13 @@ mod tests {
         let text = csv(&rows).unwrap();
         let mut r = csv::Reader::from_reader(text.as_bytes());
         let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-        assert_eq!(header.len(), 26 + 9);
+        assert_eq!(header.len(), 34 + 9);
         assert_eq!(header[0], "block_size");
         assert_eq!(header[21], "proxy");
         assert_eq!(header[25], "e2e_preemptions");
-        assert_eq!(header[26], "gather_gbps_4k");
-        assert_eq!(header[34], "attention_frac_of_stream_4k");
+        assert_eq!(header[33], "preemptions_at_capacity");
+        assert_eq!(header[34], "gather_gbps_4k");
+        assert_eq!(header[42], "attention_frac_of_stream_4k");
         let records: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
         assert_eq!(records.len(), 2);
         let cell = |i: usize, name: &str| {
@@ -358,6 +465,8 @@ mod tests {
         let tiny: f64 = cell(0, "block_table_bytes_per_request").parse().unwrap();
         assert_eq!(tiny, 1e-7);
         assert_eq!(cell(1, "e2e_preemptions"), "2");
+        assert_eq!(cell(0, "slo_capacity_rps"), "31.5");
+        assert_eq!(cell(0, "kv_peak_at_capacity"), "0.25");
         // No rows: the header alone. Rows with different probes: an error, not a ragged file.
         assert_eq!(csv(&[]).unwrap().lines().count(), 1);
         let ragged = [

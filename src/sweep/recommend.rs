@@ -1,142 +1,124 @@
-//! The throughput proxy and the block size it recommends.
+//! The recommendation: one rule over one figure per block size, each with its noise band.
 //!
-//! proxy(B) = concurrent_requests(B) × min(1, efficiency(B)), normalised so the best row is 1, where
-//! efficiency is the fraction of the read-only stream limit that decode reads achieve: paged
-//! attention's when measured, else the read-only paged gather's. Decode is memory-bound, so a step
-//! over a batch costs about (KV bytes read) / (achieved bandwidth); more requests in the pool make
-//! bigger batches, and a lower bandwidth fraction makes every step slower.
-//!
-//! The recommendation is the largest block size whose proxy is within 1% of the best: larger blocks
-//! mean shorter block tables and fewer allocator operations. Without any bandwidth figure,
-//! efficiency counts as 1 for every block size (bigger blocks are assumed never slower), so the
-//! rule picks the largest block size that loses under 1% of the best concurrency.
-//!
-//! Concurrency is exact; the efficiency is measured, and on a shared machine its noise can exceed
-//! the differences between block sizes. The sweep measures that noise (the median over block sizes
-//! of the efficiency's half-range across rounds, relative) and reports, beside the recommendation,
-//! every block size whose proxy is within the noise of the best ([`within`] with
-//! [`tie_tolerance`]): the measurement cannot tell those apart, and the report says so rather than
-//! pretending.
+//! The figure is the SLO capacity ([`super::capacity`]) when the end-to-end runs were made, else
+//! the throughput proxy ([`super::proxy`]); higher is better. Each has a band from the measured
+//! attention efficiency's noise: the figure at efficiency × (1 − noise) and × (1 + noise). The rule
+//! ([`pick`], in words [`rule`]): vLLM's 16, unless some block size's low end beats 16's high end
+//! by more than the resolution (what the figure cannot tell apart even without noise); then, of
+//! those, the one with the highest nominal figure (ties to the larger block: shorter tables). A
+//! block size measured badly can then neither win nor lose on its luck, and 16 stays unless the
+//! evidence against it survives the noise.
 
-/// Rows within 1% of the best proxy count as tied for the recommendation.
-pub const MIN_TIE_TOLERANCE: f64 = 0.01;
+use serde::Serialize;
 
-/// The noise tolerance for rows with these efficiency noises (`None`: not measured): the median
-/// of the measured ones, at least [`MIN_TIE_TOLERANCE`].
-pub fn tie_tolerance(noise: &[Option<f64>]) -> f64 {
-    let measured: Vec<f64> = noise
-        .iter()
-        .flatten()
-        .copied()
-        .filter(|x| x.is_finite())
-        .collect();
-    let typical = crate::stats::median(&measured);
-    if typical.is_nan() {
-        MIN_TIE_TOLERANCE
-    } else {
-        typical.max(MIN_TIE_TOLERANCE)
-    }
-}
-
-/// One row's inputs to the proxy.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ProxyInput {
+/// One block size's figure with its noise band (`low ≤ nominal ≤ high` in the usual case).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Banded {
     pub block_size: usize,
-    pub concurrent_requests: f64,
-    /// Fraction of the stream limit achieved; `None` when not measured.
-    pub efficiency: Option<f64>,
+    pub nominal: f64,
+    pub low: f64,
+    pub high: f64,
 }
 
-/// The normalised proxy of every row (same order), and the recommended block size: the largest whose
-/// proxy is within `tolerance` of the best; `None` when no row has a positive proxy.
-pub fn recommend(rows: &[ProxyInput], tolerance: f64) -> (Vec<f64>, Option<usize>) {
-    let raw: Vec<f64> = rows
-        .iter()
-        .map(|r| {
-            let eff = r.efficiency.map_or(1.0, |e| e.clamp(0.0, 1.0));
-            r.concurrent_requests * eff
-        })
-        .collect();
-    let best = raw.iter().copied().fold(0.0f64, f64::max);
-    if best <= 0.0 || !best.is_finite() {
-        return (vec![0.0; rows.len()], None);
-    }
-    let proxy: Vec<f64> = raw.iter().map(|x| x / best).collect();
-    let pick = rows
-        .iter()
-        .zip(&proxy)
-        .filter(|(_, &p)| p >= 1.0 - tolerance)
-        .map(|(r, _)| r.block_size)
-        .max();
-    (proxy, pick)
+/// What [`pick`] concluded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pick {
+    pub block_size: usize,
+    /// Whether the pick beats vLLM's 16 beyond the noise (else it is 16).
+    pub beats_default: bool,
+    /// Block sizes neither beating 16 nor beaten by it beyond the noise.
+    pub tied_with_default: Vec<usize>,
 }
 
-/// The block sizes whose normalised proxy is within `tolerance` of the best (1.0).
-pub fn within(rows: &[ProxyInput], proxy: &[f64], tolerance: f64) -> Vec<usize> {
-    rows.iter()
-        .zip(proxy)
-        .filter(|(_, &p)| p > 0.0 && p >= 1.0 - tolerance)
-        .map(|(r, _)| r.block_size)
-        .collect()
+/// Whether `a` beats `b` beyond the noise: `a`'s low end above `b`'s high end by more than
+/// `resolution` (relative).
+pub fn beats(a: &Banded, b: &Banded, resolution: f64) -> bool {
+    a.low > b.high * (1.0 + resolution)
+}
+
+/// The rule (see the module docs) among `figures`, against `default` (vLLM's 16); `None` without a
+/// row for `default`.
+pub fn pick(figures: &[Banded], default: usize, resolution: f64) -> Option<Pick> {
+    let def = figures.iter().find(|f| f.block_size == default)?;
+    let winner = figures
+        .iter()
+        .filter(|f| beats(f, def, resolution))
+        .max_by(|a, b| {
+            a.nominal
+                .total_cmp(&b.nominal)
+                .then(a.block_size.cmp(&b.block_size))
+        });
+    Some(Pick {
+        block_size: winner.map_or(default, |w| w.block_size),
+        beats_default: winner.is_some(),
+        tied_with_default: figures
+            .iter()
+            .filter(|f| {
+                f.block_size != default && !beats(f, def, resolution) && !beats(def, f, resolution)
+            })
+            .map(|f| f.block_size)
+            .collect(),
+    })
+}
+
+/// The rule in words, for `figure` (e.g. "SLO capacity") at `resolution`: the footnote the text
+/// report and the HTML report print, the one [`pick`] follows.
+pub fn rule(figure: &str, resolution: f64) -> String {
+    format!(
+        "rule: vLLM's 16 unless another block size's {figure} at the low end of its noise band \
+         (efficiency × (1 − noise)) beats 16's at the high end of 16's band by more than {:.0}%; \
+         then, of those, the highest nominal {figure} (ties: the larger block)",
+        100.0 * resolution
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn row(block_size: usize, conc: f64, eff: Option<f64>) -> ProxyInput {
-        ProxyInput {
+    fn b(block_size: usize, nominal: f64, low: f64, high: f64) -> Banded {
+        Banded {
             block_size,
-            concurrent_requests: conc,
-            efficiency: eff,
+            nominal,
+            low,
+            high,
         }
     }
 
     #[test]
-    fn bandwidth_penalises_small_blocks_and_concurrency_large_ones() {
+    fn only_a_lead_that_survives_the_band_moves_the_pick_off_16() {
+        // 64 is nominally ahead, but its low end (98) is under 16's high end (105).
         let rows = [
-            row(1, 100.0, Some(0.2)),
-            row(16, 99.0, Some(0.8)),
-            row(64, 95.0, Some(1.3)), // above the limit counts as 1: 95
-            row(256, 80.0, Some(1.0)),
+            b(16, 100.0, 95.0, 105.0),
+            b(64, 103.0, 98.0, 108.0),
+            b(1, 60.0, 55.0, 65.0),
         ];
-        let (proxy, pick) = recommend(&rows, MIN_TIE_TOLERANCE);
-        assert_eq!(pick, Some(64));
-        assert_eq!(proxy[2], 1.0);
-        assert_eq!(proxy[0], 20.0 / 95.0);
+        let p = pick(&rows, 16, 0.02).unwrap();
+        assert_eq!((p.block_size, p.beats_default), (16, false));
+        assert_eq!(p.tied_with_default, vec![64]);
+        // 32 and 64 both clear 16's high end by more than 2%: the higher nominal wins; at equal
+        // nominal the larger block does.
+        let rows = [
+            b(16, 100.0, 99.0, 101.0),
+            b(32, 110.0, 104.0, 112.0),
+            b(64, 108.0, 106.0, 109.0),
+            b(128, 110.0, 103.5, 111.0),
+        ];
+        let p = pick(&rows, 16, 0.02).unwrap();
+        assert_eq!((p.block_size, p.beats_default), (128, true));
+        assert!(p.tied_with_default.is_empty());
+        // 3% resolution: only 64's low end (106) clears 101 × 1.03 = 104.03; at 5%, none does.
+        assert_eq!(pick(&rows, 16, 0.03).unwrap().block_size, 64);
+        let p = pick(&rows, 16, 0.05).unwrap();
+        assert_eq!((p.block_size, p.beats_default), (16, false));
+        assert_eq!(p.tied_with_default, vec![32, 64, 128]);
+        assert!(pick(&rows[1..], 16, 0.02).is_none());
     }
 
     #[test]
-    fn ties_go_to_the_larger_block_and_no_bandwidth_means_concurrency_alone() {
-        let rows = [
-            row(1, 100.0, None),
-            row(8, 99.5, None),
-            row(16, 99.2, None),
-            row(32, 98.0, None),
-        ];
-        assert_eq!(recommend(&rows, MIN_TIE_TOLERANCE).1, Some(16));
-        let rows = [row(1, 0.0, None), row(2, 0.0, Some(0.5))];
-        assert_eq!(recommend(&rows, MIN_TIE_TOLERANCE).1, None);
-    }
-
-    #[test]
-    fn noise_widens_the_set_the_measurement_cannot_tell_apart() {
-        let rows = [
-            row(8, 100.0, Some(0.70)),
-            row(16, 99.0, Some(0.66)),
-            row(32, 98.0, Some(0.50)),
-        ];
-        // 16's proxy is 65.34 / 70 = 0.933: within the noise only when it is at least 6.7%.
-        let (proxy, pick) = recommend(&rows, MIN_TIE_TOLERANCE);
-        assert_eq!(pick, Some(8));
-        assert_eq!(within(&rows, &proxy, 0.01), vec![8]);
-        assert_eq!(within(&rows, &proxy, 0.07), vec![8, 16]);
-        assert_eq!(within(&rows, &proxy, 0.5), vec![8, 16, 32]);
-        assert_eq!(tie_tolerance(&[None, None]), MIN_TIE_TOLERANCE);
-        assert_eq!(
-            tie_tolerance(&[Some(0.001), None, Some(0.002)]),
-            MIN_TIE_TOLERANCE
-        );
-        assert_eq!(tie_tolerance(&[Some(0.05), Some(0.07), Some(0.2)]), 0.07);
+    fn the_rule_in_words_names_the_figure_and_the_resolution() {
+        let r = rule("SLO capacity", 0.02);
+        assert!(r.starts_with("rule: vLLM's 16 unless") && r.contains("SLO capacity"));
+        assert!(r.contains("by more than 2%"), "{r}");
     }
 }

@@ -3,8 +3,8 @@
 //! end-to-end engine runs that make the final one.
 
 use super::{
-    apply_end_to_end, apply_recommendation, end_to_end, measure_bandwidth, memory_rows, probes_for,
-    SweepConfig, SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
+    apply_end_to_end, apply_proxy, end_to_end, measure_bandwidth, memory_rows, probes_for,
+    proxy_banded, recommend, SweepConfig, SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
 };
 use crate::device::Device;
 use crate::workload::azure::Request;
@@ -14,7 +14,9 @@ use crate::workload::azure::Request;
 pub enum Phase {
     /// Every probe at every block size, round after round; each step carries a label.
     Bandwidth,
-    /// Three engine runs per block size, in parallel; the steps carry no label.
+    /// The engine runs: one at the trace's rate and three SLO capacity searches per block size,
+    /// in parallel (the step count is the searches' bound: fewer steps may come); the steps carry
+    /// no label.
     EndToEnd,
 }
 
@@ -39,15 +41,18 @@ impl Progress for NoProgress {
 }
 
 /// What the throughput proxy computes, for the report.
-const PROXY: &str = "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best; recommended = largest block size within 1% of the best";
+const PROXY: &str = "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best";
 
 /// Runs the sweep `config` asks for. Settings are checked in the order the CLI lists its errors:
-/// the model, the pool, the workload, the replay, the device, the probes.
+/// the model, the pool, the workload, the replay, the SLOs, the device, the probes.
 pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
     let m = config.model.shape()?;
     let (pool_bytes, pool_source) = config.pool(&m)?;
     let (requests, workload_name) = config.workload()?;
     let memory = config.memory_config(&m, pool_bytes)?;
+    let slo = config.slo()?;
+    let search = config.search_limits();
+    let window = config.capacity_requests()?;
     let mut rows = memory_rows(&requests, &memory)?;
 
     let device = Device::detect(config.device)?;
@@ -81,46 +86,66 @@ pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepR
         }
         probe = Some(opts);
     }
-    let rec = apply_recommendation(&mut rows);
-    let (mut e2e, mut pick, mut setup) = (Vec::new(), None, None);
+    let noise = apply_proxy(&mut rows);
+    let (mut e2e, mut settings, mut setup) = (Vec::new(), None, None);
     if config.end_to_end {
         let profile = end_to_end::profile(&rows, &device.name());
-        progress.begin(Phase::EndToEnd, 3 * rows.len() as u64);
+        let bound = rows.len() * (3 * search.max_probes + 1);
+        progress.begin(Phase::EndToEnd, bound as u64);
         let runs = end_to_end::run(
             &rows,
             &requests,
             &m,
             config.gpus,
             &profile,
-            rec.noise_tolerance,
+            noise,
+            &slo,
+            &search,
+            window,
             &|| progress.step(Phase::EndToEnd, ""),
         );
         progress.end(Phase::EndToEnd);
-        e2e = runs?;
-        apply_end_to_end(&mut rows, &e2e);
-        pick = end_to_end::pick(&e2e);
+        let (runs, s) = runs?;
+        apply_end_to_end(&mut rows, &runs, s.base_rps);
+        e2e = runs;
+        settings = Some(s);
         setup = Some(format!(
-            "the workload's arrivals through a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
+            "a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
             config.gpus.max(1),
             end_to_end::STEP_OVERHEAD_S * 1e3,
             profile.device,
             profile.source,
             if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
-            100.0 * rec.noise_tolerance,
+            100.0 * noise,
         ));
     }
+    // One rule over one figure: the SLO capacity when end to end ran, else the proxy.
+    let (basis, figures, resolution) = if e2e.is_empty() {
+        (
+            "throughput proxy",
+            proxy_banded(&rows, noise),
+            super::proxy::MIN_TIE_TOLERANCE,
+        )
+    } else {
+        let banded = e2e.iter().map(|e| e.banded()).collect();
+        ("SLO capacity", banded, search.resolution)
+    };
+    let pick = recommend::pick(&figures, VLLM_DEFAULT_BLOCK_SIZE, resolution);
     let n = requests.len() as f64;
     let mean = |f: fn(&Request) -> u32| requests.iter().map(|r| f(r) as f64).sum::<f64>() / n;
     Ok(SweepReport {
         device: device.name(),
-        recommended_block_size: pick.as_ref().map(|p| p.block_size).or(rec.block_size),
-        proxy_recommended_block_size: rec.block_size,
+        recommended_block_size: pick.as_ref().map(|p| p.block_size),
+        recommendation: pick,
+        basis: basis.into(),
+        rule: recommend::rule(basis, resolution),
+        resolution,
         vllm_default_block_size: VLLM_DEFAULT_BLOCK_SIZE,
-        noise_tolerance: rec.noise_tolerance,
-        within_noise_block_sizes: rec.within_noise,
+        noise_tolerance: noise,
         model: m,
         pool_bytes,
         pool_source,
+        engine_gpu: end_to_end::PRESET.to_uppercase(),
         workload: workload_name,
         requests: requests.len(),
         mean_prompt_tokens: mean(|r| r.prompt_tokens),
@@ -129,7 +154,7 @@ pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepR
         probe,
         proxy: PROXY.into(),
         end_to_end: e2e,
-        end_to_end_pick: pick,
+        end_to_end_settings: settings,
         end_to_end_setup: setup,
         notes,
         rows,

@@ -6,10 +6,9 @@ use crate::{count, count_u64, CmdResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use pagedkv::device::DeviceChoice;
 use pagedkv::kv::Dtype;
-use pagedkv::report::Table;
 use pagedkv::sweep::{
-    self, model, output, run_sweep, ModelChoice, Phase, Progress, SweepConfig, SweepReport,
-    SweepRow, WorkloadChoice,
+    self, capacity, model, output, run_sweep, text, ModelChoice, Phase, Progress, SloTargets,
+    SweepConfig, SweepReport, WorkloadChoice,
 };
 use pagedkv::workload::synthetic::SizeDist;
 use std::path::PathBuf;
@@ -111,6 +110,24 @@ pub struct Args {
     /// Skip the end-to-end engine simulation (the proxy then recommends).
     #[arg(long)]
     no_end_to_end: bool,
+    /// SLO on time to first token, seconds (default: MLPerf's Llama-3.1-8B server target; see
+    /// the README).
+    #[arg(long, default_value_t = capacity::DEFAULT_SLO.ttft_s)]
+    slo_ttft: f64,
+    /// SLO on time per output token, seconds (default: MLPerf's Llama-3.1-8B server target).
+    #[arg(long, default_value_t = capacity::DEFAULT_SLO.tpot_s)]
+    slo_tpot: f64,
+    /// Share of requests that must meet both SLOs for a rate to count as sustained (DistServe's
+    /// 90%; 0.99 asks the p99 to meet them, as MLPerf does).
+    #[arg(long, default_value_t = capacity::DEFAULT_SLO.attainment)]
+    slo_attainment: f64,
+    /// Requests the SLO capacity search replays, the workload's first [default: 5000, --quick
+    /// 2000].
+    #[arg(long)]
+    capacity_requests: Option<usize>,
+    /// Print every column (the default table keeps those that carry the answer, in 100 columns).
+    #[arg(long)]
+    wide: bool,
     /// Sequences in attention's decode batch (default: CPU 8, --quick 4; GPU 64, --quick 32).
     #[arg(long, value_parser = count(0..))]
     attention_batch: Option<usize>,
@@ -125,7 +142,8 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Write sweep.csv, sweep.json and SVG plots into this directory.
+    /// Write sweep.csv, sweep.json, SVG plots and index.html (the report to open in a browser)
+    /// into this directory.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -172,6 +190,12 @@ impl Args {
             attention_batch: self.attention_batch,
             attention_context: self.attention_context,
             attention_trace_context: self.attention_trace_context,
+            slo: SloTargets {
+                ttft_s: self.slo_ttft,
+                tpot_s: self.slo_tpot,
+                attainment: self.slo_attainment,
+            },
+            capacity_requests: self.capacity_requests,
         }
     }
 }
@@ -183,7 +207,7 @@ impl Progress for Bars {
     fn begin(&self, phase: Phase, steps: u64) {
         let template = match phase {
             Phase::Bandwidth => "{bar:30} {pos}/{len} {msg} [{elapsed}]",
-            Phase::EndToEnd => "{bar:30} {pos}/{len} engine runs [{elapsed}]",
+            Phase::EndToEnd => "{bar:30} {pos}/{len} engine runs (at most) [{elapsed}]",
         };
         let bar = ProgressBar::new(steps);
         bar.set_style(
@@ -223,7 +247,7 @@ pub fn run(args: Args) -> CmdResult {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_text(&report, args.out.as_ref());
+        print_text(&report, args.out.as_ref(), args.wide);
     }
     Ok(())
 }
@@ -246,7 +270,7 @@ fn run_per_kv_dtype(args: Args) -> CmdResult {
         }
         if !args.json {
             println!("=== KV cache {dtype}");
-            print_text(&report, args.out.as_ref());
+            print_text(&report, args.out.as_ref(), args.wide);
             println!();
         }
         reports.push(report);
@@ -266,124 +290,29 @@ fn run_per_kv_dtype(args: Args) -> CmdResult {
     Ok(())
 }
 
-fn opt(x: Option<f64>, digits: usize) -> String {
-    x.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
-}
-
-fn print_text(report: &SweepReport, out: Option<&PathBuf>) {
-    let m = &report.model;
-    println!("device: {}", report.device);
-    println!(
-        "model: {} ({} layers, {} KV heads, head dim {}, {}; {} KiB of KV per token)",
-        m.name,
-        m.layers,
-        m.kv_heads,
-        m.head_dim,
-        m.dtype,
-        m.kv_bytes_per_token() / 1024
-    );
-    println!(
-        "pool: {:.2} GiB = {}",
-        report.pool_bytes as f64 / (1u64 << 30) as f64,
-        report.pool_source
-    );
-    println!(
-        "workload: {} — {} requests, mean prompt {:.0}, mean output {:.0} tokens; prefix sharing over {} turns per conversation",
-        report.workload,
-        report.requests,
-        report.mean_prompt_tokens,
-        report.mean_output_tokens,
-        report.config.turns
-    );
-    let limits = sweep::limit_medians(report);
-    let labels: Vec<&str> = limits.iter().map(|l| l.memory.as_str()).collect();
-    let mut header: Vec<String> = [
-        "block",
-        "waste %",
-        "concurrent",
-        "tw concurrent",
-        "prefix lost %",
-        "table B/req",
-    ]
-    .map(String::from)
-    .to_vec();
-    for l in &labels {
-        header.push(format!("gather GB/s {l}"));
-        header.push(format!("of stream {l}"));
-        header.push(format!("copy-out of copy {l}"));
-    }
-    header.extend(["attention GB/s", "of stream", "± noise", "proxy"].map(String::from));
-    if !report.end_to_end.is_empty() {
-        header.extend(["e2e out tok/s", "p99 TTFT ms", "p99 TPOT ms"].map(String::from));
-    }
-    header.push(String::new());
-    let mut t = Table::new(header);
-    for r in &report.rows {
-        let mut cells = vec![
-            r.block_size.to_string(),
-            format!("{:.2}", r.internal_waste_pct),
-            format!("{:.1}", r.concurrent_requests),
-            opt(r.tw_concurrent_requests, 1),
-            opt(r.prefix_share_lost_pct, 2),
-            format!("{:.0}", r.block_table_bytes_per_request),
-        ];
-        for x in &r.memory {
-            cells.push(format!("{:.2}", x.gather_gbps));
-            cells.push(format!("{:.2}", x.gather_frac_of_stream));
-            cells.push(format!("{:.2}", x.gather_copy_frac_of_copy));
+fn print_text(report: &SweepReport, out: Option<&PathBuf>, wide: bool) {
+    println!("{}", text::verdict(report));
+    println!();
+    for l in text::setting(report) {
+        for w in text::wrap(&l, text::WIDTH) {
+            println!("{w}");
         }
-        cells.push(opt(r.attention_gbps, 2));
-        cells.push(opt(r.attention_frac_of_stream, 2));
-        cells.push(
-            r.efficiency_noise
-                .map_or("-".into(), |n| format!("{:.0}%", 100.0 * n)),
-        );
-        cells.push(format!("{:.3}", r.proxy));
-        if !report.end_to_end.is_empty() {
-            cells.push(opt(r.e2e_output_tokens_per_s, 0));
-            cells.push(opt(r.e2e_p99_ttft_s.map(|x| 1e3 * x), 1));
-            cells.push(opt(r.e2e_p99_tpot_s.map(|x| 1e3 * x), 2));
-        }
-        cells.push(marks(report, r));
-        t.row(cells);
     }
-    print!("{t}");
-    for l in &limits {
-        println!(
-            "limits ({}, median of the per-block-size measurements): copy {} GB/s (read + write), read-only stream {} GB/s (raw words), scalar f16-to-f32 pass {} GB/s (element by element, for reference)",
-            l.memory,
-            opt(l.copy_gbps, 2),
-            opt(l.stream_gbps, 2),
-            opt(l.convert_stream_gbps, 2),
-        );
+    println!();
+    print!("{}", text::table(report, wide));
+    for l in text::key(report, wide) {
+        println!("{l}");
     }
-    for note in &report.notes {
-        println!("note: {note}");
+    for l in text::footer(report) {
+        println!("{l}");
     }
-    println!("proxy: {}", report.proxy);
-    if let Some(setup) = &report.end_to_end_setup {
-        println!("end to end: {setup}");
-    }
-    if let Some(line) = sweep::end_to_end_line(report) {
-        println!("{line}");
-    }
-    println!("{}", sweep::comparison_line(report));
     if let Some(dir) = out {
-        println!(
-            "wrote {}",
-            dir.join("sweep.{csv,json}, waste_concurrency.svg, bandwidth.svg, end_to_end.svg, attention_profile.json")
-                .display()
+        let line = format!(
+            "wrote {} (open it in a browser; CSV, JSON and plots beside it)",
+            dir.join(output::INDEX_HTML).display()
         );
+        for l in text::wrap(&line, text::WIDTH) {
+            println!("{l}");
+        }
     }
-}
-
-fn marks(report: &SweepReport, r: &SweepRow) -> String {
-    let mut m = Vec::new();
-    if r.block_size == report.vllm_default_block_size {
-        m.push("<- vLLM default");
-    }
-    if Some(r.block_size) == report.recommended_block_size {
-        m.push("<- recommended");
-    }
-    m.join(" ")
 }

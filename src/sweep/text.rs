@@ -1,0 +1,544 @@
+//! The sweep's report in words: the verdict (the first line), the setting, the table (the columns
+//! that carry the answer, or all of them), the key that says what each column is and against
+//! which limit, and the lines under it. The CLI prints these; `index.html` shows the same.
+
+use super::{limit_medians, SweepReport, SweepRow};
+use crate::report::Table;
+
+/// The width the default text report fits in.
+pub const WIDTH: usize = 100;
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.digits$}"))
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v))
+}
+
+fn row_at(report: &SweepReport, block_size: usize) -> Option<&SweepRow> {
+    report.rows.iter().find(|r| r.block_size == block_size)
+}
+
+/// Requests per second with as many digits as its size needs (3 significant, at least 1).
+fn rps(x: f64) -> String {
+    let digits = if x >= 100.0 {
+        0
+    } else if x >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{x:.digits$}")
+}
+
+/// The first line of the report: `recommended block size: N (vLLM's default: 16) — why`.
+pub fn verdict(report: &SweepReport) -> String {
+    let Some(pick) = &report.recommendation else {
+        return "recommended block size: none (vLLM's default: 16) — the sweep has no row for 16"
+            .into();
+    };
+    let why = if report.end_to_end.is_empty() {
+        proxy_clause(report, pick.block_size)
+    } else {
+        capacity_clause(report, pick.block_size, pick.beats_default)
+    };
+    format!(
+        "recommended block size: {} (vLLM's default: {}) — {why}",
+        pick.block_size, report.vllm_default_block_size
+    )
+}
+
+fn capacity_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
+    let def = report.vllm_default_block_size;
+    let (Some(p), Some(d)) = (row_at(report, pick), row_at(report, def)) else {
+        return "no end-to-end figures".into();
+    };
+    let cap = |r: &SweepRow| r.slo_capacity_rps.unwrap_or(0.0);
+    let band = |r: &SweepRow| {
+        format!(
+            "{}–{}",
+            rps(r.slo_capacity_low_rps.unwrap_or(0.0)),
+            rps(r.slo_capacity_high_rps.unwrap_or(0.0))
+        )
+    };
+    if report.rows.iter().all(|r| cap(r) == 0.0) {
+        return "no block size meets the SLOs at any rate searched".into();
+    }
+    if beats {
+        format!(
+            "it sustains {} req/s within the SLOs vs 16's {} ({:+.0}%), and beats 16 even across \
+             the efficiency noise ({} vs {} req/s)",
+            rps(cap(p)),
+            rps(cap(d)),
+            100.0 * (cap(p) / cap(d) - 1.0),
+            band(p),
+            band(d),
+        )
+    } else {
+        let best = report
+            .rows
+            .iter()
+            .max_by(|a, b| cap(a).total_cmp(&cap(b)))
+            .unwrap_or(d);
+        let best_note = if best.block_size == def || cap(best) <= cap(d) {
+            String::new()
+        } else {
+            format!(", {} nominally {}", best.block_size, rps(cap(best)))
+        };
+        format!(
+            "no block size sustains more load within the SLOs beyond the noise: 16 holds {} req/s \
+             ({} at ±{:.0}% efficiency){best_note}",
+            rps(cap(d)),
+            band(d),
+            100.0
+                * report
+                    .end_to_end
+                    .iter()
+                    .find(|e| e.block_size == def)
+                    .map_or(0.0, |e| e.noise),
+        )
+    }
+}
+
+fn proxy_clause(report: &SweepReport, pick: usize) -> String {
+    let (Some(p), Some(d)) = (
+        row_at(report, pick),
+        row_at(report, report.vllm_default_block_size),
+    ) else {
+        return "no proxy figures".into();
+    };
+    format!(
+        "end to end skipped, so by the throughput proxy: {:.3} vs 16's {:.3} (noise ±{:.0}%)",
+        p.proxy,
+        d.proxy,
+        100.0 * report.noise_tolerance
+    )
+}
+
+/// The setting: device, model, pool (naming the GPU it sizes), workload, SLOs; one line each
+/// (unwrapped: [`wrap`] them for a terminal).
+pub fn setting(report: &SweepReport) -> Vec<String> {
+    let m = &report.model;
+    let mut lines = vec![
+        format!("device measured: {}", report.device),
+        format!(
+            "model: {} ({} layers, {} KV heads, head dim {}, {}; {} KiB of KV per token)",
+            m.name,
+            m.layers,
+            m.kv_heads,
+            m.head_dim,
+            m.dtype,
+            m.kv_bytes_per_token() / 1024
+        ),
+        format!(
+            "KV pool: {:.2} GiB = {}",
+            report.pool_bytes as f64 / (1u64 << 30) as f64,
+            report.pool_source
+        ),
+        format!(
+            "workload: {} — {} requests, mean prompt {:.0} tokens, mean output {:.0} tokens",
+            report.workload, report.requests, report.mean_prompt_tokens, report.mean_output_tokens
+        ),
+    ];
+    if let Some(s) = &report.end_to_end_settings {
+        lines.push(format!(
+            "SLOs: TTFT ≤ {} s and TPOT ≤ {} ms for ≥ {:.0}% of requests (DistServe's attainment; \
+             MLPerf's Llama-3.1-8B server targets); engine simulated on {}; capacity searched over \
+             the first {} requests (their own rate {} req/s = rate scale 1){}",
+            s.slo.ttft_s,
+            1e3 * s.slo.tpot_s,
+            100.0 * s.slo.attainment,
+            report.engine_gpu,
+            s.capacity_requests,
+            rps(s.base_rps),
+            if s.spaced {
+                " (arrivals spaced 1 s apart: the workload has no times)"
+            } else {
+                ""
+            }
+        ));
+    }
+    lines
+}
+
+/// A column: header, key text, and the cell of a row.
+struct Column {
+    header: String,
+    key: String,
+    cell: Box<dyn Fn(&SweepRow) -> String>,
+}
+
+fn col(header: &str, key: &str, cell: impl Fn(&SweepRow) -> String + 'static) -> Column {
+    Column {
+        header: header.into(),
+        key: key.into(),
+        cell: Box::new(cell),
+    }
+}
+
+/// The table's columns: the default's carry the answer; `wide` adds every other figure.
+fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
+    let e2e = !report.end_to_end.is_empty();
+    let bandwidth = report.rows.iter().any(|r| r.efficiency().is_some());
+    let what = if report
+        .rows
+        .iter()
+        .any(|r| r.attention_frac_of_stream.is_some())
+    {
+        "paged attention's"
+    } else {
+        "the read-only paged gather's"
+    };
+    let mut c = vec![col("block", "tokens per KV block", |r| {
+        r.block_size.to_string()
+    })];
+    if wide {
+        c.push(col(
+            "pool blk",
+            "blocks the KV pool holds at this size",
+            |r| r.pool_blocks.to_string(),
+        ));
+    }
+    c.push(col(
+        "waste",
+        "internal fragmentation: unused slots of the last blocks over all slots allocated, every \
+         request of the trace at its full length (exact)",
+        |r| format!("{:.2}%", r.internal_waste_pct),
+    ));
+    if wide {
+        c.push(col(
+            "concurrent",
+            "the pool's blocks over the mean blocks a request of the trace holds at full length (exact)",
+            |r| format!("{:.1}", r.concurrent_requests),
+        ));
+        c.push(col(
+            "tw concurrent",
+            "the same, weighting each request by how long it stays (replay at --decode-ms)",
+            |r| opt(r.tw_concurrent_requests, 1),
+        ));
+        c.push(col(
+            "prefix lost",
+            "shared prefix tokens (multi-turn conversations) in partial blocks, so not shared",
+            |r| {
+                r.prefix_share_lost_pct
+                    .map_or("-".into(), |x| format!("{x:.2}%"))
+            },
+        ));
+        c.push(col(
+            "table B/req",
+            "block table bytes per request (4-byte entries)",
+            |r| format!("{:.0}", r.block_table_bytes_per_request),
+        ));
+        let labels: Vec<String> = report
+            .rows
+            .first()
+            .map(|r| r.memory.iter().map(|m| m.memory.clone()).collect())
+            .unwrap_or_default();
+        for (i, l) in labels.iter().enumerate() {
+            let at = move |r: &SweepRow, f: fn(&super::MemoryBandwidth) -> f64| {
+                r.memory
+                    .get(i)
+                    .map_or("-".into(), |m| format!("{:.2}", f(m)))
+            };
+            c.push(col(
+                &format!("stream {l}"),
+                &format!("read-only stream limit measured next to this row's gathers ({l}), GB/s"),
+                move |r| at(r, |m| m.stream_gbps),
+            ));
+            c.push(col(
+                &format!("gather {l}"),
+                &format!("read-only paged gather, GB/s ({l})"),
+                move |r| at(r, |m| m.gather_gbps),
+            ));
+            c.push(col(
+                &format!("g/stream {l}"),
+                "the gather over this row's stream limit",
+                move |r| {
+                    r.memory.get(i).map_or("-".into(), |m| {
+                        format!("{:.0}%", 100.0 * m.gather_frac_of_stream)
+                    })
+                },
+            ));
+            c.push(col(
+                &format!("copy/copy {l}"),
+                "paged gather copied out, over the copy limit (read + write) measured beside it",
+                move |r| {
+                    r.memory.get(i).map_or("-".into(), |m| {
+                        format!("{:.0}%", 100.0 * m.gather_copy_frac_of_copy)
+                    })
+                },
+            ));
+        }
+        c.push(col(
+            "attn GB/s",
+            "paged decode attention's KV read rate, GB/s",
+            |r| opt(r.attention_gbps, 2),
+        ));
+    }
+    if bandwidth {
+        c.push(col(
+            "attn ±noise",
+            &format!(
+                "{what} read rate as a share of the read-only stream limit measured beside it \
+                 on this device (median of the rounds), ± half its range over the rounds"
+            ),
+            |r| {
+                let e = r
+                    .efficiency()
+                    .map_or("-".into(), |e| format!("{:.0}%", 100.0 * e));
+                match r.efficiency_noise {
+                    Some(n) => format!("{e} ±{:.0}", 100.0 * n),
+                    None => e,
+                }
+            },
+        ));
+    }
+    if wide || !e2e {
+        c.push(col(
+            "proxy",
+            "throughput proxy: concurrent × min(1, attn), over the best row (supporting only)",
+            |r| format!("{:.3}", r.proxy),
+        ));
+    }
+    if e2e {
+        if wide {
+            c.push(col(
+                "nat tok/s",
+                "at the trace's own rate: output tokens/s",
+                |r| opt(r.e2e_output_tokens_per_s, 0),
+            ));
+            c.push(col(
+                "nat TTFT ms",
+                "at the trace's rate: p99 TTFT, ms",
+                |r| opt(r.e2e_p99_ttft_s.map(|x| 1e3 * x), 1),
+            ));
+            c.push(col(
+                "nat TPOT ms",
+                "at the trace's rate: p99 TPOT, ms",
+                |r| opt(r.e2e_p99_tpot_s.map(|x| 1e3 * x), 2),
+            ));
+            c.push(col(
+                "nat KV",
+                "at the trace's rate: peak share of the pool's blocks in use",
+                |r| pct(r.e2e_kv_peak),
+            ));
+        }
+        let slo = report
+            .end_to_end_settings
+            .map(|s| s.slo)
+            .unwrap_or_default();
+        c.push(col(
+            "SLO req/s",
+            &format!(
+                "SLO capacity: the highest request rate the simulated engine sustains with ≥ {:.0}% \
+                 of requests at TTFT ≤ {} s and TPOT ≤ {} ms (rate-scale search, nominal efficiency)",
+                100.0 * slo.attainment,
+                slo.ttft_s,
+                1e3 * slo.tpot_s
+            ),
+            |r| r.slo_capacity_rps.map_or("-".into(), rps),
+        ));
+        if wide {
+            c.push(col(
+                "× rate",
+                "the capacity as a multiple of the trace's rate",
+                |r| {
+                    r.slo_capacity_rate_scale
+                        .map_or("-".into(), |x| format!("{x:.2}×"))
+                },
+            ));
+        }
+        c.push(col(
+            "band req/s",
+            "the capacity at efficiency × (1 − noise) and × (1 + noise): what the rule compares",
+            |r| match (r.slo_capacity_low_rps, r.slo_capacity_high_rps) {
+                (Some(a), Some(b)) => format!("{}–{}", rps(a), rps(b)),
+                _ => "-".into(),
+            },
+        ));
+        c.push(col(
+            "goodput",
+            "at the capacity: requests/s finished within both SLOs",
+            |r| r.goodput_at_capacity_rps.map_or("-".into(), rps),
+        ));
+        c.push(col(
+            "KV peak",
+            "at the capacity: peak share of the pool's blocks in use",
+            |r| pct(r.kv_peak_at_capacity),
+        ));
+        c.push(col(
+            "preempt",
+            "at the capacity: preemptions (recompute), count over the run",
+            |r| {
+                r.preemptions_at_capacity
+                    .map_or("-".into(), |x| x.to_string())
+            },
+        ));
+    }
+    c
+}
+
+/// The marker of a row: the recommended block size and vLLM's default.
+pub fn marker(report: &SweepReport, r: &SweepRow) -> &'static str {
+    let rec = Some(r.block_size) == report.recommended_block_size;
+    let def = r.block_size == report.vllm_default_block_size;
+    match (rec, def) {
+        (true, true) => "◀ recommended = vLLM's",
+        (true, false) => "◀ recommended",
+        (false, true) => "◀ vLLM's default",
+        _ => "",
+    }
+}
+
+/// The table: the default's columns carry the answer; `wide` shows every figure.
+pub fn table(report: &SweepReport, wide: bool) -> Table {
+    let cols = columns(report, wide);
+    let mut header: Vec<String> = cols.iter().map(|c| c.header.clone()).collect();
+    header.push(String::new());
+    let mut t = Table::new(header);
+    for r in &report.rows {
+        let mut cells: Vec<String> = cols.iter().map(|c| (c.cell)(r)).collect();
+        cells.push(marker(report, r).into());
+        t.row(cells);
+    }
+    t
+}
+
+/// What each column of [`table`] is, and against which limit, one wrapped entry per column.
+pub fn key(report: &SweepReport, wide: bool) -> Vec<String> {
+    let cols = columns(report, wide);
+    let w = cols
+        .iter()
+        .map(|c| c.header.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut lines = vec!["key:".to_string()];
+    let indent = " ".repeat(w + 4);
+    for c in &cols {
+        let body = wrap_indent(&c.key, WIDTH - indent.len(), "");
+        for (i, l) in body.iter().enumerate() {
+            if i == 0 {
+                lines.push(format!("  {:<w$}  {l}", c.header));
+            } else {
+                lines.push(format!("{indent}{l}"));
+            }
+        }
+    }
+    lines
+}
+
+/// The natural-rate line: what the trace's own rate gives, and whether it leaves the pool mostly
+/// empty (then it cannot separate block sizes, which is why the capacity is searched).
+pub fn natural_rate(report: &SweepReport) -> Option<String> {
+    let e = report
+        .end_to_end
+        .iter()
+        .find(|e| e.block_size == report.vllm_default_block_size)?;
+    let peak = report
+        .end_to_end
+        .iter()
+        .map(|e| e.natural.kv_peak)
+        .fold(0.0, f64::max);
+    let tok: Vec<f64> = report
+        .end_to_end
+        .iter()
+        .map(|e| e.natural.output_tokens_per_s)
+        .collect();
+    let (lo, hi) = tok
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+    let mut line = format!(
+        "at the trace's own rate: 16 gives {:.0} output tok/s, p99 TTFT {:.0} ms, p99 TPOT {:.1} ms; \
+         every block size {:.0}–{:.0} output tok/s; the pool peaks at {:.1}% full",
+        e.natural.output_tokens_per_s,
+        1e3 * e.natural.p99_ttft_s,
+        1e3 * e.natural.p99_tpot_s,
+        lo,
+        hi,
+        100.0 * peak
+    );
+    if peak < super::end_to_end::MOSTLY_EMPTY {
+        line += " — mostly empty, so that rate cannot separate block sizes; the SLO capacity above does";
+    }
+    Some(line)
+}
+
+/// The limits, notes and the rule under the table.
+pub fn footer(report: &SweepReport) -> Vec<String> {
+    let mut lines = Vec::new();
+    lines.push(report.rule.clone());
+    if let Some(l) = natural_rate(report) {
+        lines.push(l);
+    }
+    if let Some(s) = &report.end_to_end_setup {
+        lines.push(format!("end to end: {s}"));
+    }
+    for l in limit_medians(report) {
+        lines.push(format!(
+            "limits ({}, median over block sizes): copy {} GB/s (read + write), read-only stream \
+             {} GB/s; scalar f16-to-f32 pass {} GB/s (for reference)",
+            l.memory,
+            opt(l.copy_gbps, 2),
+            opt(l.stream_gbps, 2),
+            opt(l.convert_stream_gbps, 2),
+        ));
+    }
+    for note in &report.notes {
+        lines.push(format!("note: {note}"));
+    }
+    lines.iter().flat_map(|l| wrap(l, WIDTH)).collect()
+}
+
+/// `text` in lines of at most `width` characters, broken at spaces (a word longer than the width
+/// stands alone); continuation lines are indented by two spaces.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let lead: String = text.chars().take_while(|c| *c == ' ').collect();
+    wrap_indent(text, width, &format!("{lead}  "))
+}
+
+/// [`wrap`] with continuation lines indented by `indent`.
+fn wrap_indent(text: &str, width: usize, indent: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let lead: String = text.chars().take_while(|c| *c == ' ').collect();
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let n = line.chars().count();
+        if n > 0 && n + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if line.is_empty() {
+            line = if lines.is_empty() {
+                lead.clone()
+            } else {
+                indent.to_string()
+            };
+            line += word;
+        } else {
+            line.push(' ');
+            line += word;
+        }
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_words_whole_and_lines_short() {
+        let text = "one two three four five six seven eight nine ten eleven twelve";
+        let lines = wrap(text, 20);
+        assert!(lines.iter().all(|l| l.chars().count() <= 20), "{lines:?}");
+        assert_eq!(lines[0], "one two three four");
+        assert!(lines[1].starts_with("  five"));
+        let joined: Vec<&str> = lines.iter().flat_map(|l| l.split_whitespace()).collect();
+        assert_eq!(joined.join(" "), text);
+        assert_eq!(wrap("", 10), vec![String::new()]);
+        assert_eq!(wrap("abcdefghijkl", 5), vec!["abcdefghijkl".to_string()]);
+    }
+}
