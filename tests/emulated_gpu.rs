@@ -328,3 +328,24 @@ fn a_sleep_whose_copy_fails_keeps_the_pool_awake_and_intact() {
     pool.wake().unwrap();
     assert_eq!(measure::checksum(&pool).unwrap(), sum);
 }
+
+#[test]
+#[ignore = "needs the emulated CUDA driver: scripts/emulated-gpu cargo test -- --ignored"]
+fn the_sweep_on_the_emulated_gpu_measures_and_recommends_nothing() {
+    let out = run(
+        &[
+            "sweep", "--device", "cuda", "--quick", "--probe-mib", "4", "--reps", "1",
+            "--rounds", "1", "--attention-batch", "2", "--attention-context", "256",
+            "--requests", "300", "--no-end-to-end",
+        ],
+        &[],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = text.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with("recommended block size: none") && first.contains("emulated GPU"),
+        "{first}"
+    );
+    assert!(!text.contains("◀ recommended"), "{text}");
+}

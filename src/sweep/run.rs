@@ -130,11 +130,14 @@ pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepR
         let banded = e2e.iter().map(|e| e.banded()).collect();
         ("SLO capacity", banded, search.resolution)
     };
-    let pick = recommend::pick(&figures, VLLM_DEFAULT_BLOCK_SIZE, resolution);
+    // Timings from the emulated driver are the CPU's: no recommendation rests on them.
+    let pick = recommend::pick(&figures, VLLM_DEFAULT_BLOCK_SIZE, resolution)
+        .filter(|_| !device.is_emulated());
     let n = requests.len() as f64;
     let mean = |f: fn(&Request) -> u32| requests.iter().map(|r| f(r) as f64).sum::<f64>() / n;
     Ok(SweepReport {
         device: device.name(),
+        emulated: device.is_emulated(),
         recommended_block_size: pick.as_ref().map(|p| p.block_size),
         recommendation: pick,
         basis: basis.into(),

@@ -11,6 +11,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepReport {
     pub device: String,
+    /// Measured on the emulated CUDA driver: its timings are the CPU's, so nothing is
+    /// recommended from them.
+    pub emulated: bool,
     /// The recommendation ([`recommend::pick`]) over [`SweepReport::basis`].
     pub recommended_block_size: Option<usize>,
     pub recommendation: Option<recommend::Pick>,

@@ -34,6 +34,13 @@ fn rps(x: f64) -> String {
 
 /// The first line of the report: `recommended block size: N (vLLM's default: 16) — why`.
 pub fn verdict(report: &SweepReport) -> String {
+    if report.emulated {
+        return format!(
+            "recommended block size: none (vLLM's default: {}) — measured on the emulated GPU, \
+             whose timings are the CPU's, not a GPU's",
+            report.vllm_default_block_size
+        );
+    }
     let Some(pick) = &report.recommendation else {
         return "recommended block size: none (vLLM's default: 16) — the sweep has no row for 16"
             .into();
