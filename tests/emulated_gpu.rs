@@ -334,9 +334,23 @@ fn a_sleep_whose_copy_fails_keeps_the_pool_awake_and_intact() {
 fn the_sweep_on_the_emulated_gpu_measures_and_recommends_nothing() {
     let out = run(
         &[
-            "sweep", "--device", "cuda", "--quick", "--probe-mib", "4", "--reps", "1",
-            "--rounds", "1", "--attention-batch", "2", "--attention-context", "256",
-            "--requests", "300", "--no-end-to-end",
+            "sweep",
+            "--device",
+            "cuda",
+            "--quick",
+            "--probe-mib",
+            "4",
+            "--reps",
+            "1",
+            "--rounds",
+            "1",
+            "--attention-batch",
+            "2",
+            "--attention-context",
+            "256",
+            "--requests",
+            "300",
+            "--no-end-to-end",
         ],
         &[],
     );

@@ -2,13 +2,13 @@
 //! default Mooncake's conversation trace, whose prompts share real prefixes): routers and replica
 //! counts compared in one run, with an optional KV tier in host memory.
 
-use crate::count;
 use crate::sim_engine_args::{
     describe_limits, settings, tier_line, workload, BoxError, EngineArgs, Resolved, WorkloadArgs,
 };
 use crate::CmdResult;
-use pagedkv::progress::Bar;
+use crate::{count, count_u64};
 use pagedkv::kv::model::ModelShape;
+use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::run::write_request_log;
 use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterConfig, RouterKind};
@@ -46,14 +46,14 @@ pub struct Args {
     cache_threshold: f64,
     /// Prefix-aware: loads are imbalanced when max - min exceeds this (SGLang's
     /// --balance-abs-threshold) ...
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = count(0..))]
     balance_abs_threshold: usize,
     /// ... and max exceeds min times this (SGLang's --balance-rel-threshold).
     #[arg(long, default_value_t = 1.1)]
     balance_rel_threshold: f64,
     /// Prefix-aware: tokens per replica the router's tree keeps at each eviction (SGLang's
     /// --max-tree-size counts characters).
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = count_u64(0..))]
     max_tree_size: u64,
     /// Prefix-aware: seconds (steps) between the tree's evictions (SGLang's --eviction-interval).
     #[arg(long, default_value_t = 30.0)]
@@ -158,7 +158,10 @@ pub fn run(args: Args) -> CmdResult {
     let bs = resolved.block_size;
     let tier = s.engine.cpu_offload.is_some();
     let runs = specs.len() * if tier { 2 } else { 1 };
-    let bar = Bar::new("sim cluster: requests finished", (requests.len() * runs) as u64);
+    let bar = Bar::new(
+        "sim cluster: requests finished",
+        (requests.len() * runs) as u64,
+    );
     let timeline = args.out.is_some();
     let outcomes = if single {
         let mut file = args.step_log.as_ref().map(create).transpose()?;

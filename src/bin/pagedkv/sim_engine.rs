@@ -5,7 +5,7 @@
 use crate::sim_engine_args::{
     describe_limits, settings, tier_line, workload, EngineArgs, Resolved, WorkloadArgs,
 };
-use crate::CmdResult;
+use crate::{count, CmdResult};
 use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
 use pagedkv::report::Table;
@@ -25,7 +25,7 @@ pub struct Args {
     #[command(flatten)]
     engine: EngineArgs,
     /// Several block sizes, run in parallel (comma-separated; any size, not only powers of two).
-    #[arg(long, value_delimiter = ',', conflicts_with = "block_size")]
+    #[arg(long, value_delimiter = ',', conflicts_with = "block_size", value_parser = count(0..))]
     block_sizes: Option<Vec<usize>>,
     /// Write one JSON line per step (one block size only).
     #[arg(long)]
@@ -70,7 +70,10 @@ pub fn run(args: Args) -> CmdResult {
     }
     let tier = s.engine.cpu_offload.is_some();
     let runs = sizes.len() * if tier { 2 } else { 1 };
-    let bar = Bar::new("sim engine: requests finished", (requests.len() * runs) as u64);
+    let bar = Bar::new(
+        "sim engine: requests finished",
+        (requests.len() * runs) as u64,
+    );
     let outcomes = if sizes.len() == 1 {
         let mut file = match &args.step_log {
             Some(p) => Some(std::io::BufWriter::new(

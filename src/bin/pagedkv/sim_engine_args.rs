@@ -1,7 +1,7 @@
 //! The flags `sim engine` and `sim cluster` share: where the requests come from, and the engine
 //! every replica runs (vLLM's settings, the model and GPU, the host tier).
 
-use crate::count;
+use crate::{count, count_u64};
 use pagedkv::kv::model::{self, ModelShape};
 use pagedkv::kv::Dtype;
 use pagedkv::sim::cache::Policy as TierPolicy;
@@ -65,7 +65,7 @@ pub struct WorkloadArgs {
     #[arg(long, default_value = "uniform:64,192")]
     pub output: SizeDist,
     /// Seed of generated workloads and of predicted lengths.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     pub seed: u64,
 }
 
@@ -75,17 +75,17 @@ pub struct EngineArgs {
     #[arg(long, default_value = "h200")]
     pub preset: String,
     /// vLLM's --block-size.
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     pub block_size: Option<usize>,
     /// vLLM's --num-gpu-blocks-override: blocks in the pool (null block included) at every block
     /// size [default: what the GPU's memory leaves after the weights].
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     pub num_gpu_blocks_override: Option<usize>,
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     pub max_num_seqs: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     pub max_num_batched_tokens: Option<usize>,
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     pub enable_prefix_caching: bool,
@@ -95,14 +95,14 @@ pub struct EngineArgs {
     pub enable_chunked_prefill: bool,
     #[arg(long)]
     pub no_enable_chunked_prefill: bool,
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     pub long_prefill_token_threshold: Option<usize>,
     /// fcfs, priority (vLLM's); sjf, srpt, aging (beyond vLLM).
     #[arg(long, value_enum, ignore_case = true)]
     pub scheduling_policy: Option<Policy>,
     /// Longest prompt + output served; longer requests are refused as vLLM's server refuses them
     /// (counted) [default: the model's context length].
-    #[arg(long)]
+    #[arg(long, value_parser = count(0..))]
     pub max_model_len: Option<usize>,
     /// Fraction of the pool admissions keep free while requests run (vLLM's default 0).
     #[arg(long)]
@@ -134,7 +134,7 @@ pub struct EngineArgs {
 
     /// Beyond vLLM: a KV tier in host memory of this many blocks: blocks evicted from the GPU
     /// prefix cache go there, and admissions load them back instead of recomputing.
-    #[arg(long, conflicts_with = "cpu_offload_gib")]
+    #[arg(long, conflicts_with = "cpu_offload_gib", value_parser = count(0..))]
     pub cpu_offload_blocks: Option<usize>,
     /// The host tier's size in GiB per GPU (blocks of the model's KV at the block size); per
     /// replica with the local scope, the one shared pool with the global scope.

@@ -123,7 +123,7 @@ pub struct Args {
     slo_attainment: f64,
     /// Requests the SLO capacity search replays, the workload's first [default: 5000, --quick
     /// 2000].
-    #[arg(long)]
+    #[arg(long, value_parser = count(1..))]
     capacity_requests: Option<usize>,
     /// Print every column (the default table keeps those that carry the answer, in 100 columns).
     #[arg(long)]
