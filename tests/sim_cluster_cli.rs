@@ -21,14 +21,6 @@ const MOONCAKE: &str = concat!(
     "/data/mooncake/conversation_trace.jsonl"
 );
 
-fn one_line_exit_2(out: &std::process::Output, case: &str) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(2), "{case}: {stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{case}: {stderr}");
-    assert!(stderr.starts_with("pagedkv: "), "{case}: {stderr}");
-    stderr
-}
-
 #[test]
 fn bad_input_is_one_line_and_exit_code_2() {
     let dir = temp_dir("bad");
@@ -74,7 +66,8 @@ fn bad_input_is_one_line_and_exit_code_2() {
     ] {
         let mut args = case.clone();
         args.extend(["--requests", "20"]);
-        let err = one_line_exit_2(&cluster(&args), &format!("{case:?}"));
+        // Our own errors in one line, clap's in clap's words (tests/cli: bad_input).
+        let err = cli::bad_input(&cluster(&args));
         assert!(err.contains(want), "{case:?}: {err}");
     }
     std::fs::remove_dir_all(dir).unwrap();
