@@ -3,16 +3,15 @@
 //! by a simulated vLLM engine on the trace, next to vLLM's default of 16.
 
 use crate::{count, count_u64, CmdResult};
-use indicatif::{ProgressBar, ProgressStyle};
 use pagedkv::device::DeviceChoice;
 use pagedkv::kv::Dtype;
+use pagedkv::progress::StderrProgress;
 use pagedkv::sweep::{
     self, capacity, model, output, run_sweep, text, ModelChoice, Phase, Progress, SloTargets,
     SweepConfig, SweepReport, WorkloadChoice,
 };
 use pagedkv::workload::synthetic::SizeDist;
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -200,35 +199,29 @@ impl Args {
     }
 }
 
-/// Progress bars on stderr, one per phase.
-struct Bars(Mutex<Option<ProgressBar>>);
+/// The sweep's phases on stderr through the shared progress helper: a bar on a terminal, plain
+/// lines in a log.
+#[derive(Default)]
+struct Bars(StderrProgress);
 
 impl Progress for Bars {
     fn begin(&self, phase: Phase, steps: u64) {
-        let template = match phase {
-            Phase::Bandwidth => "{bar:30} {pos}/{len} {msg} [{elapsed}]",
-            Phase::EndToEnd => "{bar:30} {pos}/{len} engine runs (at most) [{elapsed}]",
+        let what = match phase {
+            Phase::Bandwidth => "sweep: bandwidth probes",
+            Phase::EndToEnd => "sweep: engine runs (at most)",
         };
-        let bar = ProgressBar::new(steps);
-        bar.set_style(
-            ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(bar);
+        pagedkv::progress::Progress::begin(&self.0, what, steps);
     }
 
     fn step(&self, _phase: Phase, label: &str) {
-        if let Some(bar) = &*self.0.lock().unwrap_or_else(|e| e.into_inner()) {
-            if !label.is_empty() {
-                bar.set_message(label.to_string());
-            }
-            bar.inc(1);
+        if !label.is_empty() {
+            self.0.set_message(label);
         }
+        pagedkv::progress::Progress::advance(&self.0, 1);
     }
 
     fn end(&self, _phase: Phase) {
-        if let Some(bar) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            bar.finish_and_clear();
-        }
+        pagedkv::progress::Progress::end(&self.0);
     }
 }
 
@@ -240,7 +233,7 @@ pub fn run(args: Args) -> CmdResult {
     if let Some(&d) = args.kv_dtype.first() {
         config.model.dtype = Some(d);
     }
-    let report = run_sweep(&config, &Bars(Mutex::new(None)))?;
+    let report = run_sweep(&config, &Bars::default())?;
     if let Some(dir) = &args.out {
         output::write_all(&report, dir)?;
     }
@@ -264,7 +257,7 @@ fn run_per_kv_dtype(args: Args) -> CmdResult {
     for &dtype in &args.kv_dtype {
         let mut config = args.config();
         config.model.dtype = Some(dtype);
-        let report = run_sweep(&config, &Bars(Mutex::new(None)))?;
+        let report = run_sweep(&config, &Bars::default())?;
         if let Some(dir) = &args.out {
             output::write_all(&report, &dir.join(dtype.name()))?;
         }
