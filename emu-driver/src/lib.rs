@@ -1,6 +1,7 @@
 //! An emulated CUDA driver: the part of the driver API that cudarc 0.19 and pagedkv call, on host
-//! memory, running pagedkv's kernels in its CPU emulator (`kernels/emu/`). Built as `libcuda.so`;
-//! `scripts/emulated-gpu` links `libcuda.so.1` to it and puts its folder first on
+//! memory, running pagedkv's kernels in its CPU emulator (`kernels/emu/`). Built as
+//! `libpagedkv_emu_cuda.so` (never `libcuda.so` in cargo's target folder, which a plain `cargo test`
+//! would load); `scripts/emulated-gpu` links `libcuda.so.1` to it and puts its folder first on
 //! `LD_LIBRARY_PATH`, so cudarc's dynamic loading finds it instead of NVIDIA's driver and the
 //! project takes exactly the path it takes on a GPU. How it works, what it checks and what it
 //! cannot: `emu-driver/README.md`.

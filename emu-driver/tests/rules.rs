@@ -3,12 +3,12 @@
 //! way, and that the legal way works. Tests run one at a time on a reset context (they share the
 //! one device and some of them poison its context on purpose).
 
-use cuda::api::*;
 use cudarc::driver::sys::{
     CUdevice_attribute as A, CUfunction, CUfunction_attribute as F, CUmemAccessDesc,
     CUmemAccess_flags, CUmemAllocationProp, CUmemAllocationType, CUmemLocation, CUmemLocationType,
     CUmodule, CUresult, CUstream, CUstream_flags,
 };
+use pagedkv_emu_cuda::api::*;
 use std::ffi::{c_void, CString};
 use std::sync::{Mutex, MutexGuard};
 
@@ -177,9 +177,9 @@ fn memory_info_counts_allocations_and_handles_and_refuses_what_does_not_fit() {
     ok(unsafe { cuMemFree_v2(p) });
     assert_eq!(free_bytes(), before);
     assert!(
-        cuda::live_objects().is_empty(),
+        pagedkv_emu_cuda::live_objects().is_empty(),
         "{:?}",
-        cuda::live_objects()
+        pagedkv_emu_cuda::live_objects()
     );
 }
 
@@ -210,7 +210,7 @@ fn a_freed_pointer_in_a_launch_is_an_illegal_address_naming_kernel_and_argument(
         unsafe { cuStreamSynchronize(s) },
         CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
     );
-    let why = cuda::last_failure().unwrap();
+    let why = pagedkv_emu_cuda::last_failure().unwrap();
     assert!(
         why.contains("stream_copy") && why.contains("(src)") && why.contains("freed"),
         "{why}"
@@ -234,7 +234,7 @@ fn a_launch_past_the_end_of_an_allocation_is_caught() {
         unsafe { cuCtxSynchronize() },
         CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
     );
-    let why = cuda::last_failure().unwrap();
+    let why = pagedkv_emu_cuda::last_failure().unwrap();
     assert!(why.contains("stream_copy"), "{why}");
 }
 
@@ -320,7 +320,7 @@ fn dynamic_shared_memory_above_48_kib_needs_the_opt_in() {
 #[test]
 fn maps_must_be_aligned_inside_a_reservation_and_not_overlap() {
     let _d = device();
-    let g = cuda::GRANULARITY;
+    let g = pagedkv_emu_cuda::GRANULARITY;
     let mut base = 0;
     ok(unsafe { cuMemAddressReserve(&mut base, 4 * g, 0, 0, 0) });
     assert_eq!(base as usize % g, 0);
@@ -367,16 +367,16 @@ fn maps_must_be_aligned_inside_a_reservation_and_not_overlap() {
     ok(unsafe { cuMemRelease(h) });
     ok(unsafe { cuMemAddressFree(base, 4 * g) });
     assert!(
-        cuda::live_objects().is_empty(),
+        pagedkv_emu_cuda::live_objects().is_empty(),
         "{:?}",
-        cuda::live_objects()
+        pagedkv_emu_cuda::live_objects()
     );
 }
 
 #[test]
 fn mapped_memory_is_unreachable_until_set_access_and_a_released_handle_goes_with_its_map() {
     let _d = device();
-    let g = cuda::GRANULARITY;
+    let g = pagedkv_emu_cuda::GRANULARITY;
     let before = free_bytes();
     let mut base = 0;
     ok(unsafe { cuMemAddressReserve(&mut base, 2 * g, 0, 0, 0) });
@@ -559,7 +559,7 @@ fn what_is_never_freed_is_listed() {
     let p = alloc(8192);
     let mut s = std::ptr::null_mut();
     ok(unsafe { cuStreamCreate(&mut s, 0) });
-    let live = cuda::live_objects();
+    let live = pagedkv_emu_cuda::live_objects();
     assert!(
         live.iter()
             .any(|l| l.contains("device allocation of 8192 bytes")),
@@ -569,9 +569,9 @@ fn what_is_never_freed_is_listed() {
     ok(unsafe { cuMemFree_v2(p) });
     ok(unsafe { cuStreamDestroy_v2(s) });
     assert!(
-        cuda::live_objects().is_empty(),
+        pagedkv_emu_cuda::live_objects().is_empty(),
         "{:?}",
-        cuda::live_objects()
+        pagedkv_emu_cuda::live_objects()
     );
 }
 
