@@ -3,7 +3,8 @@
 //! counts compared in one run, with an optional KV tier in host memory.
 
 use crate::sim_engine_args::{
-    describe_limits, settings, tier_line, workload, BoxError, EngineArgs, Resolved, WorkloadArgs,
+    describe_limits, latency_unit, settings, tier_line, workload, workload_line, BoxError,
+    EngineArgs, Resolved, WorkloadArgs,
 };
 use crate::CmdResult;
 use crate::{count, count_u64};
@@ -259,9 +260,6 @@ fn print_text(
 ) -> Result<(), BoxError> {
     let s = &resolved.settings;
     let e = &s.engine;
-    let n = requests.len() as f64;
-    let mean = |f: &dyn Fn(&ServingRequest) -> f64| requests.iter().map(f).sum::<f64>() / n;
-    let shared = requests.iter().filter(|r| r.prompt.has_tokens()).count();
     println!(
         "cluster: replicas of the vLLM 0.33 V1 engine (preset {}: max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, block size {}), each with its own pool",
         resolved.preset_name,
@@ -289,19 +287,9 @@ fn print_text(
     for line in describe_limits(resolved) {
         println!("{line}");
     }
-    println!(
-        "workload: {name} — {} requests ({shared} with shared-prefix token ids), mean prompt {:.0}, mean output {:.0} tokens, last arrival {:.1}",
-        requests.len(),
-        mean(&|r| r.prompt.len() as f64),
-        mean(&|r| f64::from(r.output_len)),
-        requests.iter().map(|r| r.arrival).fold(0.0, f64::max)
-    );
+    println!("{}", workload_line(name, requests));
     let unit = outcomes[0].total.time_unit;
-    let (scale, lat) = if unit == "s" {
-        (1e3, "ms")
-    } else {
-        (1.0, "steps")
-    };
+    let (scale, lat) = latency_unit(unit);
     let mut t = Table::new([
         "replicas".to_string(),
         "router".into(),

@@ -3,7 +3,8 @@
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
 use crate::sim_engine_args::{
-    describe_limits, settings, tier_line, workload, EngineArgs, Resolved, WorkloadArgs,
+    describe_limits, latency_unit, settings, tier_line, workload, workload_line, EngineArgs,
+    Resolved, WorkloadArgs,
 };
 use crate::{count, CmdResult};
 use pagedkv::kv::model::ModelShape;
@@ -151,8 +152,6 @@ fn print_text(
     let s = &resolved.settings;
     let preset_name = &resolved.preset_name;
     let e = &s.engine;
-    let n = requests.len() as f64;
-    let mean = |f: &dyn Fn(&ServingRequest) -> f64| requests.iter().map(f).sum::<f64>() / n;
     println!(
         "engine: vLLM 0.33 V1 scheduler, preset {preset_name}: max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}, policy {}, {} scheduling{}",
         e.max_num_seqs,
@@ -183,20 +182,9 @@ fn print_text(
     for line in describe_limits(resolved) {
         println!("{line}");
     }
-    println!(
-        "workload: {name} — {} requests, mean prompt {:.0}, mean output {:.0} tokens, last arrival {:.1}",
-        requests.len(),
-        mean(&|r| r.prompt.len() as f64),
-        mean(&|r| f64::from(r.output_len)),
-        requests.iter().map(|r| r.arrival).fold(0.0, f64::max)
-    );
+    println!("{}", workload_line(name, requests));
     let unit = outcomes[0].report.time_unit;
-    // Latencies in milliseconds when the clock counts seconds.
-    let (scale, lat) = if unit == "s" {
-        (1e3, "ms")
-    } else {
-        (1.0, "steps")
-    };
+    let (scale, lat) = latency_unit(unit);
     let mut t = Table::new([
         "block".to_string(),
         "GPU blocks".into(),

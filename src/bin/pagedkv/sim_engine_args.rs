@@ -535,3 +535,32 @@ pub fn tier_line(
         ttft(without),
     )
 }
+
+/// The workload line both `sim engine` and `sim cluster` print: requests, how many carry
+/// shared-prefix token ids (when any do), mean lengths, the last arrival.
+pub fn workload_line(name: &str, requests: &[ServingRequest]) -> String {
+    let n = requests.len() as f64;
+    let mean = |f: &dyn Fn(&ServingRequest) -> f64| requests.iter().map(f).sum::<f64>() / n;
+    let shared = requests.iter().filter(|r| r.prompt.has_tokens()).count();
+    let with_ids = if shared > 0 {
+        format!(" ({shared} with shared-prefix token ids)")
+    } else {
+        String::new()
+    };
+    format!(
+        "workload: {name} — {} requests{with_ids}, mean prompt {:.0}, mean output {:.0} tokens, last arrival {:.1}",
+        requests.len(),
+        mean(&|r| r.prompt.len() as f64),
+        mean(&|r| f64::from(r.output_len)),
+        requests.iter().map(|r| r.arrival).fold(0.0, f64::max)
+    )
+}
+
+/// Latencies in milliseconds when the clock counts seconds, else in steps: (scale, unit).
+pub fn latency_unit(time_unit: &str) -> (f64, &'static str) {
+    if time_unit == "s" {
+        (1e3, "ms")
+    } else {
+        (1.0, "steps")
+    }
+}
