@@ -13,7 +13,7 @@ use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::run::write_request_log;
 use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterConfig, RouterKind};
-use pagedkv::sim::engine::{EngineConfig, EngineReport, RunSettings};
+use pagedkv::sim::engine::{EngineConfig, EngineReport};
 use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::io::Write;
@@ -184,13 +184,7 @@ pub fn run(args: Args) -> CmdResult {
         pagedkv::sim::cluster::run_all(s, bs, &specs, &requests, timeline, &|n| bar.inc(n as u64))?
     };
     let without_tier = if tier {
-        let plain = RunSettings {
-            engine: EngineConfig {
-                cpu_offload: None,
-                ..s.engine.clone()
-            },
-            ..s.clone()
-        };
+        let plain = s.without_host_tier();
         pagedkv::sim::cluster::run_all(&plain, bs, &specs, &requests, false, &|n| {
             bar.inc(n as u64)
         })?

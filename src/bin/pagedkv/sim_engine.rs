@@ -12,7 +12,7 @@ use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::engine::config::Preemption;
 use pagedkv::sim::engine::output;
-use pagedkv::sim::engine::{EngineConfig, EngineReport, Outcome, RunSettings};
+use pagedkv::sim::engine::{EngineConfig, EngineReport, Outcome};
 use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -95,13 +95,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     // The same runs without the tier, for its effect on TTFT.
     let without_tier = if tier {
-        let plain = RunSettings {
-            engine: EngineConfig {
-                cpu_offload: None,
-                ..s.engine.clone()
-            },
-            ..s.clone()
-        };
+        let plain = s.without_host_tier();
         plain.run_all(&sizes, &requests, &|n| bar.inc(n as u64))?
     } else {
         Vec::new()

@@ -81,6 +81,13 @@ pub struct Outcome {
 }
 
 impl RunSettings {
+    /// The same settings without the host KV tier: the runs a tier's effect is measured against.
+    pub fn without_host_tier(&self) -> RunSettings {
+        let mut plain = self.clone();
+        plain.engine.cpu_offload = None;
+        plain
+    }
+
     /// The engine settings and clock at `block_size`.
     pub fn at(&self, block_size: usize) -> Result<(EngineConfig, Clock, f64), EngineError> {
         let mut cfg = self.engine.clone();
