@@ -10,25 +10,22 @@
 // - Each warp streams its own contiguous share of the partition, in tiles, with its own online
 //   softmax state in registers: no block-wide barrier until the warps' states are merged at the end.
 // - A warp's tiles (4 KiB of K and V) flow through a ring of kStages shared-memory slots filled by
-//   cp.async: while tile i is computed, tiles i+1 .. i+kStages-1 are loading, and the wait for tile
-//   i finds kStages tiles (12 KiB per warp) in flight. Each lane copies 16-byte segments of K and V
-//   rows into its own slots and later reads exactly those bytes back: data never crosses lanes, so
-//   the lane's own cp.async wait is all the synchronisation the ring needs.
+//   cp.async (attention_ring.cuh, with the block-table words in the same pipeline): the wait for
+//   tile i finds kStages tiles (12 KiB per warp) in flight. Each lane copies 16-byte segments of K
+//   and V rows into its own slots and later reads exactly those bytes back (fp8 rows excepted).
 // - Issue slots are the next limit (~110 warp instructions per token at the H200's bandwidth, for
 //   head dim 128, f16, 4 query heads per KV head): a row's partial dot products are summed across
 //   its lanes by a transposing reduction (each halving step sends half the values, so the sum of 16
 //   values over 16 lanes costs 15 shuffles, not 64) and gathered back with one shuffle per value.
-// - The block table is read through the same pipeline: a tile's table words (one per token; the
-//   lanes of one block read one word, one transaction) are copied into shared memory by cp.async in
-//   the group of the tile kStages before it, so they have landed before the tile's own copies are
-//   issued; the lanes that copy a token's row translate its word into the 64-bit row offset, which
-//   K and V share. No load is ever waited on outside the ring's one wait per tile.
 // - q lives in registers, pre-scaled by scale * log2(e) so scores are in the exp2 domain; partial
 //   maxima (part_max) are log2-domain too.
 //
 // Rows are found through a `Rows` policy: PagedRows reads the block table, ContiguousRows does not;
 // everything else is shared, so the two kernels differ only in addressing (and agree bit for bit).
+// Grouped heads (4 and 8 query heads per KV head) at head dim 128 run on tensor cores instead
+// (attention_tc.cuh), with the same ring, policies and output path.
 #pragma once
+#include "attention_ring.cuh"
 #include "common.cuh"
 
 namespace attn {
@@ -38,7 +35,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kStages = 3;        // ring slots per warp
 constexpr int kLoadsPerTile = 4;  // 16-byte segments of K (and of V) each lane copies per tile
 constexpr int kMaxGroup = 8;      // query heads per KV head
-constexpr int kMaxTileTokens = 32;  // table words staged per tile (head dim 64 in fp8)
 
 // Dynamic shared memory of a CTA, which the launchers pass (src/attention/mod.rs:
 // ATTENTION_SMEM_BYTES; a launch with less traps):
@@ -142,12 +138,6 @@ struct ContiguousRows {
   }
 };
 
-// The ring's wait: tile i has landed once at most kStages - 1 newer groups are pending.
-// kernels/emu/selftest/attention_mutants*.cu redefine it to show the emulator catches a bad wait.
-#ifndef PAGEDKV_ATTENTION_RING_WAIT
-#define PAGEDKV_ATTENTION_RING_WAIT() cp_async_wait<attn::kStages - 1>()
-#endif
-
 // Sums each of N values over the LANES lanes of a row (LANES consecutive lanes, a power of two),
 // transposing: at a step with C > 1 live values a lane keeps half of them and sends the other half
 // to its partner, which keeps the opposite half, so each step halves the values a lane holds. Once
@@ -202,13 +192,82 @@ __host__ __device__ constexpr int held_index(int j, int lane) {
   return j + q * per_lane;
 }
 
-// ---- the kernel body -----------------------------------------------------------------------------
+// ---- the end of a CTA: the warps' states merged, normalised and written -----------------------
 
 struct Outputs {
   int num_partitions;
   int partition_size;  // a multiple of kPartitionQuantum when num_partitions > 1
   float scale;
 };
+
+// Where the warps leave their states in shared memory once every warp has left its loop (the
+// ring's bytes): each warp's unnormalised output [kWarps][GROUP][HEAD_DIM], its running max (log2
+// domain) and its sum of weights, [kWarps][GROUP] each.
+template <int GROUP, int HEAD_DIM>
+struct MergeArea {
+  static constexpr int kBytes = (int)sizeof(float) * kWarps * GROUP * (HEAD_DIM + 2);
+  float* merged;
+  float (*warp_max)[GROUP];
+  float (*warp_sum)[GROUP];
+  __device__ __forceinline__ explicit MergeArea(unsigned char* smem)
+      : merged(reinterpret_cast<float*>(smem)),
+        warp_max(reinterpret_cast<float(*)[GROUP]>(merged + kWarps * GROUP * HEAD_DIM)),
+        warp_sum(warp_max + kWarps) {}
+};
+
+// Combines the warps' states (after the barrier that follows their writes into `area`): each
+// thread normalises and writes 16 bytes' worth of output elements of one query head, into `out`
+// (one partition) or the partition's partial output, max and sum.
+template <class T, int HEAD_DIM, int GROUP>
+__device__ __forceinline__ void write_output(const MergeArea<GROUP, HEAD_DIM>& area, GPTR(T) out,
+                                             GPTR(float) part_out, GPTR(float) part_max,
+                                             GPTR(float) part_sum, float v_scale_head,
+                                             const Outputs& o) {
+  const int kv_head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
+  const int num_heads = gridDim.x * GROUP;
+  constexpr int OUT = kVec16Elems<T>;
+  for (int i = threadIdx.x; i < GROUP * HEAD_DIM / OUT; i += kThreads) {
+    const int g = i / (HEAD_DIM / OUT), d0 = i % (HEAD_DIM / OUT) * OUT;
+    float mx = -INFINITY;
+    // `!= 0` rather than `> 0`: a NaN sum (NaN in K or V) must reach the output, not be dropped.
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      if (area.warp_sum[w][g] != 0.f) mx = fmaxf(mx, area.warp_max[w][g]);
+    float sum = 0.f, value[OUT];
+#pragma unroll
+    for (int e = 0; e < OUT; ++e) value[e] = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      if (area.warp_sum[w][g] != 0.f) {  // a warp without tokens has nothing to add
+        const float a = fast_exp2(area.warp_max[w][g] - mx);
+        sum += area.warp_sum[w][g] * a;
+#pragma unroll
+        for (int e = 0; e < OUT; ++e)
+          value[e] += a * area.merged[(w * GROUP + g) * HEAD_DIM + d0 + e];
+      }
+    }
+    // An empty share writes zeros; the V scale comes in here (p . (v * s) = (p . v) * s).
+    const float inv = sum != 0.f ? v_scale_head / sum : 0.f;
+#pragma unroll
+    for (int e = 0; e < OUT; ++e) value[e] *= inv;
+    const int head = kv_head * GROUP + g;
+    if (o.num_partitions == 1) {
+      st_vec(out + ((int64_t)seq * num_heads + head) * HEAD_DIM + d0, pack16<T>(value));
+    } else {
+      const int64_t ph = ((int64_t)seq * num_heads + head) * o.num_partitions + part;
+#pragma unroll
+      for (int e = 0; e < OUT; e += 4)
+        st_vec(part_out + ph * HEAD_DIM + d0 + e,
+               make_float4(value[e], value[e + 1], value[e + 2], value[e + 3]));
+      if (d0 == 0) {
+        part_max[ph] = mx;
+        part_sum[ph] = sum;
+      }
+    }
+  }
+}
+
+// ---- the kernel body -----------------------------------------------------------------------------
 
 // T: q and the output; KV: how K and V are stored (T itself, or Fp8<F>).
 template <class T, class KV, int HEAD_DIM, int GROUP, class Rows>
@@ -256,8 +315,8 @@ __device__ __forceinline__ void decode_attention(
   DYNAMIC_SHARED(unsigned char, smem);
   if (dynamic_smem_bytes() < (unsigned)kSmemBytes) __trap();  // launched with too little
   // [warp][slot][K or V][kTileBytes]: a tile's rows end to end; also the merge buffer afterwards.
-  unsigned char(*ring)[kStages][2][Shape::kTileBytes] =
-      reinterpret_cast<unsigned char(*)[kStages][2][Shape::kTileBytes]>(smem);
+  unsigned char(*slots)[2][Shape::kTileBytes] =  // this warp's [kStages][K, V][kTileBytes]
+      reinterpret_cast<unsigned char(*)[kStages][2][Shape::kTileBytes]>(smem)[warp];
   int(*words)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
       reinterpret_cast<int(*)[kMaxTileTokens]>(smem + kRingBytes) + warp * kStages;
 
@@ -275,41 +334,8 @@ __device__ __forceinline__ void decode_attention(
     }
   }
 
-  // Lanes 0 .. TILE-1 start copying the table words of tile i (those past the end are not needed).
-  const auto stage_words = [&](int i, int slot) {
-    const int t = wstart + i * TILE + lane;
-    if (i < num_tiles && lane < TILE && t < wend) rows.stage(&words[slot][lane], seq, t);
-  };
-  // Issues the copies of tile i into its ring slot, and the table words of tile i + kStages into
-  // the word slot tile i's words leave free, as one cp.async group (empty past the end, so every
-  // iteration commits one group and the wait count stays uniform). Tile i's words have landed:
-  // they came with the group of tile i - kStages, which the previous wait retired.
-  int issue_slot = 0;  // i % kStages, kept incrementally (kStages need not be a power of two)
-  const auto issue = [&](int i) {
-    const int slot = issue_slot;
-    issue_slot = issue_slot + 1 == kStages ? 0 : issue_slot + 1;
-    // Other lanes read this slot's bytes (tile i - kStages) in the last iteration: all done first.
-    if constexpr (Shape::kCrossLane) __syncwarp();
-    if (i < num_tiles) {
-      const int t0 = wstart + i * TILE;
-#pragma unroll
-      for (int u = 0; u < kLoadsPerTile; ++u) {
-        const int byte = u * 512 + lane * 16;  // of the tile's rows laid end to end
-        // Past the end a lane copies the last token's row (always a real row) and ignores it.
-        const int t = min(t0 + byte / ROW_BYTES, wend - 1);
-        const int word = Rows::kStaged ? words[slot][t - t0] : 0;
-        const int64_t at =
-            rows.resolve(word, seq, kv_head, t) + (byte % ROW_BYTES) / (int)sizeof(Elem);
-        cp_async16(&ring[warp][slot][0][byte], k_cache + at);
-        cp_async16(&ring[warp][slot][1][byte], v_cache + at);
-      }
-    }
-    if constexpr (Rows::kStaged) {
-      __syncwarp();  // every lane has read the slot's words before they are replaced
-      stage_words(i + kStages, slot);
-    }
-    cp_async_commit();
-  };
+  WarpRing<Rows, Elem, kStages, Shape::kTileBytes, ROW_BYTES, Shape::kCrossLane, false> ring{
+      slots, words, rows, k_cache, v_cache, seq, kv_head, wstart, wend, num_tiles, lane};
 
   float m[GROUP], l[GROUP], acc[GROUP][VEC];
 #pragma unroll
@@ -326,27 +352,16 @@ __device__ __forceinline__ void decode_attention(
   for (int j = 0; j < row_sums_per_lane<kLoadsPerTile * GROUP, LANES>(); ++j)
     held_step[j] = held_index<kLoadsPerTile * GROUP, LANES>(j, row_lane) / GROUP;
 
-  if constexpr (Rows::kStaged) {  // the first kStages tiles' words, before any tile is issued
-#pragma unroll
-    for (int i = 0; i < kStages; ++i) stage_words(i, i);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncwarp();  // words copied by one lane are read by others
-  }
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  ring.start();
   for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
-    issue(i + kStages - 1);
-    PAGEDKV_ATTENTION_RING_WAIT();
-    // Tile i + kStages's words, and for fp8 tile i's rows, were copied by other lanes.
-    if constexpr (Rows::kStaged || Shape::kCrossLane) __syncwarp();
+    ring.next(i);
 
 #pragma unroll
     for (int h = 0; h < Shape::kUpdates; ++h) {
       // This update's rows: step u of it is row (h * kLoadsPerTile + u) * ROWS + row_group.
       const int first_row = h * kLoadsPerTile * ROWS + row_group;
       const auto at = [&](int kv, int u) {  // this lane's vector of row `first_row + u * ROWS`
-        return ld_vec<Vec>(&ring[warp][slot][kv][(first_row + u * ROWS) * ROW_BYTES +
+        return ld_vec<Vec>(&slots[slot][kv][(first_row + u * ROWS) * ROW_BYTES +
                                                  row_lane * (int)sizeof(Vec)]);
       };
 
@@ -431,69 +446,26 @@ __device__ __forceinline__ void decode_attention(
   }
 
   // Merge the warps' states through shared memory: the ring, once every warp has left its loop.
-  static_assert(sizeof(float) * kWarps * GROUP * (HEAD_DIM + 2) <= kRingBytes, "merge fits");
-  float* merged = reinterpret_cast<float*>(smem);  // [kWarps][GROUP][HEAD_DIM]
-  float(*warp_max)[GROUP] = reinterpret_cast<float(*)[GROUP]>(merged + kWarps * GROUP * HEAD_DIM);
-  float(*warp_sum)[GROUP] = warp_max + kWarps;  // both [kWarps][GROUP]
+  static_assert(MergeArea<GROUP, HEAD_DIM>::kBytes <= kRingBytes, "merge fits");
+  const MergeArea<GROUP, HEAD_DIM> area(smem);
   __syncthreads();
   if (row_group == 0) {
 #pragma unroll
     for (int g = 0; g < GROUP; ++g)
 #pragma unroll
       for (int e = 0; e < VEC; e += 4)
-        st_vec(merged + (warp * GROUP + g) * HEAD_DIM + row_lane * VEC + e,
+        st_vec(area.merged + (warp * GROUP + g) * HEAD_DIM + row_lane * VEC + e,
                make_float4(acc[g][e], acc[g][e + 1], acc[g][e + 2], acc[g][e + 3]));
   }
   if (lane == 0) {
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
-      warp_max[warp][g] = m[g];
-      warp_sum[warp][g] = l[g];
+      area.warp_max[warp][g] = m[g];
+      area.warp_sum[warp][g] = l[g];
     }
   }
   __syncthreads();
-
-  // Each thread normalises and writes 16 bytes' worth of output elements of one query head.
-  constexpr int OUT = kVec16Elems<T>;
-  const float v_scale_head = v_scale[kv_head];
-  for (int i = threadIdx.x; i < GROUP * HEAD_DIM / OUT; i += kThreads) {
-    const int g = i / (HEAD_DIM / OUT), d0 = i % (HEAD_DIM / OUT) * OUT;
-    float mx = -INFINITY;
-    // `!= 0` rather than `> 0`: a NaN sum (NaN in K or V) must reach the output, not be dropped.
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-      if (warp_sum[w][g] != 0.f) mx = fmaxf(mx, warp_max[w][g]);
-    float sum = 0.f, value[OUT];
-#pragma unroll
-    for (int e = 0; e < OUT; ++e) value[e] = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      if (warp_sum[w][g] != 0.f) {  // a warp without tokens has nothing to add
-        const float a = fast_exp2(warp_max[w][g] - mx);
-        sum += warp_sum[w][g] * a;
-#pragma unroll
-        for (int e = 0; e < OUT; ++e) value[e] += a * merged[(w * GROUP + g) * HEAD_DIM + d0 + e];
-      }
-    }
-    // An empty share writes zeros; the V scale comes in here (p . (v * s) = (p . v) * s).
-    const float inv = sum != 0.f ? v_scale_head / sum : 0.f;
-#pragma unroll
-    for (int e = 0; e < OUT; ++e) value[e] *= inv;
-    const int head = kv_head * GROUP + g;
-    if (o.num_partitions == 1) {
-      st_vec(out + ((int64_t)seq * num_heads + head) * HEAD_DIM + d0, pack16<T>(value));
-    } else {
-      const int64_t ph = ((int64_t)seq * num_heads + head) * o.num_partitions + part;
-#pragma unroll
-      for (int e = 0; e < OUT; e += 4)
-        st_vec(part_out + ph * HEAD_DIM + d0 + e,
-               make_float4(value[e], value[e + 1], value[e + 2], value[e + 3]));
-      if (d0 == 0) {
-        part_max[ph] = mx;
-        part_sum[ph] = sum;
-      }
-    }
-  }
+  write_output<T, HEAD_DIM, GROUP>(area, out, part_out, part_max, part_sum, v_scale[kv_head], o);
 }
 
 // Combines the partitions of one (sequence, query head): weights l_p * 2^(m_p - M).
@@ -531,8 +503,10 @@ __device__ __forceinline__ void merge_partitions(
 // refer here. Buffer shapes are on attn::decode_attention and attn::merge_partitions above. T is the
 // type of q and the output, KV how K and V are stored, E the stored element (T, or unsigned char
 // for fp8).
-#define PAGEDKV_DEFINE_PAGED_ATTENTION(kernel, T, KV, E, D, G)                                \
-  extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G)) \
+// BODY is attn::decode_attention (CUDA cores) or attn::tc::decode_attention (tensor cores,
+// attention_tc.cuh); MIN_BLOCKS the CTAs per SM promised to ptxas.
+#define PAGEDKV_DEFINE_PAGED_ATTENTION_WITH(kernel, BODY, MIN_BLOCKS, T, KV, E, D, G)         \
+  extern "C" __global__ void __launch_bounds__(attn::kThreads, MIN_BLOCKS)                    \
       kernel(GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,   \
              GPTR(const T) q, GPTR(const E) k_cache, GPTR(const E) v_cache,                   \
              GPTR(const float) k_scale, GPTR(const float) v_scale,                            \
@@ -540,23 +514,30 @@ __device__ __forceinline__ void merge_partitions(
              int log2_block_size, int num_partitions, int partition_size, float scale) {      \
     const attn::PagedRows rows{block_tables, table_stride,                                   \
                                PagedLayout{(int)gridDim.x, log2_block_size, D}};              \
-    attn::decode_attention<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache,        \
-                                        v_cache, k_scale, v_scale, seq_lens, rows,            \
-                                        attn::Outputs{num_partitions, partition_size, scale}); \
+    BODY<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache, k_scale,        \
+                      v_scale, seq_lens, rows,                                                 \
+                      attn::Outputs{num_partitions, partition_size, scale});                  \
   }
 
-#define PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION(kernel, T, KV, E, D, G)                           \
-  extern "C" __global__ void __launch_bounds__(attn::kThreads, attn::min_blocks_per_sm(D, G)) \
+#define PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION_WITH(kernel, BODY, MIN_BLOCKS, T, KV, E, D, G)    \
+  extern "C" __global__ void __launch_bounds__(attn::kThreads, MIN_BLOCKS)                    \
       kernel(GPTR(T) out, GPTR(float) part_out, GPTR(float) part_max, GPTR(float) part_sum,   \
              GPTR(const T) q, GPTR(const E) k_cache, GPTR(const E) v_cache,                   \
              GPTR(const float) k_scale, GPTR(const float) v_scale,                            \
              GPTR(const int) seq_lens, int max_len, int num_partitions, int partition_size,   \
              float scale) {                                                                   \
     const attn::ContiguousRows rows{max_len, (int)gridDim.x, D};                              \
-    attn::decode_attention<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache,        \
-                                        v_cache, k_scale, v_scale, seq_lens, rows,            \
-                                        attn::Outputs{num_partitions, partition_size, scale}); \
+    BODY<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache, k_scale,        \
+                      v_scale, seq_lens, rows,                                                 \
+                      attn::Outputs{num_partitions, partition_size, scale});                  \
   }
+
+#define PAGEDKV_DEFINE_PAGED_ATTENTION(kernel, T, KV, E, D, G)                                \
+  PAGEDKV_DEFINE_PAGED_ATTENTION_WITH(kernel, attn::decode_attention,                        \
+                                      attn::min_blocks_per_sm(D, G), T, KV, E, D, G)
+#define PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION(kernel, T, KV, E, D, G)                           \
+  PAGEDKV_DEFINE_CONTIGUOUS_ATTENTION_WITH(kernel, attn::decode_attention,                   \
+                                           attn::min_blocks_per_sm(D, G), T, KV, E, D, G)
 
 #define PAGEDKV_DEFINE_MERGE_PARTITIONS(kernel, T, D)                                         \
   extern "C" __global__ void __launch_bounds__(128)                                           \

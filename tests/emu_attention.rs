@@ -1,6 +1,6 @@
-//! The decode-attention kernels on the emulator: every instance (dtype x head dim x GQA group),
-//! block sizes 1..256, ragged lengths including 0, shuffled block tables, one partition and
-//! split-K with the merge kernel, several fiber schedules. Outputs start as NaN; every slot no
+//! The decode-attention kernels on the emulator: every instance (dtype x head dim x GQA group) on
+//! CUDA cores and every tensor-core instance, block sizes 1..256, ragged lengths including 0,
+//! shuffled block tables, one partition and split-K with the merge kernel, several fiber schedules. Outputs start as NaN; every slot no
 //! token owns holds NaN, so a kernel reading past a sequence or missing an output fails.
 
 use half::{bf16, f16};
@@ -8,10 +8,12 @@ use pagedkv::attention::{
     attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
 use pagedkv::device::cpu::attention::{decode_attention_scaled as cpu_attention, PagedRows};
-use pagedkv::emu::attention::{decode_attention, decode_attention_with, Layout};
+use pagedkv::emu::attention::{decode_attention_on, decode_attention_with, Layout};
 use pagedkv::emu::{EmuElem, EmuError, Schedule};
 use pagedkv::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
+use pagedkv::launch::attention::has_instance;
 use pagedkv::launch::instances::attention_instances;
+use pagedkv::launch::Engine;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,6 +26,7 @@ fn bits<T: KvElem>(x: &[T]) -> &[u8] {
 /// One instance: a random problem, run paged and contiguous, whole and split; q of `T`, K and V
 /// stored as `KV` (fp8 with calibrated scales, or `T`).
 fn check_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    engine: Engine,
     head_dim: usize,
     group: usize,
     block_size: usize,
@@ -58,26 +61,28 @@ fn check_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
         partition_size: CHUNK,
     };
     let what = format!(
-        "q {:?}, K/V {:?}, d{head_dim} g{group} bs{block_size} lens {lens:?}",
+        "{engine}: q {:?}, K/V {:?}, d{head_dim} g{group} bs{block_size} lens {lens:?}",
         T::DTYPE,
         KV::DTYPE
     );
+    let decode_attention =
+        |layout, plan, schedule| decode_attention_on(engine, &p.data(), layout, plan, schedule);
 
-    let paged = decode_attention(&p.data(), Layout::Paged, whole, schedule).unwrap();
+    let paged = decode_attention(Layout::Paged, whole, schedule).unwrap();
     let err = relative_error(&paged, &reference);
     assert!(err <= bound, "{what}: paged error {err:.2e}");
-    let contiguous = decode_attention(&p.data(), Layout::Contiguous, whole, schedule).unwrap();
+    let contiguous = decode_attention(Layout::Contiguous, whole, schedule).unwrap();
     assert_eq!(
         bits(&paged),
         bits(&contiguous),
         "{what}: paged and contiguous differ"
     );
 
-    let paged_split = decode_attention(&p.data(), Layout::Paged, split, schedule).unwrap();
+    let paged_split = decode_attention(Layout::Paged, split, schedule).unwrap();
     let err = relative_error(&paged_split, &reference);
     assert!(err <= bound, "{what}: split paged error {err:.2e}");
     let contiguous_split =
-        decode_attention(&p.data(), Layout::Contiguous, split, schedule).unwrap();
+        decode_attention(Layout::Contiguous, split, schedule).unwrap();
     assert_eq!(
         bits(&paged_split),
         bits(&contiguous_split),
@@ -109,7 +114,8 @@ fn check_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
 }
 
 /// Every instance kernels/attention.cuh builds for q `T` and K/V `KV` (the list build.rs reads
-/// from it); against the oracle over the stored K and V the bound is q's dtype's.
+/// from it), on CUDA cores and, for the shapes that have one, on tensor cores; against the oracle
+/// over the stored K and V the bound is q's dtype's.
 fn every_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(seed: u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut block_sizes = (0..=8).map(|l| 1usize << l).cycle();
@@ -124,8 +130,13 @@ fn every_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(seed: u64) {
         KV::DTYPE
     );
     for i in instances {
-        let bs = block_sizes.next().unwrap();
-        check_instance::<T, KV>(i.head_dim, i.group, bs, &mut rng, tolerance(T::DTYPE));
+        for engine in [Engine::CudaCores, Engine::TensorCores] {
+            if has_instance(engine, i.dtype, i.kv_dtype, i.head_dim, i.group) {
+                let bs = block_sizes.next().unwrap();
+                let bound = tolerance(T::DTYPE);
+                check_instance::<T, KV>(engine, i.head_dim, i.group, bs, &mut rng, bound);
+            }
+        }
     }
 }
 
@@ -159,46 +170,58 @@ fn fp8_e5m2_instances_match_the_oracle() {
 #[test]
 fn every_block_size_reads_through_the_table() {
     let mut rng = StdRng::seed_from_u64(4);
+    let bound = tolerance(Dtype::F16);
     for log_bs in 0..=8 {
-        check_instance::<f16, f16>(128, 4, 1 << log_bs, &mut rng, tolerance(Dtype::F16));
-        check_instance::<f16, Fp8E4m3>(128, 4, 1 << log_bs, &mut rng, tolerance(Dtype::F16));
+        for engine in [Engine::CudaCores, Engine::TensorCores] {
+            check_instance::<f16, f16>(engine, 128, 4, 1 << log_bs, &mut rng, bound);
+            check_instance::<f16, Fp8E4m3>(engine, 128, 8, 1 << log_bs, &mut rng, bound);
+        }
     }
 }
 
 /// The ring's cp.async wait matters, and the emulator shows it: a copy's destination holds poison
 /// until its group is waited for, so the kernel with its wait removed, or waiting for one group too
-/// few, reads poison and fails, while the real kernel passes the same problem. The poison shows
-/// either in the block-table words (a row offset from a poisoned word leaves the pool: the launch
-/// fails) or in K and V (NaN reaches the output).
+/// few, reads poison and fails, while the real kernel passes the same problem (on either engine:
+/// the two kernels share the ring). The poison shows either in the block-table words (a row offset
+/// from a poisoned word leaves the pool: the launch fails) or in K and V (NaN reaches the output).
 #[test]
 fn a_kernel_with_a_bad_pipeline_wait_fails() {
-    let shape = AttentionShape {
-        num_heads: 4,
-        num_kv_heads: 1,
-        head_dim: 128,
-        scale: 0.1,
-    };
-    let p = Problem::<f16>::new(shape, 16, &[300, 77], 9).unwrap();
-    let reference = attention_f64(&p);
-    let whole = SplitPlan {
-        num_partitions: 1,
-        partition_size: p.max_len,
-    };
-    let good = decode_attention(&p.data(), Layout::Paged, whole, Schedule::Forward).unwrap();
-    assert!(relative_error(&good, &reference) <= tolerance(Dtype::F16));
-    for mutant in ["no_wait", "short_wait"] {
-        let kernel = format!("mutant_{mutant}_paged_attention_f16_d128_g4");
-        match decode_attention_with(&p.data(), Layout::Paged, &kernel, whole, Schedule::Forward) {
-            Err(e) => assert!(
-                matches!(e, EmuError::OutOfBounds(_)),
-                "{kernel}: unexpected failure {e}"
-            ),
-            Ok(out) => {
-                let err = relative_error(&out, &reference);
-                assert!(
-                    err.is_infinite(),
-                    "{kernel}: error {err:.2e}: the poison it read should reach the output as NaN"
-                );
+    for (engine, group, name) in [
+        (Engine::CudaCores, 4, "paged_attention_f16_d128_g4"),
+        (Engine::TensorCores, 8, "paged_attention_tc_f16_d128_g8"),
+    ] {
+        let shape = AttentionShape {
+            num_heads: group,
+            num_kv_heads: 1,
+            head_dim: 128,
+            scale: 0.1,
+        };
+        let p = Problem::<f16>::new(shape, 16, &[300, 77], 9).unwrap();
+        let reference = attention_f64(&p);
+        let whole = SplitPlan {
+            num_partitions: 1,
+            partition_size: p.max_len,
+        };
+        let good =
+            decode_attention_on(engine, &p.data(), Layout::Paged, whole, Schedule::Forward).unwrap();
+        assert!(relative_error(&good, &reference) <= tolerance(Dtype::F16));
+        for mutant in ["no_wait", "short_wait"] {
+            let kernel = format!("mutant_{mutant}_{name}");
+            let data = p.data();
+            match decode_attention_with(engine, &data, Layout::Paged, &kernel, whole, Schedule::Forward)
+            {
+                Err(e) => assert!(
+                    matches!(e, EmuError::OutOfBounds(_)),
+                    "{kernel}: unexpected failure {e}"
+                ),
+                Ok(out) => {
+                    let err = relative_error(&out, &reference);
+                    assert!(
+                        err.is_infinite(),
+                        "{kernel}: error {err:.2e}: the poison it read should reach the output as \
+                         NaN"
+                    );
+                }
             }
         }
     }

@@ -334,7 +334,7 @@ fn enqueue_attention(
         kv + at.lens as u64,
     ];
     let a = &launch.attention;
-    let f = dev.attention_function(a.module, &a.kernel).unwrap();
+    let f = dev.attention_function(a).unwrap();
     let mut builder = stream.launch_builder(&f);
     for ptr in outputs.iter().chain(&inputs) {
         builder.arg(ptr);

@@ -9,5 +9,7 @@ mod values;
 pub use crate::launch::{split_plan, AttentionData, AttentionShape, SplitPlan, CHUNK, FULL_WAVE};
 pub use oracle::{attention_f64, attention_f64_exact, relative_error, tolerance};
 pub use problem::{Problem, ProblemError, ProblemOptions};
-pub use run::{measure, measure_dtype, AttentionReport, MeasureOptions};
+pub use run::{
+    measure, measure_dtype, AttentionReport, EngineChoice, EngineFigures, MeasureOptions,
+};
 pub use values::{Scales, Values};

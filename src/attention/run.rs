@@ -9,7 +9,8 @@ use super::{
 use crate::device::{cpu, Device, DeviceError, Limits};
 use crate::host_memory::{self, TooLarge};
 use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
-use crate::launch::Layout;
+use crate::launch::attention::{dispatched, has_instance};
+use crate::launch::{Engine, Layout};
 use crate::progress::{phase, Progress};
 use crate::stats::median;
 use crate::timing::median_secs;
@@ -38,11 +39,62 @@ pub struct MeasureOptions {
     pub iters: usize,
     /// Compare with the f64 oracle (slow for very large problems).
     pub check: bool,
+    /// Which GPU kernels run (the CPU runs its reference implementation whatever this says).
+    pub engines: EngineChoice,
+}
+
+/// Which decode-attention kernels a GPU run times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineChoice {
+    /// The kernel the launchers dispatch for the shape.
+    Auto,
+    CudaCores,
+    TensorCores,
+    /// The dispatched kernel, then the other engine's when the shape has one on both.
+    Both,
+}
+
+impl EngineChoice {
+    /// The engines to run for a shape, the reported one first; an engine without a kernel for the
+    /// shape is an error when asked for by name.
+    fn engines(self, dtype: Dtype, kv: Dtype, head_dim: usize, group: usize) -> Vec<Engine> {
+        let first = dispatched(dtype, kv, head_dim, group);
+        let other = match first {
+            Engine::CudaCores => Engine::TensorCores,
+            Engine::TensorCores => Engine::CudaCores,
+        };
+        match self {
+            EngineChoice::Auto => vec![first],
+            EngineChoice::CudaCores => vec![Engine::CudaCores],
+            EngineChoice::TensorCores => vec![Engine::TensorCores],
+            EngineChoice::Both if has_instance(other, dtype, kv, head_dim, group) => {
+                vec![first, other]
+            }
+            EngineChoice::Both => vec![first],
+        }
+    }
+}
+
+/// One more engine's kernels on the same problem (`EngineChoice::Both`), against the same limits.
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineFigures {
+    pub engine: Engine,
+    pub paged_us: f64,
+    pub contiguous_us: f64,
+    pub paged_gbps: f64,
+    pub paged_frac_of_stream: f64,
+    /// Against the f64 oracle (NaN when not checked).
+    pub paged_rel_error: f64,
+    pub contiguous_rel_error: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct AttentionReport {
     pub device: String,
+    /// The GPU kernels' engine (None on the CPU, which runs its reference implementation).
+    pub engine: Option<Engine>,
+    /// The other engine on the same problem, when asked for and built for the shape.
+    pub other_engines: Vec<EngineFigures>,
     /// Run on the emulated CUDA driver: the times are the CPU's, not a GPU's.
     pub emulated: bool,
     /// q and the output.
@@ -143,6 +195,7 @@ fn ensure_fits(
 }
 
 struct Timed<T> {
+    engine: Option<Engine>,
     paged_s: f64,
     contiguous_s: f64,
     paged_out: Vec<T>,
@@ -150,6 +203,8 @@ struct Timed<T> {
     limits: Limits,
     plan: SplitPlan,
     copies: usize,
+    /// Further engines' (engine, paged s, contiguous s, paged out, contiguous out).
+    others: Vec<(Engine, f64, f64, Vec<T>, Vec<T>)>,
 }
 
 pub fn measure<T, KV>(
@@ -168,30 +223,41 @@ where
             run_cuda(dev, p, opts)
         })?,
     };
-    let (paged_err, contiguous_err, quantised_err) = if opts.check {
+    let reference = opts.check.then(|| {
         phase(
             progress,
             "attention: checking against the f64 oracle",
             0,
-            || {
-                let reference = attention_f64(p);
-                let quantised = attention_f64_exact(p)
-                    .map_or(f64::NAN, |exact| relative_error(&timed.paged_out, &exact));
-                (
-                    relative_error(&timed.paged_out, &reference),
-                    relative_error(&timed.contiguous_out, &reference),
-                    quantised,
-                )
-            },
+            || attention_f64(p),
         )
+    });
+    let error = |out: &[T]| reference.as_ref().map_or(f64::NAN, |r| relative_error(out, r));
+    let (paged_err, contiguous_err) = (error(&timed.paged_out), error(&timed.contiguous_out));
+    let quantised_err = if opts.check {
+        attention_f64_exact(p).map_or(f64::NAN, |exact| relative_error(&timed.paged_out, &exact))
     } else {
-        (f64::NAN, f64::NAN, f64::NAN)
+        f64::NAN
     };
     let kv = p.kv_bytes() as f64;
+    let other_engines = timed
+        .others
+        .iter()
+        .map(|(engine, paged_s, contiguous_s, paged_out, contiguous_out)| EngineFigures {
+            engine: *engine,
+            paged_us: paged_s * 1e6,
+            contiguous_us: contiguous_s * 1e6,
+            paged_gbps: kv / paged_s / 1e9,
+            paged_frac_of_stream: kv / paged_s / 1e9 / timed.limits.stream_gbps,
+            paged_rel_error: error(paged_out),
+            contiguous_rel_error: error(contiguous_out),
+        })
+        .collect();
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
     Ok(AttentionReport {
         device: device.name(),
+        engine: timed.engine,
+        other_engines,
         emulated: device.is_emulated(),
         dtype: T::DTYPE,
         kv_dtype: KV::DTYPE,
@@ -256,6 +322,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         || cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
     )?;
     Ok(Timed {
+        engine: None,
         paged_s,
         contiguous_s,
         paged_out,
@@ -267,6 +334,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
             partition_size: cpu::attention::PARTITION,
         },
         copies: 1,
+        others: Vec::new(),
     })
 }
 
@@ -279,36 +347,68 @@ where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
     KV: KvElem + cudarc::driver::DeviceRepr,
 {
-    let plan = dev.attention_plan(&p.data())?;
-    // A small problem fits the L2 cache and would be timed from it: the timed runs take turns over
-    // enough copies that the bytes between two reads of one copy exceed the cache several times.
-    let copies = dev.min_working_set().div_ceil(p.kv_bytes().max(1)).max(1);
-    let mut dps = (0..copies)
-        .map(|_| dev.upload_attention(&p.data(), plan))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut outputs = Vec::new();
-    let mut seconds = Vec::new();
-    for layout in [Layout::Paged, Layout::Contiguous] {
-        // Correctness run on a poisoned output, then the timed runs.
-        dev.poison_output(&mut dps[0])?;
-        dev.launch_attention(&mut dps[0], layout)?;
-        outputs.push(dev.download(&dps[0].out)?);
-        let mut turn = 0;
-        let ms = dev.time_ms(3, opts.iters.max(1), || {
-            turn = (turn + 1) % copies;
-            dev.launch_attention(&mut dps[turn], layout)
-        })?;
-        seconds.push(median(&ms) * 1e-3);
+    let s = &p.shape;
+    let engines = opts
+        .engines
+        .engines(T::DTYPE, KV::DTYPE, s.head_dim, s.group());
+    let mut runs = Vec::new();
+    let mut first = None;
+    for engine in engines {
+        let (plan, copies, [paged, contiguous]) = run_cuda_engine(dev, p, opts, engine)?;
+        first.get_or_insert((plan, copies));
+        runs.push((engine, paged, contiguous));
     }
-    let contiguous_out = outputs.pop().expect("two layouts");
-    let paged_out = outputs.pop().expect("two layouts");
+    let (plan, copies) = first.expect("at least one engine");
+    let mut runs = runs.into_iter();
+    let (engine, (paged_s, paged_out), (contiguous_s, contiguous_out)) =
+        runs.next().expect("at least one engine");
     Ok(Timed {
-        paged_s: seconds[0],
-        contiguous_s: seconds[1],
+        engine: Some(engine),
+        paged_s,
+        contiguous_s,
         paged_out,
         contiguous_out,
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
         plan,
         copies,
+        others: runs.map(|(e, (ps, po), (cs, co))| (e, ps, cs, po, co)).collect(),
     })
+}
+
+/// One engine's kernels on the GPU: its split plan, the copies rotated, and (median seconds,
+/// output) of the paged and the contiguous kernel.
+#[allow(clippy::type_complexity)]
+fn run_cuda_engine<T, KV>(
+    dev: &crate::device::cuda::CudaDevice,
+    p: &Problem<T, KV>,
+    opts: MeasureOptions,
+    engine: Engine,
+) -> Result<(SplitPlan, usize, [(f64, Vec<T>); 2]), RunError>
+where
+    T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
+    KV: KvElem + cudarc::driver::DeviceRepr,
+{
+    let plan = dev.attention_plan_on(engine, &p.data())?;
+    // A small problem fits the L2 cache and would be timed from it: the timed runs take turns over
+    // enough copies that the bytes between two reads of one copy exceed the cache several times.
+    let copies = dev.min_working_set().div_ceil(p.kv_bytes().max(1)).max(1);
+    let mut dps = (0..copies)
+        .map(|_| dev.upload_attention_on(engine, &p.data(), plan))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut results = Vec::new();
+    for layout in [Layout::Paged, Layout::Contiguous] {
+        // Correctness run on a poisoned output, then the timed runs.
+        dev.poison_output(&mut dps[0])?;
+        dev.launch_attention(&mut dps[0], layout)?;
+        let out = dev.download(&dps[0].out)?;
+        let mut turn = 0;
+        let ms = dev.time_ms(3, opts.iters.max(1), || {
+            turn = (turn + 1) % copies;
+            dev.launch_attention(&mut dps[turn], layout)
+        })?;
+        results.push((median(&ms) * 1e-3, out));
+    }
+    let contiguous = results.pop().expect("two layouts");
+    let paged = results.pop().expect("two layouts");
+    Ok((plan, copies, [paged, contiguous]))
 }

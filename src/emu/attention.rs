@@ -5,12 +5,13 @@
 
 use super::{EmuElem, EmuError, Launch, Schedule};
 use crate::kv::KvElem;
-use crate::launch::{AttentionData, AttentionLaunch, KernelLaunch, SplitPlan};
+use crate::launch::{AttentionData, AttentionLaunch, Engine, KernelLaunch, SplitPlan};
 
 pub use crate::launch::Layout;
 
-/// Runs decode attention on the emulator and returns the output, `[num_seqs, num_heads,
-/// head_dim]`, which starts as NaN so an element the kernel misses shows.
+/// Runs decode attention on the emulator, on the engine the launchers dispatch for the shape, and
+/// returns the output, `[num_seqs, num_heads, head_dim]`, which starts as NaN so an element the
+/// kernel misses shows.
 pub fn decode_attention<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
     data: &AttentionData<'_, T, KV>,
     layout: Layout,
@@ -22,16 +23,30 @@ pub fn decode_attention<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
     run(data, layout, &l, &l.attention.kernel, schedule)
 }
 
-/// [`decode_attention`] through a kernel of the same signature under another name: the mutants of
-/// kernels/emu/selftest/attention_mutant_*.cu, which the tests show the emulator catches.
+/// [`decode_attention`] on a chosen engine.
+pub fn decode_attention_on<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    engine: Engine,
+    data: &AttentionData<'_, T, KV>,
+    layout: Layout,
+    plan: SplitPlan,
+    schedule: Schedule,
+) -> Result<Vec<T>, EmuError> {
+    let l = AttentionLaunch::on(engine, T::DTYPE, KV::DTYPE, data, layout, plan)
+        .map_err(|e| EmuError::InvalidLaunch(e.to_string()))?;
+    run(data, layout, &l, &l.attention.kernel, schedule)
+}
+
+/// [`decode_attention_on`] through a kernel of the same signature under another name: the mutants
+/// of kernels/emu/selftest/attention*_mutant_*.cu, which the tests show the emulator catches.
 pub fn decode_attention_with<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
+    engine: Engine,
     data: &AttentionData<'_, T, KV>,
     layout: Layout,
     kernel: &str,
     plan: SplitPlan,
     schedule: Schedule,
 ) -> Result<Vec<T>, EmuError> {
-    let l = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, layout, plan)
+    let l = AttentionLaunch::on(engine, T::DTYPE, KV::DTYPE, data, layout, plan)
         .map_err(|e| EmuError::InvalidLaunch(e.to_string()))?;
     run(data, layout, &l, kernel, schedule)
 }

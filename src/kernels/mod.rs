@@ -12,6 +12,9 @@ pub const ATTENTION_THREADS: u32 = 128;
 /// kernels/attention.cuh (the cp.async ring and the staged block-table words). A launch with less
 /// traps, so a mismatch fails every emulated attention test.
 pub const ATTENTION_SMEM_BYTES: u32 = 50_688;
+/// The same for the tensor-core kernels: `attn::tc::kSmemBytes` in kernels/attention_tc.cuh (a
+/// 64 KiB ring of 4 KiB tiles, two slots per warp, and the table words).
+pub const ATTENTION_TC_SMEM_BYTES: u32 = 66_560;
 
 /// One `kernels/NAME.cu`, compiled into a fatbin.
 #[derive(Debug, Clone, Copy)]

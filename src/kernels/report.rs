@@ -13,8 +13,11 @@ use serde::Serialize;
 pub const DECLARED_THREADS: &[(&str, u32)] = &[];
 
 /// Dynamic shared memory per launch, by kernel name prefix; a kernel not listed gets 0. A launcher
-/// that passes more than 0 (src/device/cuda/*.rs) adds its kernel here.
+/// that passes more than 0 (src/device/cuda/*.rs) adds its kernel here. The first matching prefix
+/// counts: the tensor-core kernels come before the CUDA-core ones, whose prefix is theirs too.
 pub const DYNAMIC_SHARED_BYTES: &[(&str, u32)] = &[
+    ("paged_attention_tc_", super::ATTENTION_TC_SMEM_BYTES),
+    ("contiguous_attention_tc_", super::ATTENTION_TC_SMEM_BYTES),
     ("paged_attention_", super::ATTENTION_SMEM_BYTES),
     ("contiguous_attention_", super::ATTENTION_SMEM_BYTES),
 ];

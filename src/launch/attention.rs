@@ -6,7 +6,7 @@
 
 use super::split::SplitPlan;
 use super::{instances, to_i32, to_u32, LaunchError};
-use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_THREADS};
+use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_TC_SMEM_BYTES, ATTENTION_THREADS};
 use crate::kv::{BlockTable, Dtype, KvSpec};
 
 /// The shape of one decode step: query heads, KV heads (GQA when fewer), head dim, softmax scale.
@@ -140,6 +140,7 @@ pub struct KernelLaunch {
 /// A decode-attention step: the attention kernel, and the merge when the context is split.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttentionLaunch {
+    pub engine: Engine,
     pub attention: KernelLaunch,
     /// `merge_partitions_*` (buffers: out, part_out, part_max, part_sum) when split.
     pub merge: Option<KernelLaunch>,
@@ -150,10 +151,45 @@ pub struct AttentionLaunch {
     pub partial_elems: usize,
 }
 
-/// The instance name of decode attention for `layout` with q of `dtype` and K/V stored as
-/// `kv_dtype`: `paged_attention_f16_d128_g4`, or `paged_attention_f16_kvfp8_e4m3_d128_g4`.
+/// What computes a decode-attention kernel's products: f32 FMAs on the CUDA cores
+/// (kernels/attention.cuh, every shape) or mma.sync on the tensor cores (kernels/attention_tc.cuh,
+/// the shapes `PAGEDKV_FOR_EACH_TC_ATTENTION` lists: grouped heads at head dim 128).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    CudaCores,
+    TensorCores,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::CudaCores => "cuda-cores",
+            Engine::TensorCores => "tensor-cores",
+        }
+    }
+
+    /// Dynamic shared memory every launch of this engine's kernels passes (their cp.async rings).
+    pub fn smem_bytes(self) -> u32 {
+        match self {
+            Engine::CudaCores => ATTENTION_SMEM_BYTES,
+            Engine::TensorCores => ATTENTION_TC_SMEM_BYTES,
+        }
+    }
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The instance name of decode attention for `layout` on `engine` with q of `dtype` and K/V stored
+/// as `kv_dtype`: `paged_attention_f16_d128_g4`, `paged_attention_f16_kvfp8_e4m3_d128_g4`, and on
+/// tensor cores `paged_attention_tc_f16_d128_g4`.
 pub fn kernel_name(
     layout: Layout,
+    engine: Engine,
     dtype: Dtype,
     kv_dtype: Dtype,
     head_dim: usize,
@@ -163,25 +199,91 @@ pub fn kernel_name(
         Layout::Paged => "paged",
         Layout::Contiguous => "contiguous",
     };
+    let tc = match engine {
+        Engine::CudaCores => "",
+        Engine::TensorCores => "tc_",
+    };
     let kv = if kv_dtype == dtype {
         String::new()
     } else {
         format!("_kv{}", kv_dtype.name())
     };
     format!(
-        "{prefix}_attention_{}{kv}_d{head_dim}_g{group}",
+        "{prefix}_attention_{tc}{}{kv}_d{head_dim}_g{group}",
         dtype.name()
     )
 }
 
-/// The kernels/*.cu file of an instance: fp8 storage has files of its own.
-pub fn module(layout: Layout, kv_dtype: Dtype) -> &'static str {
-    match (layout, kv_dtype.fp8().is_some()) {
-        (Layout::Paged, false) => "paged_attention",
-        (Layout::Paged, true) => "paged_attention_fp8",
-        (Layout::Contiguous, false) => "contiguous_attention",
-        (Layout::Contiguous, true) => "contiguous_attention_fp8",
+/// The kernels/*.cu file of an instance: fp8 storage and tensor cores have files of their own.
+pub fn module(layout: Layout, engine: Engine, kv_dtype: Dtype) -> &'static str {
+    match (layout, engine, kv_dtype.fp8().is_some()) {
+        (Layout::Paged, Engine::CudaCores, false) => "paged_attention",
+        (Layout::Paged, Engine::CudaCores, true) => "paged_attention_fp8",
+        (Layout::Contiguous, Engine::CudaCores, false) => "contiguous_attention",
+        (Layout::Contiguous, Engine::CudaCores, true) => "contiguous_attention_fp8",
+        (Layout::Paged, Engine::TensorCores, _) => "paged_attention_tc",
+        (Layout::Contiguous, Engine::TensorCores, _) => "contiguous_attention_tc",
     }
+}
+
+/// Whether `engine` has a kernel for the shape.
+pub fn has_instance(
+    engine: Engine,
+    dtype: Dtype,
+    kv_dtype: Dtype,
+    head_dim: usize,
+    group: usize,
+) -> bool {
+    let name = kernel_name(Layout::Paged, engine, dtype, kv_dtype, head_dim, group);
+    instances::compiled(module(Layout::Paged, engine, kv_dtype), &name)
+}
+
+/// The engine the launchers use for a shape: tensor cores wherever they have an instance (they
+/// were built for the shapes where the CUDA-core kernel runs out of issue slots before memory
+/// bandwidth: KERNELS.md, "Tensor cores"), CUDA cores otherwise.
+pub fn dispatched(dtype: Dtype, kv_dtype: Dtype, head_dim: usize, group: usize) -> Engine {
+    if has_instance(Engine::TensorCores, dtype, kv_dtype, head_dim, group) {
+        Engine::TensorCores
+    } else {
+        Engine::CudaCores
+    }
+}
+
+/// One shape the kernels are built for and what the launchers run for it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Dispatch {
+    pub dtype: Dtype,
+    pub kv_dtype: Dtype,
+    pub head_dim: usize,
+    pub group: usize,
+    pub engine: Engine,
+    /// The paged kernel the launchers call for the shape (its contiguous twin has the same engine).
+    pub kernel: String,
+}
+
+/// Every shape built, with the engine and paged kernel dispatched for it, in instance order.
+pub fn dispatch_table() -> Vec<Dispatch> {
+    instances::attention_instances()
+        .into_iter()
+        .map(|i| {
+            let engine = dispatched(i.dtype, i.kv_dtype, i.head_dim, i.group);
+            Dispatch {
+                dtype: i.dtype,
+                kv_dtype: i.kv_dtype,
+                head_dim: i.head_dim,
+                group: i.group,
+                engine,
+                kernel: kernel_name(
+                    Layout::Paged,
+                    engine,
+                    i.dtype,
+                    i.kv_dtype,
+                    i.head_dim,
+                    i.group,
+                ),
+            }
+        })
+        .collect()
 }
 
 /// Ok when kernels/attention.cuh instantiates q `dtype`, K/V `kv_dtype`, `head_dim` and `group`.
@@ -191,8 +293,7 @@ pub fn check_instance(
     head_dim: usize,
     group: usize,
 ) -> Result<(), LaunchError> {
-    let name = kernel_name(Layout::Paged, dtype, kv_dtype, head_dim, group);
-    if instances::compiled(module(Layout::Paged, kv_dtype), &name) {
+    if has_instance(Engine::CudaCores, dtype, kv_dtype, head_dim, group) {
         return Ok(());
     }
     Err(LaunchError::NoInstance(format!(
@@ -204,8 +305,26 @@ pub fn check_instance(
 
 impl AttentionLaunch {
     /// The launches of one step over `data` with `split`: q of `dtype`, K and V stored as
-    /// `kv_dtype`.
+    /// `kv_dtype`, on the engine [`dispatched`] chooses for the shape.
     pub fn new<T, KV>(
+        dtype: Dtype,
+        kv_dtype: Dtype,
+        data: &AttentionData<'_, T, KV>,
+        layout: Layout,
+        split: SplitPlan,
+    ) -> Result<AttentionLaunch, LaunchError> {
+        let s = &data.shape;
+        let engine = if s.num_kv_heads > 0 && s.num_heads.is_multiple_of(s.num_kv_heads) {
+            dispatched(dtype, kv_dtype, s.head_dim, s.group())
+        } else {
+            Engine::CudaCores // refused below with the reason
+        };
+        Self::on(engine, dtype, kv_dtype, data, layout, split)
+    }
+
+    /// [`AttentionLaunch::new`] on a chosen engine (to compare the two on one shape).
+    pub fn on<T, KV>(
+        engine: Engine,
         dtype: Dtype,
         kv_dtype: Dtype,
         data: &AttentionData<'_, T, KV>,
@@ -221,6 +340,12 @@ impl AttentionLaunch {
         }
         let (hd, group) = (s.head_dim, s.group());
         check_instance(dtype, kv_dtype, hd, group)?;
+        if !has_instance(engine, dtype, kv_dtype, hd, group) {
+            return Err(LaunchError::NoInstance(format!(
+                "no {engine} attention kernel for q {dtype}, K/V {kv_dtype}, head dim {hd} with \
+                 {group} query heads per KV head"
+            )));
+        }
         if data.k_scale.len() != s.num_kv_heads || data.v_scale.len() != s.num_kv_heads {
             return Err(LaunchError::Geometry(format!(
                 "{} K and {} V scales for {} KV heads",
@@ -251,15 +376,15 @@ impl AttentionLaunch {
             Scalar::F32(s.scale),
         ]);
         let attention = KernelLaunch {
-            module: module(layout, kv_dtype),
-            kernel: kernel_name(layout, dtype, kv_dtype, hd, group),
+            module: module(layout, engine, kv_dtype),
+            kernel: kernel_name(layout, engine, dtype, kv_dtype, hd, group),
             grid: (
                 to_u32("KV heads", s.num_kv_heads)?,
                 seqs as u32,
                 parts as u32,
             ),
             threads: ATTENTION_THREADS,
-            smem_bytes: ATTENTION_SMEM_BYTES,
+            smem_bytes: engine.smem_bytes(),
             scalars,
         };
         let merge = (parts > 1).then(|| KernelLaunch {
@@ -271,6 +396,7 @@ impl AttentionLaunch {
             scalars: vec![Scalar::I32(parts as i32)],
         });
         Ok(AttentionLaunch {
+            engine,
             attention,
             merge,
             out_elems: seqs * s.num_heads * hd,
@@ -331,7 +457,16 @@ mod tests {
             partition_size: 40,
         };
         let l = AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Paged, whole).unwrap();
-        assert_eq!(l.attention.kernel, "paged_attention_f16_d128_g4");
+        // Group 4 at head dim 128 is dispatched to tensor cores, with their ring's shared memory.
+        assert_eq!(l.engine, Engine::TensorCores);
+        assert_eq!(l.attention.kernel, "paged_attention_tc_f16_d128_g4");
+        assert_eq!(l.attention.smem_bytes, ATTENTION_TC_SMEM_BYTES);
+        let cuda_cores =
+            AttentionLaunch::on(Engine::CudaCores, Dtype::F16, Dtype::F16, &d, Layout::Paged, whole)
+                .unwrap();
+        assert_eq!(cuda_cores.attention.kernel, "paged_attention_f16_d128_g4");
+        assert_eq!(cuda_cores.attention.smem_bytes, ATTENTION_SMEM_BYTES);
+        assert_eq!(cuda_cores.attention.scalars, l.attention.scalars);
         assert_eq!(l.attention.grid, (2, 2, 1));
         assert_eq!(
             l.attention.scalars,
@@ -350,7 +485,7 @@ mod tests {
         };
         let l =
             AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, Layout::Contiguous, split).unwrap();
-        assert_eq!(l.attention.kernel, "contiguous_attention_f16_d128_g4");
+        assert_eq!(l.attention.kernel, "contiguous_attention_tc_f16_d128_g4");
         assert_eq!(l.attention.scalars[0], Scalar::I32(40));
         let m = l.merge.unwrap();
         assert_eq!(m.kernel, "merge_partitions_f16_d128");
@@ -440,10 +575,59 @@ mod tests {
             whole,
         )
         .unwrap();
-        assert_eq!(l.attention.module, "contiguous_attention_fp8");
+        assert_eq!(l.attention.module, "contiguous_attention_tc");
         assert_eq!(
             l.attention.kernel,
-            "contiguous_attention_bf16_kvfp8_e5m2_d128_g4"
+            "contiguous_attention_tc_bf16_kvfp8_e5m2_d128_g4"
         );
+        let l = AttentionLaunch::on(
+            Engine::CudaCores,
+            Dtype::Bf16,
+            Dtype::Fp8E5m2,
+            &d128,
+            Layout::Contiguous,
+            whole,
+        )
+        .unwrap();
+        assert_eq!(l.attention.module, "contiguous_attention_fp8");
+        // Tensor cores have no kernel for a group of 1, and say so.
+        let mut g1 = d128;
+        g1.shape.num_heads = g1.shape.num_kv_heads;
+        assert_eq!(dispatched(Dtype::F16, Dtype::F16, 128, 1), Engine::CudaCores);
+        let e = AttentionLaunch::on(Engine::TensorCores, Dtype::F16, Dtype::F16, &g1, Layout::Paged, whole)
+            .unwrap_err();
+        assert!(e.to_string().contains("no tensor-cores attention kernel"), "{e}");
+    }
+
+    #[test]
+    fn every_tensor_core_kernel_has_its_twin_and_is_dispatched() {
+        let table = dispatch_table();
+        let tc: Vec<_> = crate::kernels::COMPILED_KERNELS
+            .iter()
+            .filter(|k| k.name.starts_with("paged_attention_tc_"))
+            .collect();
+        assert!(!tc.is_empty(), "no tensor-core kernel built");
+        for k in tc {
+            let d = table
+                .iter()
+                .find(|d| d.kernel == k.name)
+                .unwrap_or_else(|| panic!("{} is never dispatched", k.name));
+            assert_eq!(d.engine, Engine::TensorCores);
+            // Its contiguous twin, and the CUDA-core kernel of the same shape to compare with.
+            let twin = kernel_name(Layout::Contiguous, d.engine, d.dtype, d.kv_dtype, 128, d.group);
+            assert!(instances::compiled("contiguous_attention_tc", &twin), "{twin}");
+            assert!(has_instance(Engine::CudaCores, d.dtype, d.kv_dtype, d.head_dim, d.group));
+        }
+        // The shapes issue 23 aims at run on tensor cores.
+        for (q, kv) in [
+            (Dtype::F16, Dtype::F16),
+            (Dtype::Bf16, Dtype::Bf16),
+            (Dtype::F16, Dtype::Fp8E4m3),
+            (Dtype::Bf16, Dtype::Fp8E4m3),
+        ] {
+            for group in [4, 8] {
+                assert_eq!(dispatched(q, kv, 128, group), Engine::TensorCores, "{q} {kv} g{group}");
+            }
+        }
     }
 }

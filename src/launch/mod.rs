@@ -14,7 +14,9 @@ pub mod gather;
 pub mod instances;
 pub mod split;
 
-pub use attention::{AttentionData, AttentionLaunch, AttentionShape, KernelLaunch, Layout, Scalar};
+pub use attention::{
+    AttentionData, AttentionLaunch, AttentionShape, Engine, KernelLaunch, Layout, Scalar,
+};
 pub use split::{split_plan, SplitPlan, CHUNK, FULL_WAVE};
 
 use thiserror::Error;

@@ -4,9 +4,8 @@
 
 use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
-use crate::kernels::ATTENTION_SMEM_BYTES;
 use crate::kv::KvElem;
-use crate::launch::attention::{check_instance, kernel_name, module};
+use crate::launch::attention::{check_instance, dispatched, kernel_name, module, Engine};
 use crate::launch::{split_plan, AttentionData, AttentionLaunch, KernelLaunch, Layout, Scalar};
 use crate::launch::{LaunchError, SplitPlan};
 use cudarc::driver::sys::CUfunction_attribute;
@@ -24,6 +23,8 @@ impl From<LaunchError> for DeviceError {
 /// every checked launch.
 pub struct DeviceProblem<T: DeviceRepr, KV: DeviceRepr = T> {
     pub plan: SplitPlan,
+    /// What computes the products (both layouts run on the same engine).
+    pub engine: Engine,
     paged: AttentionLaunch,
     contiguous: AttentionLaunch,
     q: CudaSlice<T>,
@@ -45,34 +46,49 @@ impl CudaDevice {
     /// An attention kernel, opted in to the dynamic shared memory it needs (more than the 48 KiB a
     /// launch gets without asking). Done at upload, not per launch: a launch should cost nothing
     /// but the launch.
-    pub fn attention_function(
-        &self,
-        module: &'static str,
-        name: &str,
-    ) -> Result<CudaFunction, DeviceError> {
-        let f = self.function(module, name)?;
+    pub fn attention_function(&self, launch: &KernelLaunch) -> Result<CudaFunction, DeviceError> {
+        let f = self.function(launch.module, &launch.kernel)?;
         self.ctx.bind_to_thread()?;
         f.set_attribute(
             CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            ATTENTION_SMEM_BYTES as i32,
+            launch.smem_bytes as i32,
         )?;
         Ok(f)
     }
 
     /// The split-K plan for `data` on this GPU, from the driver's occupancy query for the kernel
-    /// instance it runs (`launch::split` has the rule).
+    /// instance it runs (`launch::split` has the rule), on the engine dispatched for the shape.
     pub fn attention_plan<T: KvElem, KV: KvElem>(
         &self,
         data: &AttentionData<'_, T, KV>,
     ) -> Result<SplitPlan, DeviceError> {
         let s = &data.shape;
         check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
-        let name = kernel_name(Layout::Paged, T::DTYPE, KV::DTYPE, s.head_dim, s.group());
+        let engine = dispatched(T::DTYPE, KV::DTYPE, s.head_dim, s.group());
+        self.attention_plan_on(engine, data)
+    }
+
+    /// [`CudaDevice::attention_plan`] for the kernel of a chosen engine.
+    pub fn attention_plan_on<T: KvElem, KV: KvElem>(
+        &self,
+        engine: Engine,
+        data: &AttentionData<'_, T, KV>,
+    ) -> Result<SplitPlan, DeviceError> {
+        let s = &data.shape;
+        check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
+        let name = kernel_name(
+            Layout::Paged,
+            engine,
+            T::DTYPE,
+            KV::DTYPE,
+            s.head_dim,
+            s.group(),
+        );
         let per_sm = self.occupancy(
-            module(Layout::Paged, KV::DTYPE),
+            module(Layout::Paged, engine, KV::DTYPE),
             &name,
             crate::kernels::ATTENTION_THREADS,
-            ATTENTION_SMEM_BYTES,
+            engine.smem_bytes(),
         )?;
         Ok(split_plan(
             data.lens.len(),
@@ -96,15 +112,35 @@ impl CudaDevice {
     {
         data.check_buffers()
             .map_err(|e| DeviceError::Invalid(e.to_string()))?;
-        let paged = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, Layout::Paged, plan)?;
-        let contiguous = AttentionLaunch::new(T::DTYPE, KV::DTYPE, data, Layout::Contiguous, plan)?;
+        let s = &data.shape;
+        check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
+        let engine = dispatched(T::DTYPE, KV::DTYPE, s.head_dim, s.group());
+        self.upload_attention_on(engine, data, plan)
+    }
+
+    /// [`CudaDevice::upload_attention`] for the kernels of a chosen engine.
+    pub fn upload_attention_on<T, KV>(
+        &self,
+        engine: Engine,
+        data: &AttentionData<'_, T, KV>,
+        plan: SplitPlan,
+    ) -> Result<DeviceProblem<T, KV>, DeviceError>
+    where
+        T: KvElem + DeviceRepr + ValidAsZeroBits,
+        KV: KvElem + DeviceRepr,
+    {
+        data.check_buffers()
+            .map_err(|e| DeviceError::Invalid(e.to_string()))?;
+        let on = |layout| AttentionLaunch::on(engine, T::DTYPE, KV::DTYPE, data, layout, plan);
+        let (paged, contiguous) = (on(Layout::Paged)?, on(Layout::Contiguous)?);
         for l in [&paged, &contiguous] {
-            self.attention_function(l.attention.module, &l.attention.kernel)?;
+            self.attention_function(&l.attention)?;
         }
         let st = &self.stream;
         let partial = paged.partial_elems;
         Ok(DeviceProblem {
             plan,
+            engine,
             q: st.clone_htod(data.q)?,
             k: st.clone_htod(data.k)?,
             v: st.clone_htod(data.v)?,
