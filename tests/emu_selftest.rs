@@ -668,7 +668,11 @@ fn byte_perm_selects_bytes_as_cuda_documents() {
         .unwrap();
     for (i, &(x, y, s, known)) in cases.iter().enumerate() {
         let want = known.unwrap_or_else(|| byte_perm(x, y, s));
-        assert_eq!(known.map_or(want, |_| byte_perm(x, y, s)), want, "reference, case {i}");
+        assert_eq!(
+            known.map_or(want, |_| byte_perm(x, y, s)),
+            want,
+            "reference, case {i}"
+        );
         assert_eq!(out[i], want, "__byte_perm({x:#x}, {y:#x}, {s:#x})");
     }
 }

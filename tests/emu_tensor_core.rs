@@ -53,13 +53,34 @@ impl Operand for bf16 {
 fn check_mma<T: Operand>(prefix: &str, schedule: Schedule, seed: u64) -> Result<(), String> {
     let atom = CuteLayouts::load();
     let atom = atom.mma(T::CUTE_OP);
-    let a_at: Vec<i32> = atom.a.iter().flatten().map(|&(m, k)| (m * 16 + k) as i32).collect();
-    let b_at: Vec<i32> = atom.b.iter().flatten().map(|&(n, k)| (k * 8 + n) as i32).collect();
-    let c_at: Vec<i32> = atom.c.iter().flatten().map(|&(m, n)| (m * 8 + n) as i32).collect();
+    let a_at: Vec<i32> = atom
+        .a
+        .iter()
+        .flatten()
+        .map(|&(m, k)| (m * 16 + k) as i32)
+        .collect();
+    let b_at: Vec<i32> = atom
+        .b
+        .iter()
+        .flatten()
+        .map(|&(n, k)| (k * 8 + n) as i32)
+        .collect();
+    let c_at: Vec<i32> = atom
+        .c
+        .iter()
+        .flatten()
+        .map(|&(m, n)| (m * 8 + n) as i32)
+        .collect();
     let mut rng = StdRng::seed_from_u64(seed);
-    let a: Vec<T> = (0..WARPS * 256).map(|_| T::round(rng.random_range(-2.0..2.0))).collect();
-    let b: Vec<T> = (0..WARPS * 128).map(|_| T::round(rng.random_range(-2.0..2.0))).collect();
-    let c: Vec<f32> = (0..WARPS * 128).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let a: Vec<T> = (0..WARPS * 256)
+        .map(|_| T::round(rng.random_range(-2.0..2.0)))
+        .collect();
+    let b: Vec<T> = (0..WARPS * 128)
+        .map(|_| T::round(rng.random_range(-2.0..2.0)))
+        .collect();
+    let c: Vec<f32> = (0..WARPS * 128)
+        .map(|_| rng.random_range(-1.0..1.0))
+        .collect();
     let mut d = vec![f32::NAN; WARPS * 128];
     let kernel = format!("{prefix}_mma_{}", T::SUFFIX);
     Launch::new(&kernel)
@@ -107,12 +128,36 @@ struct Ldmatrix {
 }
 
 const LDMATRIX: [Ldmatrix; 6] = [
-    Ldmatrix { suffix: "x1", cute_op: "SM75_U32x1_LDSM_N", matrices: 1 },
-    Ldmatrix { suffix: "x2", cute_op: "SM75_U32x2_LDSM_N", matrices: 2 },
-    Ldmatrix { suffix: "x4", cute_op: "SM75_U32x4_LDSM_N", matrices: 4 },
-    Ldmatrix { suffix: "x1_trans", cute_op: "SM75_U16x2_LDSM_T", matrices: 1 },
-    Ldmatrix { suffix: "x2_trans", cute_op: "SM75_U16x4_LDSM_T", matrices: 2 },
-    Ldmatrix { suffix: "x4_trans", cute_op: "SM75_U16x8_LDSM_T", matrices: 4 },
+    Ldmatrix {
+        suffix: "x1",
+        cute_op: "SM75_U32x1_LDSM_N",
+        matrices: 1,
+    },
+    Ldmatrix {
+        suffix: "x2",
+        cute_op: "SM75_U32x2_LDSM_N",
+        matrices: 2,
+    },
+    Ldmatrix {
+        suffix: "x4",
+        cute_op: "SM75_U32x4_LDSM_N",
+        matrices: 4,
+    },
+    Ldmatrix {
+        suffix: "x1_trans",
+        cute_op: "SM75_U16x2_LDSM_T",
+        matrices: 1,
+    },
+    Ldmatrix {
+        suffix: "x2_trans",
+        cute_op: "SM75_U16x4_LDSM_T",
+        matrices: 2,
+    },
+    Ldmatrix {
+        suffix: "x4_trans",
+        cute_op: "SM75_U16x8_LDSM_T",
+        matrices: 4,
+    },
 ];
 
 /// How one ldmatrix check places its rows.
@@ -150,7 +195,11 @@ fn check_ldmatrix(
     let kernel = format!("{prefix}_ldmatrix_{}", v.suffix);
     Launch::new(&kernel)
         .block(32 * WARPS as u32)
-        .smem(if placement.dynamic { WARPS * 64 * 16 } else { 0 })
+        .smem(if placement.dynamic {
+            WARPS * 64 * 16
+        } else {
+            0
+        })
         .schedule(schedule)
         .buf(&rows)
         .buf(&slot)
@@ -168,10 +217,19 @@ fn check_ldmatrix(
     };
     for w in 0..WARPS {
         for (lane, lane_sources) in sources.iter().enumerate() {
-            assert_eq!(lane_sources.len(), 2 * v.matrices, "{}: dst elements", v.cute_op);
+            assert_eq!(
+                lane_sources.len(),
+                2 * v.matrices,
+                "{}: dst elements",
+                v.cute_op
+            );
             for (e, &(src_lane, src_element)) in lane_sources.iter().enumerate() {
                 // ldmatrix reads the addresses of lanes 0..8 N only; cute agrees.
-                assert!(src_lane < 8 * v.matrices, "{}: source lane {src_lane}", v.cute_op);
+                assert!(
+                    src_lane < 8 * v.matrices,
+                    "{}: source lane {src_lane}",
+                    v.cute_op
+                );
                 let got = out[(w * 32 + lane) * v.matrices + e / 2] >> (16 * (e % 2)) & 0xffff;
                 let want = element(w, src_lane, src_element);
                 if got != want {
@@ -206,7 +264,11 @@ fn ldmatrix_gives_every_lane_and_element_cute_names() {
         for schedule in SCHEDULES {
             for dynamic in [false, true] {
                 for junk_unused in [false, true] {
-                    let placement = Placement { dynamic, skip_lane: None, junk_unused };
+                    let placement = Placement {
+                        dynamic,
+                        skip_lane: None,
+                        junk_unused,
+                    };
                     seed += 1;
                     check_ldmatrix("emu_selftest_tc", v, schedule, placement, seed).unwrap();
                 }
@@ -218,7 +280,11 @@ fn ldmatrix_gives_every_lane_and_element_cute_names() {
 #[test]
 fn ldmatrix_reads_a_row_never_written_as_the_poison_it_holds() {
     for v in &LDMATRIX {
-        let placement = Placement { dynamic: v.matrices == 2, skip_lane: Some(5), junk_unused: false };
+        let placement = Placement {
+            dynamic: v.matrices == 2,
+            skip_lane: Some(5),
+            junk_unused: false,
+        };
         check_ldmatrix("emu_selftest_tc", v, Schedule::Shuffled(3), placement, 99).unwrap();
     }
 }
@@ -239,8 +305,15 @@ fn a_swapped_a_register_fails_the_mma_checks() {
 #[test]
 fn swapped_ldmatrix_halves_fail_the_ldmatrix_checks() {
     let prefix = "emu_selftest_tc_mutant_swapped_halves";
-    let placement = Placement { dynamic: false, skip_lane: None, junk_unused: false };
-    for v in LDMATRIX.iter().filter(|v| ["x1", "x4_trans"].contains(&v.suffix)) {
+    let placement = Placement {
+        dynamic: false,
+        skip_lane: None,
+        junk_unused: false,
+    };
+    for v in LDMATRIX
+        .iter()
+        .filter(|v| ["x1", "x4_trans"].contains(&v.suffix))
+    {
         for schedule in SCHEDULES {
             let err = check_ldmatrix(prefix, v, schedule, placement, 5).unwrap_err();
             assert!(err.contains("cute says"), "{err}");
@@ -280,12 +353,19 @@ fn mma_in_part_of_a_warp_is_a_warp_sync_error() {
             .i32(32)
             .run(),
     );
-    assert!(m.contains("needs all 32 lanes of a warp: this warp has 16"), "{m}");
+    assert!(
+        m.contains("needs all 32 lanes of a warp: this warp has 16"),
+        "{m}"
+    );
 }
 
 #[test]
 fn lanes_in_different_tensor_core_operations_are_a_warp_sync_error() {
-    for (shape, other) in [(0, ".bf16."), (1, "ldmatrix.sync.aligned.m8n8.x1."), (4, ".x4.")] {
+    for (shape, other) in [
+        (0, ".bf16."),
+        (1, "ldmatrix.sync.aligned.m8n8.x1."),
+        (4, ".x4."),
+    ] {
         for schedule in SCHEDULES {
             let mut out = vec![0f32; 32];
             let m = warp_sync_message(
@@ -319,13 +399,19 @@ fn ldmatrix_rows_outside_shared_memory_or_misaligned_are_errors() {
     run(-1, 0).unwrap();
     match run(9, 0) {
         Err(EmuError::OutOfBounds(m)) => {
-            assert!(m.contains("lane 9's address") && m.contains("not 16 bytes inside"), "{m}")
+            assert!(
+                m.contains("lane 9's address") && m.contains("not 16 bytes inside"),
+                "{m}"
+            )
         }
         other => panic!("a thread-local row address: {other:?}"),
     }
     match run(30, 1) {
         Err(EmuError::Misaligned(m)) => {
-            assert!(m.contains("lane 30's address") && m.contains("16-byte aligned"), "{m}")
+            assert!(
+                m.contains("lane 30's address") && m.contains("16-byte aligned"),
+                "{m}"
+            )
         }
         other => panic!("a misaligned row address: {other:?}"),
     }

@@ -105,7 +105,9 @@ impl CuteLayouts {
         }
         for (name, atom) in &mma {
             let all = atom.a.iter().flatten();
-            let all = all.chain(atom.b.iter().flatten()).chain(atom.c.iter().flatten());
+            let all = all
+                .chain(atom.b.iter().flatten())
+                .chain(atom.c.iter().flatten());
             assert!(
                 all.clone().all(|&(r, _)| r != usize::MAX),
                 "{FILE}: {name} misses a thread or value"
