@@ -4,6 +4,9 @@
 
 use std::collections::HashMap;
 
+/// (row, col) pairs.
+type Coords = Vec<(usize, usize)>;
+
 const FILE: &str = "tests/data/tensor_core/cute_layouts.txt";
 
 /// One mma atom: for each thread, each value's (row, col). A: (m, k) for its 8 16-bit values
@@ -104,14 +107,23 @@ impl CuteLayouts {
             }
         }
         for (name, atom) in &mma {
-            let all = atom.a.iter().flatten();
-            let all = all
-                .chain(atom.b.iter().flatten())
-                .chain(atom.c.iter().flatten());
-            assert!(
-                all.clone().all(|&(r, _)| r != usize::MAX),
-                "{FILE}: {name} misses a thread or value"
-            );
+            // Each operand's values cover its matrix once: A 16 x 16, B 8 x 16, C 16 x 8.
+            let operands: [(&str, Coords, usize); 3] = [
+                ("A", atom.a.iter().flatten().copied().collect(), 16),
+                ("B", atom.b.iter().flatten().copied().collect(), 8),
+                ("C", atom.c.iter().flatten().copied().collect(), 16),
+            ];
+            for (operand, mut coords, rows) in operands {
+                coords.sort_unstable();
+                let cols = coords.len() / rows;
+                let whole: Coords = (0..rows)
+                    .flat_map(|r| (0..cols).map(move |c| (r, c)))
+                    .collect();
+                assert_eq!(
+                    coords, whole,
+                    "{FILE}: {name} {operand} is not one value per element"
+                );
+            }
         }
         CuteLayouts { mma, copy }
     }
