@@ -627,3 +627,52 @@ fn a_write_over_an_async_copy_in_flight_is_reported() {
         assert!(err.to_string().contains(when), "{err}");
     }
 }
+
+/// `__byte_perm` as the CUDA Math API states it: byte n of the result is byte (s >> 4n) & 7 of
+/// y:x (x's bytes 0-3, y's 4-7); the selectors' fourth bits and s's upper 16 bits are not used.
+fn byte_perm(x: u32, y: u32, s: u32) -> u32 {
+    let bytes = (u64::from(y) << 32) | u64::from(x);
+    (0..4).fold(0, |r, n| {
+        let selector = (s >> (4 * n)) & 7;
+        r | (((bytes >> (8 * selector)) & 0xff) as u32) << (8 * n)
+    })
+}
+
+#[test]
+fn byte_perm_selects_bytes_as_cuda_documents() {
+    let mut rng = StdRng::seed_from_u64(23);
+    // CUB's PRMT example, fp8 pair shuffles (bytes 0 and 2, 1 and 3), and selectors with their
+    // unused bits set, then random words and selectors.
+    let mut cases: Vec<(u32, u32, u32, Option<u32>)> = vec![
+        (0x0302_0100, 0x0706_0504, 0x7531, Some(0x0705_0301)),
+        (0x4433_2211, 0x8877_6655, 0x5140, Some(0x6622_5511)),
+        (0x4433_2211, 0x8877_6655, 0xffff_8888, Some(0x1111_1111)),
+        (0x4433_2211, 0x8877_6655, 0x0001_fedc, Some(0x8877_6655)),
+    ];
+    cases.extend((0..200).map(|_| (rng.random(), rng.random(), rng.random(), None)));
+    let (x, y, s): (Vec<u32>, Vec<u32>, Vec<u32>) = (
+        cases.iter().map(|c| c.0).collect(),
+        cases.iter().map(|c| c.1).collect(),
+        cases.iter().map(|c| c.2).collect(),
+    );
+    let mut out = vec![0xdead_beef_u32; cases.len()];
+    Launch::new("emu_selftest_byte_perm")
+        .grid(cases.len().div_ceil(64) as u32)
+        .block(64)
+        .buf(&x)
+        .buf(&y)
+        .buf(&s)
+        .buf_mut(&mut out)
+        .i32(cases.len() as i32)
+        .run()
+        .unwrap();
+    for (i, &(x, y, s, known)) in cases.iter().enumerate() {
+        let want = known.unwrap_or_else(|| byte_perm(x, y, s));
+        assert_eq!(
+            known.map_or(want, |_| byte_perm(x, y, s)),
+            want,
+            "reference, case {i}"
+        );
+        assert_eq!(out[i], want, "__byte_perm({x:#x}, {y:#x}, {s:#x})");
+    }
+}

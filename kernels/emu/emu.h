@@ -66,7 +66,10 @@ constexpr int warpSize = 32;
 
 // ---- synchronisation (runtime.cpp) ------------------------------------------------------------
 namespace emu {
-enum WarpOp { OP_SYNCWARP, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL };
+enum WarpOp {
+    OP_SYNCWARP, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR, OP_BALLOT, OP_ANY, OP_ALL,
+    OP_MATRIX,  // mma.sync, ldmatrix (tensor_core.h): warp_matrix_collective
+};
 void syncthreads(const char* file, int line);
 uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int width);
 unsigned char* dynamic_shared();
@@ -132,6 +135,7 @@ inline int __any_sync(unsigned mask, int pred) {
 inline int __all_sync(unsigned mask, int pred) {
     return static_cast<int>(emu::warp_collective(emu::OP_ALL, mask, pred != 0, 0, 32));
 }
+#include "tensor_core.h"  // mma.sync and ldmatrix, for kernels/tensor_core.cuh
 [[noreturn]] inline void __trap() { emu::fail(6 /* EMU_TRAP */, "__trap() called"); }
 
 // ---- atomics: real atomics, since blocks may run on several OS threads ------------------------
@@ -185,6 +189,15 @@ inline unsigned min(int a, unsigned b) { return min(static_cast<unsigned>(a), b)
 inline unsigned min(unsigned a, int b) { return min(a, static_cast<unsigned>(b)); }
 inline unsigned max(int a, unsigned b) { return max(static_cast<unsigned>(a), b); }
 inline unsigned max(unsigned a, int b) { return max(a, static_cast<unsigned>(b)); }
+// Byte n of the result is byte (s >> 4n) & 7 of the eight bytes of y:x (x's bytes 0-3, y's 4-7);
+// the selectors' fourth bits and s's upper 16 bits are not used (CUDA Math API, __byte_perm).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const uint64_t bytes = uint64_t{y} << 32 | x;
+    unsigned r = 0;
+    for (unsigned n = 0; n < 4; n++)
+        r |= static_cast<unsigned>(bytes >> (8 * ((s >> (4 * n)) & 7u)) & 0xffu) << (8 * n);
+    return r;
+}
 
 // ---- CUDA features the emulator lacks: using one is a compile-time error that says so ---------
 #define EMU_UNSUPPORTED(name)                                                                      \

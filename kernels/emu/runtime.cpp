@@ -56,6 +56,9 @@ struct Fiber {
     int arg;
     int width;
     uint32_t result;
+    // OP_MATRIX: the instruction's name and this lane's operands (tensor_core.h).
+    const char* matrix_op;
+    void* lane_data;
     // This thread's cp.async copies: not yet committed, and committed groups oldest first.
     std::vector<AsyncCopy> uncommitted;
     std::deque<std::vector<AsyncCopy>> groups;
@@ -142,9 +145,13 @@ const char* op_name(WarpOp op) {
         case OP_BALLOT: return "__ballot_sync";
         case OP_ANY: return "__any_sync";
         case OP_ALL: return "__all_sync";
+        case OP_MATRIX: return "a warp matrix operation";
     }
     return "?";
 }
+
+// The collective a waiting lane is in, for messages.
+const char* collective_name(const Fiber& f) { return f.op == OP_MATRIX ? f.matrix_op : op_name(f.op); }
 
 std::string vformat(const char* fmt, va_list ap) {
     char buf[1024];
@@ -218,7 +225,7 @@ void check_exit_from_warp(Worker& w) {
         if (g.state == State::AtWarp && ((g.mask >> lane) & 1u))
             fiber_fail(EMU_WARP_SYNC,
                        format("lane %u exits while lane %u waits for it in %s with mask %#x", lane, l,
-                              op_name(g.op), g.mask));
+                              collective_name(g), g.mask));
     }
 }
 
@@ -243,7 +250,8 @@ void report_stall(Worker& w) {
         if (f.state != State::AtWarp) continue;
         if (at_warp++ == 0) {
             const unsigned id = linear_id(f);
-            warp_detail = format(" (first: thread %u in %s with mask %#x)", id, op_name(f.op), f.mask);
+            warp_detail =
+                format(" (first: thread %u in %s with mask %#x)", id, collective_name(f), f.mask);
         }
     }
     w.running = nullptr;
@@ -417,6 +425,32 @@ void syncthreads(const char* file, int line) {
     yield_as(State::AtBarrier);
 }
 
+namespace {
+// Lane `lane` of the warp at `base` has joined its collective (self.op, self.mask): whether every
+// lane of the mask is now here. A named lane that has exited, or one waiting in another
+// collective, is an error.
+bool all_lanes_here(const Worker& w, const Fiber& self, unsigned lane, unsigned base) {
+    bool complete = true;
+    for (unsigned l = 0; l < 32; l++) {
+        if (((self.mask >> l) & 1u) == 0 || l == lane || base + l >= w.num_threads) continue;
+        const Fiber& g = w.fibers[base + l];
+        if (g.state == State::Done)
+            fiber_fail(EMU_WARP_SYNC, format("%s with mask %#x: lane %u of the warp has exited",
+                                             collective_name(self), self.mask, l));
+        if (g.state != State::AtWarp) {
+            complete = false;
+        } else if (g.op != self.op || g.mask != self.mask ||
+                   (self.op == OP_MATRIX && std::strcmp(g.matrix_op, self.matrix_op) != 0)) {
+            fiber_fail(EMU_WARP_SYNC,
+                       format("lanes %u and %u meet in different warp collectives: %s with mask %#x "
+                              "and %s with mask %#x",
+                              lane, l, collective_name(self), self.mask, collective_name(g), g.mask));
+        }
+    }
+    return complete;
+}
+}  // namespace
+
 uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int width) {
     Worker& w = *t_worker;
     Fiber& self = *w.running;
@@ -432,23 +466,7 @@ uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int 
     self.value = value;
     self.arg = arg;
     self.width = width;
-    bool complete = true;
-    for (unsigned l = 0; l < 32; l++) {
-        if (((mask >> l) & 1u) == 0 || l == lane || base + l >= w.num_threads) continue;
-        const Fiber& g = w.fibers[base + l];
-        if (g.state == State::Done)
-            fiber_fail(EMU_WARP_SYNC, format("%s with mask %#x: lane %u of the warp has exited",
-                                             op_name(op), mask, l));
-        if (g.state != State::AtWarp) {
-            complete = false;
-        } else if (g.op != op || g.mask != mask) {
-            fiber_fail(EMU_WARP_SYNC,
-                       format("lanes %u and %u meet in different warp collectives: %s with mask %#x "
-                              "and %s with mask %#x",
-                              lane, l, op_name(op), mask, op_name(g.op), g.mask));
-        }
-    }
-    if (!complete) {
+    if (!all_lanes_here(w, self, lane, base)) {
         yield_as(State::AtWarp);
         return self.result;
     }
@@ -486,6 +504,30 @@ uint32_t warp_collective(WarpOp op, unsigned mask, uint32_t value, int arg, int 
     return self.result;
 }
 
+void warp_matrix_collective(const char* name, void* lane_data, void (*combine)(void* const* lanes)) {
+    Worker& w = *t_worker;
+    Fiber& self = *w.running;
+    const unsigned id = linear_id(self), lane = id % 32, base = id - lane;
+    if (base + 32 > w.num_threads)
+        fiber_fail(EMU_WARP_SYNC,
+                   format("%s needs all 32 lanes of a warp: this warp has %u (a block of %u threads)",
+                          name, w.num_threads - base, w.num_threads));
+    self.op = OP_MATRIX;
+    self.mask = 0xffffffffu;
+    self.matrix_op = name;
+    self.lane_data = lane_data;
+    if (!all_lanes_here(w, self, lane, base)) {
+        yield_as(State::AtWarp);
+        return;
+    }
+    void* lanes[32];
+    for (unsigned l = 0; l < 32; l++) lanes[l] = w.fibers[base + l].lane_data;
+    combine(lanes);
+    for (unsigned l = 0; l < 32; l++) w.fibers[base + l].state = State::Runnable;
+}
+
+unsigned lane_id() { return linear_id(*t_worker->running) % 32; }
+
 unsigned char* dynamic_shared() { return t_worker->smem; }
 unsigned dynamic_shared_bytes() { return static_cast<unsigned>(t_worker->smem_bytes); }
 
@@ -508,6 +550,10 @@ bool in_shared(const Worker& w, const unsigned char* p, size_t bytes) {
     return false;
 }
 }  // namespace
+
+bool in_block_shared(const void* p, size_t bytes) {
+    return in_shared(*t_worker, static_cast<const unsigned char*>(p), bytes);
+}
 
 void async_copy(void* shared_dst, const void* global_src, size_t bytes) {
     Worker& w = *t_worker;

@@ -202,3 +202,13 @@ extern "C" __global__ void emu_selftest_cp_async_race(GPTR(const float) in,  // 
     if (wait_after_write) cp_async_wait<0>();
     st_vec(out + t * 4, s[t]);
 }
+
+// out[i] = __byte_perm(x[i], y[i], s[i]).
+extern "C" __global__ void emu_selftest_byte_perm(GPTR(const unsigned) x,  // [n]
+                                                  GPTR(const unsigned) y,  // [n]
+                                                  GPTR(const unsigned) s,  // [n]
+                                                  GPTR(unsigned) out,      // [n]
+                                                  int n) {
+    const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) out[i] = __byte_perm(x[i], y[i], s[i]);
+}
