@@ -1,5 +1,6 @@
-//! Decode attention on a real GPU against the f64 oracle: every dtype, head dims, GQA groups,
-//! block sizes 1..256, ragged lengths, one partition and split-K. Ignored by a plain `cargo test`
+//! Decode attention on a real GPU against the f64 oracle: every dtype, head dims, GQA groups, on
+//! CUDA cores and (the shapes built for them) tensor cores, block sizes 1..256, ragged lengths, one
+//! partition and split-K. Ignored by a plain `cargo test`
 //! (`cargo test` lists them as ignored); `scripts/gpu-check` runs them with `--include-ignored` on
 //! a GPU, where a missing GPU is a failure, never a pass.
 
@@ -9,19 +10,27 @@ use pagedkv::attention::{
 };
 use pagedkv::device::cuda::{CudaDevice, Layout};
 use pagedkv::kv::{Fp8E4m3, Fp8E5m2, KvElem};
+use pagedkv::launch::attention::has_instance;
 use pagedkv::launch::instances::{attention_instances, AttentionInstance};
+use pagedkv::launch::Engine;
 use rand::{Rng, SeedableRng};
 
 fn gpu() -> CudaDevice {
     CudaDevice::open(0).unwrap_or_else(|e| panic!("a GPU test run without a GPU: {e}"))
 }
 
-fn run<T, KV>(dev: &CudaDevice, p: &Problem<T, KV>, plan: SplitPlan, layout: Layout) -> Vec<T>
+fn run<T, KV>(
+    dev: &CudaDevice,
+    engine: Engine,
+    p: &Problem<T, KV>,
+    plan: SplitPlan,
+    layout: Layout,
+) -> Vec<T>
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
     KV: KvElem + cudarc::driver::DeviceRepr,
 {
-    let mut dp = dev.upload_attention(&p.data(), plan).unwrap();
+    let mut dp = dev.upload_attention_on(engine, &p.data(), plan).unwrap();
     dev.poison_output(&mut dp).unwrap();
     dev.launch_attention(&mut dp, layout).unwrap();
     dev.download(&dp.out).unwrap()
@@ -44,9 +53,15 @@ where
         3000
     };
     let ours = |i: &AttentionInstance| i.dtype == T::DTYPE && i.kv_dtype == KV::DTYPE;
+    let engines = |i: &AttentionInstance| {
+        [Engine::CudaCores, Engine::TensorCores]
+            .into_iter()
+            .filter(|&e| has_instance(e, i.dtype, i.kv_dtype, i.head_dim, i.group))
+            .collect::<Vec<_>>()
+    };
     for i in attention_instances().into_iter().filter(ours) {
         let (hd, group) = (i.head_dim, i.group);
-        {
+        for engine in engines(&i) {
             for log_bs in [0, 4, 8, rng.random_range(0..=8)] {
                 let kv_heads = rng.random_range(1..=4);
                 let lens: Vec<usize> = (0..rng.random_range(1..=6))
@@ -60,7 +75,7 @@ where
                 };
                 let p = Problem::<T, KV>::new(shape, 1 << log_bs, &lens, rng.random()).unwrap();
                 let reference = attention_f64(&p);
-                let auto = dev.attention_plan(&p.data()).unwrap();
+                let auto = dev.attention_plan_on(engine, &p.data()).unwrap();
                 let forced = SplitPlan {
                     num_partitions: p.max_len.div_ceil(CHUNK),
                     partition_size: CHUNK,
@@ -70,10 +85,10 @@ where
                     partition_size: p.max_len,
                 };
                 for plan in [whole, auto, forced] {
-                    let paged = run(dev, &p, plan, Layout::Paged);
-                    let contiguous = run(dev, &p, plan, Layout::Contiguous);
+                    let paged = run(dev, engine, &p, plan, Layout::Paged);
+                    let contiguous = run(dev, engine, &p, plan, Layout::Contiguous);
                     let what = format!(
-                        "q {:?}, K/V {:?} d{hd} g{group} bs{} {plan:?}",
+                        "{engine}: q {:?}, K/V {:?} d{hd} g{group} bs{} {plan:?}",
                         T::DTYPE,
                         KV::DTYPE,
                         1 << log_bs

@@ -81,8 +81,7 @@ fn check_instance<T: KvElem + EmuElem, KV: KvElem + EmuElem>(
     let paged_split = decode_attention(Layout::Paged, split, schedule).unwrap();
     let err = relative_error(&paged_split, &reference);
     assert!(err <= bound, "{what}: split paged error {err:.2e}");
-    let contiguous_split =
-        decode_attention(Layout::Contiguous, split, schedule).unwrap();
+    let contiguous_split = decode_attention(Layout::Contiguous, split, schedule).unwrap();
     assert_eq!(
         bits(&paged_split),
         bits(&contiguous_split),
@@ -202,14 +201,20 @@ fn a_kernel_with_a_bad_pipeline_wait_fails() {
             num_partitions: 1,
             partition_size: p.max_len,
         };
-        let good =
-            decode_attention_on(engine, &p.data(), Layout::Paged, whole, Schedule::Forward).unwrap();
+        let good = decode_attention_on(engine, &p.data(), Layout::Paged, whole, Schedule::Forward)
+            .unwrap();
         assert!(relative_error(&good, &reference) <= tolerance(Dtype::F16));
         for mutant in ["no_wait", "short_wait"] {
             let kernel = format!("mutant_{mutant}_{name}");
             let data = p.data();
-            match decode_attention_with(engine, &data, Layout::Paged, &kernel, whole, Schedule::Forward)
-            {
+            match decode_attention_with(
+                engine,
+                &data,
+                Layout::Paged,
+                &kernel,
+                whole,
+                Schedule::Forward,
+            ) {
                 Err(e) => assert!(
                     matches!(e, EmuError::OutOfBounds(_)),
                     "{kernel}: unexpected failure {e}"

@@ -244,6 +244,65 @@ fn out_of_memory_while_building_the_kv_pool_is_one_line() {
 
 #[test]
 #[ignore = "needs the emulated CUDA driver: scripts/emulated-gpu cargo test -- --ignored"]
+fn attention_times_both_engines_on_one_problem() {
+    for dtype in ["f16", "fp8_e4m3"] {
+        let args = [
+            "attention",
+            "--device",
+            "cuda",
+            "--json",
+            "--iters",
+            "1",
+            "--engine",
+            "both",
+            "--heads",
+            "64",
+            "--kv-heads",
+            "8",
+            "--dtype",
+            dtype,
+            "--batch",
+            "2",
+            "--context",
+            "300",
+        ];
+        let v = json(&args);
+        let what = format!("{args:?}: {v}");
+        assert_eq!(v["engine"], "tensor-cores", "{what}");
+        let others = v["other_engines"].as_array().unwrap();
+        assert_eq!(others.len(), 1, "{what}");
+        assert_eq!(others[0]["engine"], "cuda-cores", "{what}");
+        for e in [&v["paged_rel_error"], &others[0]["paged_rel_error"]] {
+            assert!(e.as_f64().unwrap().is_finite(), "{what}");
+        }
+    }
+    // A shape tensor cores have no kernel for, asked for by name: one line, exit 2.
+    let out = run(
+        &[
+            "attention",
+            "--device",
+            "cuda",
+            "--engine",
+            "tensor-cores",
+            "--heads",
+            "8",
+            "--kv-heads",
+            "8",
+            "--batch",
+            "1",
+            "--context",
+            "16",
+            "--iters",
+            "1",
+        ],
+        &[],
+    );
+    let err = one_line_error(&out, 2);
+    assert!(err.contains("no tensor-cores attention kernel"), "{err}");
+}
+
+#[test]
+#[ignore = "needs the emulated CUDA driver: scripts/emulated-gpu cargo test -- --ignored"]
 fn a_failed_launch_names_its_kernel() {
     let out = run(
         &[

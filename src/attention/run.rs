@@ -231,7 +231,11 @@ where
             || attention_f64(p),
         )
     });
-    let error = |out: &[T]| reference.as_ref().map_or(f64::NAN, |r| relative_error(out, r));
+    let error = |out: &[T]| {
+        reference
+            .as_ref()
+            .map_or(f64::NAN, |r| relative_error(out, r))
+    };
     let (paged_err, contiguous_err) = (error(&timed.paged_out), error(&timed.contiguous_out));
     let quantised_err = if opts.check {
         attention_f64_exact(p).map_or(f64::NAN, |exact| relative_error(&timed.paged_out, &exact))
@@ -242,15 +246,17 @@ where
     let other_engines = timed
         .others
         .iter()
-        .map(|(engine, paged_s, contiguous_s, paged_out, contiguous_out)| EngineFigures {
-            engine: *engine,
-            paged_us: paged_s * 1e6,
-            contiguous_us: contiguous_s * 1e6,
-            paged_gbps: kv / paged_s / 1e9,
-            paged_frac_of_stream: kv / paged_s / 1e9 / timed.limits.stream_gbps,
-            paged_rel_error: error(paged_out),
-            contiguous_rel_error: error(contiguous_out),
-        })
+        .map(
+            |(engine, paged_s, contiguous_s, paged_out, contiguous_out)| EngineFigures {
+                engine: *engine,
+                paged_us: paged_s * 1e6,
+                contiguous_us: contiguous_s * 1e6,
+                paged_gbps: kv / paged_s / 1e9,
+                paged_frac_of_stream: kv / paged_s / 1e9 / timed.limits.stream_gbps,
+                paged_rel_error: error(paged_out),
+                contiguous_rel_error: error(contiguous_out),
+            },
+        )
         .collect();
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
@@ -371,7 +377,9 @@ where
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
         plan,
         copies,
-        others: runs.map(|(e, (ps, po), (cs, co))| (e, ps, cs, po, co)).collect(),
+        others: runs
+            .map(|(e, (ps, po), (cs, co))| (e, ps, cs, po, co))
+            .collect(),
     })
 }
 

@@ -461,9 +461,15 @@ mod tests {
         assert_eq!(l.engine, Engine::TensorCores);
         assert_eq!(l.attention.kernel, "paged_attention_tc_f16_d128_g4");
         assert_eq!(l.attention.smem_bytes, ATTENTION_TC_SMEM_BYTES);
-        let cuda_cores =
-            AttentionLaunch::on(Engine::CudaCores, Dtype::F16, Dtype::F16, &d, Layout::Paged, whole)
-                .unwrap();
+        let cuda_cores = AttentionLaunch::on(
+            Engine::CudaCores,
+            Dtype::F16,
+            Dtype::F16,
+            &d,
+            Layout::Paged,
+            whole,
+        )
+        .unwrap();
         assert_eq!(cuda_cores.attention.kernel, "paged_attention_f16_d128_g4");
         assert_eq!(cuda_cores.attention.smem_bytes, ATTENTION_SMEM_BYTES);
         assert_eq!(cuda_cores.attention.scalars, l.attention.scalars);
@@ -593,10 +599,23 @@ mod tests {
         // Tensor cores have no kernel for a group of 1, and say so.
         let mut g1 = d128;
         g1.shape.num_heads = g1.shape.num_kv_heads;
-        assert_eq!(dispatched(Dtype::F16, Dtype::F16, 128, 1), Engine::CudaCores);
-        let e = AttentionLaunch::on(Engine::TensorCores, Dtype::F16, Dtype::F16, &g1, Layout::Paged, whole)
-            .unwrap_err();
-        assert!(e.to_string().contains("no tensor-cores attention kernel"), "{e}");
+        assert_eq!(
+            dispatched(Dtype::F16, Dtype::F16, 128, 1),
+            Engine::CudaCores
+        );
+        let e = AttentionLaunch::on(
+            Engine::TensorCores,
+            Dtype::F16,
+            Dtype::F16,
+            &g1,
+            Layout::Paged,
+            whole,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("no tensor-cores attention kernel"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -614,9 +633,25 @@ mod tests {
                 .unwrap_or_else(|| panic!("{} is never dispatched", k.name));
             assert_eq!(d.engine, Engine::TensorCores);
             // Its contiguous twin, and the CUDA-core kernel of the same shape to compare with.
-            let twin = kernel_name(Layout::Contiguous, d.engine, d.dtype, d.kv_dtype, 128, d.group);
-            assert!(instances::compiled("contiguous_attention_tc", &twin), "{twin}");
-            assert!(has_instance(Engine::CudaCores, d.dtype, d.kv_dtype, d.head_dim, d.group));
+            let twin = kernel_name(
+                Layout::Contiguous,
+                d.engine,
+                d.dtype,
+                d.kv_dtype,
+                128,
+                d.group,
+            );
+            assert!(
+                instances::compiled("contiguous_attention_tc", &twin),
+                "{twin}"
+            );
+            assert!(has_instance(
+                Engine::CudaCores,
+                d.dtype,
+                d.kv_dtype,
+                d.head_dim,
+                d.group
+            ));
         }
         // The shapes issue 23 aims at run on tensor cores.
         for (q, kv) in [
@@ -626,7 +661,11 @@ mod tests {
             (Dtype::Bf16, Dtype::Fp8E4m3),
         ] {
             for group in [4, 8] {
-                assert_eq!(dispatched(q, kv, 128, group), Engine::TensorCores, "{q} {kv} g{group}");
+                assert_eq!(
+                    dispatched(q, kv, 128, group),
+                    Engine::TensorCores,
+                    "{q} {kv} g{group}"
+                );
             }
         }
     }
