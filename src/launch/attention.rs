@@ -303,6 +303,25 @@ pub fn check_instance(
     )))
 }
 
+/// Ok when `engine` has a kernel for the shape ([`check_instance`] first: a shape no engine has
+/// is refused with the list of what is built).
+pub fn check_engine(
+    engine: Engine,
+    dtype: Dtype,
+    kv_dtype: Dtype,
+    head_dim: usize,
+    group: usize,
+) -> Result<(), LaunchError> {
+    check_instance(dtype, kv_dtype, head_dim, group)?;
+    if has_instance(engine, dtype, kv_dtype, head_dim, group) {
+        return Ok(());
+    }
+    Err(LaunchError::NoInstance(format!(
+        "no {engine} attention kernel for q {dtype}, K/V {kv_dtype}, head dim {head_dim} with \
+         {group} query heads per KV head (`pagedkv info` lists what each engine is built for)"
+    )))
+}
+
 impl AttentionLaunch {
     /// The launches of one step over `data` with `split`: q of `dtype`, K and V stored as
     /// `kv_dtype`, on the engine [`dispatched`] chooses for the shape.
@@ -339,13 +358,7 @@ impl AttentionLaunch {
             )));
         }
         let (hd, group) = (s.head_dim, s.group());
-        check_instance(dtype, kv_dtype, hd, group)?;
-        if !has_instance(engine, dtype, kv_dtype, hd, group) {
-            return Err(LaunchError::NoInstance(format!(
-                "no {engine} attention kernel for q {dtype}, K/V {kv_dtype}, head dim {hd} with \
-                 {group} query heads per KV head"
-            )));
-        }
+        check_engine(engine, dtype, kv_dtype, hd, group)?;
         if data.k_scale.len() != s.num_kv_heads || data.v_scale.len() != s.num_kv_heads {
             return Err(LaunchError::Geometry(format!(
                 "{} K and {} V scales for {} KV heads",

@@ -5,7 +5,9 @@
 use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
 use crate::kv::KvElem;
-use crate::launch::attention::{check_instance, dispatched, kernel_name, module, Engine};
+use crate::launch::attention::{
+    check_engine, check_instance, dispatched, kernel_name, module, Engine,
+};
 use crate::launch::{split_plan, AttentionData, AttentionLaunch, KernelLaunch, Layout, Scalar};
 use crate::launch::{LaunchError, SplitPlan};
 use cudarc::driver::sys::CUfunction_attribute;
@@ -75,7 +77,7 @@ impl CudaDevice {
         data: &AttentionData<'_, T, KV>,
     ) -> Result<SplitPlan, DeviceError> {
         let s = &data.shape;
-        check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
+        check_engine(engine, T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
         let name = kernel_name(
             Layout::Paged,
             engine,
