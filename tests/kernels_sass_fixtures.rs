@@ -66,6 +66,15 @@ fn check(kernels: &[KernelSass]) {
         );
         assert_eq!(l.bytes_in_flight_per_warp, Some(in_flight), "{name}");
     }
+    // last_block_padding: 24 instructions, 12 of them under `@!P0`, P0 = (R14 != -1) with R14
+    // stepping by 1: they run on the last block only, none of the steady state.
+    let l = only_loop(kernels, "last_block_padding");
+    assert_eq!(
+        (l.instructions, l.once_per_loop, l.issued),
+        (24, 12, 12.0),
+        "{l:#?}"
+    );
+    assert_eq!(l.bytes_in_flight_per_warp, Some(512.0));
     let (q, stream) = prologue_loops(kernels);
     assert!(
         !q.trip_from_data && stream.trip_from_data,
@@ -186,6 +195,17 @@ fn a_shallower_cp_async_wait_keeps_one_stage_in_flight() {
     assert_eq!(l.bytes_in_flight_per_warp, Some(512.0));
 }
 
+#[test]
+fn a_test_against_a_value_the_loop_changes_counts_every_iteration() {
+    // last_block_padding's test made against a register the loop steps (R11): no longer a fixed
+    // value, the padding counts on every iteration.
+    let test = address_of("last_block_padding", "ISETP.NE.AND P0");
+    let mutated = edit_text(LISTING, "last_block_padding", test, "-0x1,", "R11,");
+    let kernels = analyse(&mutated, ELF);
+    let l = only_loop(&kernels, "last_block_padding");
+    assert_eq!((l.once_per_loop, l.issued), (0, 24.0));
+}
+
 /// The q loop (one 4-byte load) and the stream loop (four 16-byte loads) of
 /// q_prologue_then_stream.
 fn prologue_loops(kernels: &[KernelSass]) -> (&LoopReport, &LoopReport) {
@@ -298,10 +318,18 @@ fn a_refill_whose_counter_is_not_regular_counts_every_iteration() {
     assert_eq!((l.refill_period, l.issued), (None, 23.0));
     assert_eq!(l.load_bytes_per_warp, 640.0);
     assert_eq!(l.bytes_in_flight_per_warp, Some(320.0));
-    // A mask that is not a power of two less one: no period either.
+    // A test that is not a mask (an OR instead of an AND): no period either.
     let test = address_of("refill_branch_every_4", "ULOP3.LUT UP0");
-    let mutated = edit_text(LISTING, "refill_branch_every_4", test, "0x3,", "0x5,");
+    let mutated = edit_text(LISTING, "refill_branch_every_4", test, "0xc0,", "0xfc,");
     let kernels = analyse(&mutated, ELF);
     let l = only_loop(&kernels, "refill_branch_every_4");
     assert_eq!((l.refill_period, l.load_bytes_per_warp), (None, 1024.0));
+    // Mask 0b101 of a counter stepping by 1: zero on 2 of every 8 iterations (0 and 2).
+    let mutated = edit_text(LISTING, "refill_branch_every_4", test, "0x3,", "0x5,");
+    let kernels = analyse(&mutated, ELF);
+    let l = only_loop(&kernels, "refill_branch_every_4");
+    assert_eq!(
+        (l.refill_period, l.load_bytes_per_warp),
+        (Some(8), 512.0 + 512.0 / 4.0)
+    );
 }

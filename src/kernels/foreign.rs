@@ -112,7 +112,7 @@ fn launch_bounds(
 
 /// The report of every sm_90 kernel of `image` that `options.kernel` selects.
 pub fn read(image: &Path, options: &ForeignOptions) -> Result<Vec<StaticKernel>, ForeignError> {
-    if options.heads_per_cta == 0 || options.group % options.heads_per_cta != 0 {
+    if options.heads_per_cta == 0 || !options.group.is_multiple_of(options.heads_per_cta) {
         return Err(ForeignError::HeadsPerCta {
             heads: options.heads_per_cta,
             group: options.group,

@@ -53,6 +53,8 @@ pub struct LoopDetail {
     pub stream_bytes_per_warp: f64,
     /// Part of the body runs once in this many iterations.
     pub refill_period: Option<u32>,
+    /// Instructions that run on one iteration of the whole loop only (not counted as issued).
+    pub once_per_loop: u32,
     pub round_trips_per_iteration: f64,
     pub bytes_in_flight_per_warp: Option<f64>,
     pub bytes_in_flight_per_sm: Option<f64>,
@@ -222,6 +224,7 @@ pub fn kernel_report(
             load_bytes_per_warp: l.load_bytes_per_warp,
             stream_bytes_per_warp: l.stream_bytes_per_warp,
             refill_period: l.refill_period,
+            once_per_loop: l.once_per_loop,
             round_trips_per_iteration: l.round_trips,
             bytes_in_flight_per_warp: l.bytes_in_flight_per_warp,
             bytes_in_flight_per_sm: per_sm(l.bytes_in_flight_per_warp),
@@ -343,6 +346,7 @@ mod tests {
             stream_bytes_per_warp: 512.0,
             issued: 16.0,
             refill_period: None,
+            once_per_loop: 0,
             round_trips: 1.0,
             bytes_in_flight_per_warp: Some(in_flight),
             waits: Cow::Owned(vec![WaitPoint {

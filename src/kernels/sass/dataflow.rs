@@ -142,7 +142,7 @@ pub fn writes(ins: &Instruction, reg: &str) -> bool {
 }
 
 /// The operands `ins` reads.
-pub fn sources<'a>(ins: &'a Instruction) -> Vec<&'a str> {
+pub fn sources(ins: &Instruction) -> Vec<&str> {
     let ops = operands(ins);
     let n = destinations(ins, &ops);
     let mut out: Vec<&str> = ops[n..].to_vec();
@@ -223,33 +223,71 @@ pub fn depends_on_data(code: &[&Instruction], at: usize, reg: &str) -> bool {
     false
 }
 
-/// The constant `reg` advances by per pass through `body`: its only write there is
-/// `reg = reg + imm` (`IADD3`, `VIADD`, `UIADD3`, `IMAD.IADD` forms).
-pub fn step(body: &[&Instruction], reg: &str) -> Option<i64> {
-    let mut writes_of = body.iter().filter(|i| writes(i, reg));
-    let ins = writes_of.next()?;
-    if writes_of.next().is_some() || ins.guard.is_some() {
+/// A register's value as the loop body computes it: its value at the top of an iteration of
+/// register `.0`, plus `.1`; `None` when it is anything else.
+type Symbolic = Option<(String, i64)>;
+
+/// `ins` as `dst = src + imm` (adds, moves), with `src` a register, if it is one.
+fn offset_of(ins: &Instruction) -> Option<(&str, i64)> {
+    let adds = matches!(ins.base(), "IADD3" | "VIADD" | "UIADD3" | "IADD" | "UIADD");
+    let moves = matches!(ins.base(), "MOV" | "UMOV") || ins.opcode == "IMAD.MOV.U32";
+    if !(adds || moves) {
         return None;
     }
-    if !matches!(ins.base(), "IADD3" | "VIADD" | "UIADD3" | "IADD" | "UIADD") {
-        return None;
-    }
-    let ops = sources(ins);
-    let mut imm = None;
-    let mut has_self = false;
-    for o in ops {
+    let mut imm = 0;
+    let mut base: Option<&str> = None;
+    for o in sources(ins) {
         if let Some(v) = immediate(o) {
-            imm = Some(imm.unwrap_or(0) + v);
-        } else if register(o) == Some(reg) && !o.starts_with('-') {
-            if has_self {
-                return None;
-            }
-            has_self = true;
-        } else if !matches!(o, "RZ" | "URZ" | "PT" | "UPT" | "!PT") {
+            imm += v;
+        } else if matches!(o, "RZ" | "URZ" | "PT" | "UPT" | "!PT" | "!UPT") {
+        } else if let (Some(r), None, false) = (register(o), base, o.starts_with('-')) {
+            base = Some(r);
+        } else {
             return None;
         }
     }
-    imm.filter(|_| has_self)
+    Some((base?, imm))
+}
+
+/// Every register's symbolic value after the first `upto` instructions of `body`. A write under a
+/// guard, or of anything but an add of a constant or a move, makes the value unknown.
+fn symbolic(body: &[&Instruction], upto: usize) -> std::collections::HashMap<String, Symbolic> {
+    let mut values: std::collections::HashMap<String, Symbolic> = Default::default();
+    let value = |values: &std::collections::HashMap<String, Symbolic>, r: &str| -> Symbolic {
+        values
+            .get(r)
+            .cloned()
+            .unwrap_or_else(|| Some((r.to_string(), 0)))
+    };
+    for ins in &body[..upto.min(body.len())] {
+        let ops = operands(ins);
+        let n = destinations(ins, &ops);
+        let computed = match (ins.guard.is_none(), offset_of(ins)) {
+            (true, Some((src, imm))) => value(&values, src).map(|(r, c)| (r, c + imm)),
+            _ => None,
+        };
+        for (i, d) in ops[..n].iter().enumerate() {
+            if let Some(r) = register(d) {
+                values.insert(r.to_string(), if i == 0 { computed.clone() } else { None });
+            }
+        }
+    }
+    values
+}
+
+/// The constant the value `reg` holds at instruction `at` of `body` advances by per iteration:
+/// a register that one pass of the body leaves at its start value plus a constant (`VIADD R6, R6,
+/// -4`; FlashInfer's `UR4 = UR5 + 2` at the top and `UR5 = UR4` at the bottom), or an offset of
+/// one (`iter + 2`).
+pub fn step(body: &[&Instruction], at: usize, reg: &str) -> Option<i64> {
+    let (counter, _) = symbolic(body, at)
+        .remove(reg)
+        .unwrap_or_else(|| Some((reg.to_string(), 0)))?;
+    match symbolic(body, body.len()).remove(&counter) {
+        None => None, // never written: not a counter
+        Some(Some((r, s))) if r == counter => Some(s),
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]
@@ -315,14 +353,23 @@ mod tests {
     #[test]
     fn counters_step_by_a_constant() {
         let body = [
+            ins("UIADD3 UR4, UR5, 0x2, URZ"),
+            ins("ULOP3.LUT UP0, UR9, UR4, 0xe, URZ, 0xc0, !UPT"),
             ins("VIADD R12, R12, 0x1"),
             ins("IADD3 R11, R11, 0x80, RZ"),
             ins("IADD3 R10, R10, R3, RZ"),
+            ins("ULEA UR5, UR5, 0x6, 0x1"),
+            ins("UMOV UR5, UR4"),
+            ins("@P0 VIADD R9, R9, 0x1"),
         ];
         let body: Vec<&Instruction> = body.iter().collect();
-        assert_eq!(step(&body, "R12"), Some(1));
-        assert_eq!(step(&body, "R11"), Some(128));
-        assert_eq!(step(&body, "R10"), None);
-        assert_eq!(step(&body, "R9"), None);
+        assert_eq!(step(&body, 0, "R12"), Some(1));
+        assert_eq!(step(&body, 8, "R11"), Some(128));
+        assert_eq!(step(&body, 0, "R10"), None);
+        assert_eq!(step(&body, 0, "R8"), None, "never written");
+        assert_eq!(step(&body, 0, "R9"), None, "written under a guard");
+        // UR4 = UR5 + 2 at the top, UR5 = UR4 at the bottom (a temporary between): both step by 2.
+        assert_eq!(step(&body, 1, "UR4"), Some(2));
+        assert_eq!(step(&body, 0, "UR5"), Some(2));
     }
 }

@@ -45,6 +45,8 @@ pub struct Steady {
     pub issued: f64,
     /// The longest period of a part that runs only once in so many iterations, if any.
     pub refill_period: Option<u32>,
+    /// Instructions that run on one iteration of the whole loop only (left out of `issued`).
+    pub once_per_loop: u32,
     /// Iteration time in load latencies: memory round trips per iteration.
     pub round_trips: f64,
     /// `load_bytes / round_trips`; `None` when the loop never waits for its loads.
@@ -204,8 +206,13 @@ pub fn steady_state(body: &[&Instruction]) -> Steady {
     let stream_bytes = bytes_where(&|b| streams(b, widest));
     let refill_period = body
         .iter()
-        .filter_map(|(_, _, c)| c.map(|c| c.period))
+        .filter_map(|(_, _, c)| c.map(|c| c.period()))
+        .filter(|&p| p > 1)
         .max();
+    let once_per_loop = body
+        .iter()
+        .filter(|(_, _, c)| *c == Some(Cadence::Once))
+        .count() as u32;
     // Whole periods of every cadence in the window.
     let window = refill_period.map_or(WINDOW, |p| lcm(WINDOW, u64::from(p)));
 
@@ -238,6 +245,7 @@ pub fn steady_state(body: &[&Instruction]) -> Steady {
         stream_bytes,
         issued: issued(&body),
         refill_period,
+        once_per_loop,
         round_trips,
         bytes_in_flight: (round_trips > 0.0).then(|| load_bytes / round_trips),
         waits,
@@ -376,7 +384,7 @@ mod tests {
         // One round trip every iteration, a second one on the refill's: 1.25 per iteration.
         assert_eq!(s.round_trips, 1.25);
         // Counted on every iteration, as before the cadence was read: twice the index bytes.
-        body[0] = ins(0, "ISETP.NE.AND P0, PT, R12, R13, PT", 7, 0);
+        body[0] = ins(0, "FSETP.GT.AND P0, PT, R3, R13, PT", 7, 0);
         let every = steady_state(&refs(&body));
         assert_eq!((every.refill_period, every.load_bytes), (None, 640.0));
         assert_eq!(every.round_trips, 2.0);

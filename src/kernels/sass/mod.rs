@@ -58,6 +58,9 @@ pub struct LoopReport {
     pub issued: f64,
     /// A part of the body runs once in this many iterations ([`cadence`]).
     pub refill_period: Option<u32>,
+    /// Instructions that run on one iteration of the whole loop only, not in the steady state
+    /// ([`cadence::Cadence::Once`]).
+    pub once_per_loop: u32,
     /// Memory round trips per iteration (iteration time in load latencies).
     pub round_trips: f64,
     /// Bytes one warp keeps in flight; `None` when the loop never waits for its loads.
@@ -129,6 +132,7 @@ pub fn analyse(
                 stream_bytes_per_warp: steady.stream_bytes,
                 issued: steady.issued,
                 refill_period: steady.refill_period,
+                once_per_loop: steady.once_per_loop,
                 round_trips: steady.round_trips,
                 bytes_in_flight_per_warp: steady.bytes_in_flight,
                 waits: Cow::Owned(steady.waits),
@@ -192,7 +196,7 @@ impl KernelSass {
                 "{sass}::LoopReport {{ head: {}, latch: {}, depth: {}, remainder_of: {:?}, \
                  version_of: {:?}, instructions: {}, trip_from_data: {}, global_loads: {}, async_copies: {}, \
                  load_bytes_per_warp: {:?}, stream_bytes_per_warp: {:?}, issued: {:?}, \
-                 refill_period: {:?}, round_trips: {:?}, bytes_in_flight_per_warp: {:?}, \
+                 refill_period: {:?}, once_per_loop: {}, round_trips: {:?}, bytes_in_flight_per_warp: {:?}, \
                  waits: {cow}(&[",
                 l.head,
                 l.latch,
@@ -207,6 +211,7 @@ impl KernelSass {
                 l.stream_bytes_per_warp,
                 l.issued,
                 l.refill_period,
+                l.once_per_loop,
                 l.round_trips,
                 l.bytes_in_flight_per_warp
             )

@@ -154,6 +154,27 @@ extern "C" __global__ void __launch_bounds__(128) refill_branch_every_4(float* o
   out[threadIdx.x] = acc;
 }
 
+// The last block's rows past the sequence's end zeroed inside the loop (vLLM's V loop pads the
+// last block so): a block that runs on one iteration of the loop only, not in its steady state.
+extern "C" __global__ void __launch_bounds__(128) last_block_padding(float* out, const float4* kv,
+                                                                     int blocks, int len) {
+  float acc = 0.f;
+#pragma unroll 1
+  for (int b = 0; b < blocks; ++b) {
+    float4 v = kv[b * 128 + threadIdx.x];
+    if (b == blocks - 1) {
+      const int t = b * 128 + threadIdx.x;
+      v.x = t < len ? v.x : 0.f;
+      v.y = t + 1 < len ? v.y : 0.f;
+      v.z = t + 2 < len ? v.z : 0.f;
+      v.w = t + 3 < len ? v.w : 0.f;
+      acc *= 0.5f;
+    }
+    acc += v.x * v.y + v.z * v.w;
+  }
+  out[threadIdx.x] = acc;
+}
+
 // No __launch_bounds__: the report needs a declared block size for it.
 extern "C" __global__ void no_bounds(float* out, const float* in) {
   out[threadIdx.x] = in[threadIdx.x] * 2.f;
