@@ -119,6 +119,8 @@ fn bad_files_and_names_are_one_line_with_exit_code_2() {
     let out = cli::pagedkv(&["info", "--sass", "/nonexistent/x.cubin"]);
     let err = cli::own_error(&out);
     assert!(err.contains("cannot read /nonexistent/x.cubin"), "{err}");
+    let out = cli::pagedkv(&["info", "--sass", "tests"]);
+    assert!(cli::own_error(&out).contains("cannot read tests: not a file"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pagedkv"))
         .args(["info", "--sass", "Cargo.toml"])
         .env("PAGEDKV_SKIP_SASS", "1")

@@ -118,7 +118,11 @@ pub fn read(image: &Path, options: &ForeignOptions) -> Result<Vec<StaticKernel>,
             group: options.group,
         });
     }
-    std::fs::File::open(image).map_err(|e| ForeignError::Unreadable(image.to_path_buf(), e))?;
+    let unreadable = |e| ForeignError::Unreadable(image.to_path_buf(), e);
+    std::fs::File::open(image).map_err(unreadable)?;
+    if !image.is_file() {
+        return Err(unreadable(std::io::Error::other("not a file")));
+    }
     let tool = cuobjdump().ok_or(ForeignError::NoCuobjdump)?;
     let usage = tool::dump(&tool, "-res-usage", &[], image)
         .map_err(|why| ForeignError::NoSm90Code(image.to_path_buf(), why))?;

@@ -51,9 +51,9 @@ const METHOD: &str = "per SM = bytes in flight per warp in a main loop's steady 
     SASS scoreboards) x resident warps per SM, assuming every resident warp is in that loop's steady \
     state; a kernel's figure is its weakest main loop; dynamic shared memory per launch from \
     kernels::report::DYNAMIC_SHARED_BYTES (0 when not listed); issue per token = warp instructions \
-    per iteration of the main loops / tokens of one KV head they stream per iteration, every \
-    conditional block counted; budget = what an H200 issues per token at 4.8 TB/s; see KERNELS.md, \
-    Static report";
+    per iteration of the main loops / tokens of one KV head they stream per iteration (conditional \
+    blocks counted as run, but refills by their share and blocks of one iteration not at all); \
+    budget = what an H200 issues per token at 4.8 TB/s; see KERNELS.md, Static report";
 
 /// ptxas's report for one kernel on one architecture, and on sm_90 the static report's figures.
 #[derive(Serialize)]
