@@ -230,3 +230,14 @@ impl KernelSass {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sm_90a_code_is_read_as_sm_90() {
+        assert!(is_arch("sm_90") && is_arch("sm_90a"));
+        assert!(!is_arch("sm_80") && !is_arch("sm_100a") && !is_arch("sm_9"));
+    }
+}
