@@ -19,45 +19,13 @@ pub struct SassResult {
     pub kernels: Vec<String>,
 }
 
-fn runs(tool: &Path) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// `$CUOBJDUMP`, then beside nvcc, then `.cuda/`, then `PATH`. `PAGEDKV_SKIP_SASS=1` pretends
-/// none exists.
+/// cuobjdump as [`sass::tool::find_cuobjdump`] finds it, nvcc's directory included.
 pub fn find_cuobjdump(root: &Path, nvcc: &Path) -> Option<PathBuf> {
-    if std::env::var_os("PAGEDKV_SKIP_SASS").is_some_and(|v| v == "1") {
-        return None;
-    }
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("CUOBJDUMP") {
-        candidates.push(PathBuf::from(p));
-    }
-    if let Some(dir) = nvcc.parent() {
-        candidates.push(dir.join("cuobjdump"));
-    }
-    candidates.push(root.join(".cuda/nvidia/cu13/bin/cuobjdump"));
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|d| d.join("cuobjdump")));
-    }
-    candidates.into_iter().find(|p| runs(p))
+    sass::tool::find_cuobjdump(root, Some(nvcc))
 }
 
 fn version(tool: &Path) -> String {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find(|l| l.contains("release"))
-                .map(|l| l.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".to_string())
+    sass::tool::version(tool)
 }
 
 /// A key over what shapes an analysis besides the code: the tool's version and the analyser.
@@ -77,19 +45,7 @@ fn analyser_key(root: &Path, tool_version: &str) -> u64 {
 }
 
 fn dump(tool: &Path, what: &str, image: &Path) -> Result<String, String> {
-    let out = Command::new(tool)
-        .args([what, "-arch", sass::ARCH])
-        .arg(image)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cuobjdump {what} {}: {}",
-            image.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    sass::tool::dump(tool, what, &[], image)
 }
 
 fn analyse_module(

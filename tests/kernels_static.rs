@@ -1,13 +1,15 @@
 //! CI's check of the static report (KERNELS.md, "Static report"): paged decode attention keeps at
 //! least 0.9 of the contiguous kernel's bytes in flight per SM (f16 and bf16, head dim 128, group
 //! 4, sm_90); every sm_90 kernel has a report with a block size the launchers use; the read-only
-//! stream keeps plenty in flight; `pagedkv info --json` carries the figures. Prints the figures of
-//! every attention instance, paged against contiguous, and of the gather and stream kernels.
+//! stream keeps plenty in flight; `pagedkv info --json` carries the figures; every attention kernel
+//! has issue figures (counted again by hand from the listing for three of them). Prints the figures
+//! of every attention instance, paged against contiguous, and of the gather and stream kernels.
 //! Skips, saying why, when the kernels or the SASS analysis were not built. (No kernel spilling
 //! registers is checked once, in tests/kernels_fatbin.rs.)
 
 mod cli;
 
+use pagedkv::kernels::gpu_facts::H200;
 use pagedkv::kernels::report::{self, StaticKernel};
 use pagedkv::kernels::{self, sass};
 use pagedkv::launch::gather::MERGE_THREADS;
@@ -213,6 +215,22 @@ fn info_json_carries_the_static_figures() {
             "{}",
             k.kernel
         );
+        for key in ["issue_per_token", "issue_budget_per_token"] {
+            let figure = match key {
+                "issue_per_token" => k.issue_per_token,
+                _ => k.issue_budget_per_token,
+            };
+            let json = e[key].as_f64();
+            let close = match (json, figure) {
+                (Some(a), Some(b)) => (a - b).abs() <= 1e-9 * b.abs(),
+                (a, b) => a == b,
+            };
+            assert!(close, "{} {key}: {json:?} vs {figure:?}", k.kernel);
+        }
+        assert_eq!(
+            e["bytes_per_token"].as_u64(),
+            k.bytes_per_token.map(u64::from)
+        );
     }
     // sm_80 entries have no static figures.
     assert!(entries
@@ -235,4 +253,119 @@ fn the_reference_shape_is_not_split_at_the_static_occupancy() {
     let plan = pagedkv::launch::split_plan(64, 8, 4096, 132, per_sm);
     assert_eq!(plan.num_partitions, 1, "{plan:?}");
     assert!(pagedkv::launch::split_plan(1, 8, 4096, 132, per_sm).num_partitions > 1);
+}
+
+/// The attention kernels' issue per token of one KV head and the H200's budget, head dim 128.
+fn print_issue(report: &[StaticKernel]) {
+    println!("issue per token of one KV head, sm_90, head dim 128 (budget: H200 at 4.8 TB/s):");
+    for k in report
+        .iter()
+        .filter(|k| k.kernel.contains("attention_") && k.kernel.contains("_d128_"))
+    {
+        let (Some(issue), Some(budget)) = (k.issue_per_token, k.issue_budget_per_token) else {
+            continue;
+        };
+        println!(
+            "  {:<42} {:>6.1} of {:>6.1} ({:.2})",
+            k.kernel,
+            issue,
+            budget,
+            issue / budget
+        );
+    }
+}
+
+#[test]
+fn every_attention_kernel_has_issue_figures_that_grow_with_the_group() {
+    let Some(report) = built_report() else { return };
+    print_issue(&report);
+    for family in ["paged", "contiguous"] {
+        for dtype in ["f16", "bf16", "f32", "f16_kvfp8_e4m3", "bf16_kvfp8_e5m2"] {
+            let issue = |g: u32| {
+                let k = entry(&report, &format!("{family}_attention_{dtype}_d128_g{g}"));
+                let stream = pagedkv::kernels::token_bytes::attention_stream(&k.kernel).unwrap();
+                assert_eq!(k.bytes_per_token, Some(stream.bytes_per_token()));
+                let budget = H200.issue_budget_per_token(f64::from(stream.bytes_per_token()));
+                assert_eq!(k.issue_budget_per_token, Some(budget), "{}", k.kernel);
+                k.issue_per_token.expect("an issue figure")
+            };
+            let per_group: Vec<f64> = [1, 2, 4, 8].into_iter().map(issue).collect();
+            // More query heads per KV head: more dot products per token, never fewer instructions.
+            assert!(
+                per_group.windows(2).all(|w| w[0] < w[1]),
+                "{family} {dtype}: {per_group:?}"
+            );
+        }
+    }
+    // Kernels that stream no KV rows have no bytes per token and no issue figures.
+    let stream = entry(&report, "stream_read");
+    assert_eq!(
+        (stream.bytes_per_token, stream.issue_per_token),
+        (None, None)
+    );
+}
+
+/// `text`'s instructions from `head` to `latch` of function `name` in a `cuobjdump -sass`
+/// listing, counted from the text alone (every address line, less those guarded by `@!PT`).
+fn count_by_hand(text: &str, name: &str, head: u32, latch: u32) -> usize {
+    let start = text
+        .lines()
+        .position(|l| l.trim() == format!("Function : {name}"))
+        .expect("the function is listed");
+    text.lines()
+        .skip(start + 1)
+        .take_while(|l| !l.trim().starts_with("Function : "))
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("/*")?;
+            let (address, text) = rest.split_once("*/")?;
+            let address = u32::from_str_radix(address, 16).ok()?;
+            Some((address, text.trim()))
+        })
+        .filter(|(a, text)| (head..=latch).contains(a) && !text.starts_with("@!PT"))
+        .count()
+}
+
+#[test]
+fn issue_per_token_matches_a_count_of_the_listing_by_hand() {
+    let Some(report) = built_report() else { return };
+    let Some(tool) = pagedkv::kernels::foreign::cuobjdump() else {
+        eprintln!("skipping: no cuobjdump to list the code with");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("pagedkv-hand-count-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // (kernel, module, tokens per iteration: 4 KiB of K and V rows per warp over the row bytes)
+    for (kernel, module, tokens) in [
+        ("paged_attention_f16_d128_g4", "paged_attention", 8.0),
+        ("paged_attention_f16_d128_g8", "paged_attention", 8.0),
+        (
+            "paged_attention_f16_kvfp8_e4m3_d128_g4",
+            "paged_attention_fp8",
+            16.0,
+        ),
+    ] {
+        let fatbin = dir.join(format!("{module}.fatbin"));
+        std::fs::write(&fatbin, kernels::module(module).unwrap().fatbin).unwrap();
+        let listing = sass::tool::dump(&tool, "-sass", &[], &fatbin).unwrap();
+        let k = entry(&report, kernel);
+        let main: Vec<_> = k.loops.iter().filter(|l| l.main).collect();
+        assert_eq!(main.len(), 1, "{kernel}: one loop over the tiles");
+        let by_hand = count_by_hand(&listing, kernel, main[0].head, main[0].latch) as f64;
+        println!(
+            "{kernel}: {by_hand} instructions per tile of {tokens} tokens = {:.1} per token",
+            by_hand / tokens
+        );
+        assert_eq!(k.issue_per_token, Some(by_hand / tokens), "{kernel}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn report_kernel_answers_one_kernel_by_name() {
+    let Some(report) = built_report() else { return };
+    let k = report::kernel("paged_attention_f16_d128_g4").expect("analysed");
+    assert_eq!(&k, entry(&report, "paged_attention_f16_d128_g4"));
+    assert_eq!(k.spill_bytes, Some(0));
+    assert!(k.bytes_in_flight_per_sm.is_some() && k.issue_per_token.is_some());
+    assert_eq!(report::kernel("no_such_kernel"), None);
 }

@@ -2,9 +2,12 @@
 //! static report read from the compiled sm_90 code (KERNELS.md, "Static report").
 
 pub mod fatbin;
+pub mod foreign;
+pub mod gpu_facts;
 pub mod occupancy;
 pub mod report;
 pub mod sass;
+pub mod token_bytes;
 
 /// Threads per CTA of the decode-attention kernels (`attn::kThreads` in kernels/attention.cuh).
 pub const ATTENTION_THREADS: u32 = 128;

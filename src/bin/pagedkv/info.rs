@@ -1,7 +1,9 @@
 //! `pagedkv info`: what this machine and this build can do.
 
+use crate::info_sass;
 use crate::{CheckFailed, CmdResult};
 use pagedkv::device::{self, GpuInfo};
+use pagedkv::kernels::gpu_facts::H200;
 use pagedkv::kernels::report::{self as static_report, StaticKernel};
 use pagedkv::kernels::{self, sass, KernelResources};
 use pagedkv::launch::split;
@@ -15,8 +17,10 @@ pub struct Args {
     json: bool,
     /// On a GPU: check every sm_90 kernel's CTAs per SM in the static report against the
     /// driver's occupancy query (exit 1 when they differ on an sm_90 GPU).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sass")]
     check_occupancy: bool,
+    #[command(flatten)]
+    foreign: info_sass::ForeignArgs,
 }
 
 #[derive(Serialize)]
@@ -46,7 +50,10 @@ struct StaticReportInfo {
 const METHOD: &str = "per SM = bytes in flight per warp in a main loop's steady state (from the \
     SASS scoreboards) x resident warps per SM, assuming every resident warp is in that loop's steady \
     state; a kernel's figure is its weakest main loop; dynamic shared memory per launch from \
-    kernels::report::DYNAMIC_SHARED_BYTES (0 when not listed); see KERNELS.md, Static report";
+    kernels::report::DYNAMIC_SHARED_BYTES (0 when not listed); issue per token = warp instructions \
+    per iteration of the main loops / tokens of one KV head they stream per iteration (conditional \
+    blocks counted as run, but refills by their share and blocks of one iteration not at all); \
+    budget = what an H200 issues per token at 4.8 TB/s; see KERNELS.md, Static report";
 
 /// ptxas's report for one kernel on one architecture, and on sm_90 the static report's figures.
 #[derive(Serialize)]
@@ -58,6 +65,9 @@ struct KernelEntry {
     warps_per_sm: Option<u32>,
     bytes_in_flight_per_warp: Option<f64>,
     bytes_in_flight_per_sm: Option<f64>,
+    bytes_per_token: Option<u32>,
+    issue_per_token: Option<f64>,
+    issue_budget_per_token: Option<f64>,
     loops: Vec<static_report::LoopDetail>,
 }
 
@@ -73,6 +83,9 @@ fn entry(resources: &'static KernelResources, report: &[StaticKernel]) -> Kernel
         warps_per_sm: figures.and_then(|k| k.warps_per_sm),
         bytes_in_flight_per_warp: figures.and_then(|k| k.bytes_in_flight_per_warp),
         bytes_in_flight_per_sm: figures.and_then(|k| k.bytes_in_flight_per_sm),
+        bytes_per_token: figures.and_then(|k| k.bytes_per_token),
+        issue_per_token: figures.and_then(|k| k.issue_per_token),
+        issue_budget_per_token: figures.and_then(|k| k.issue_budget_per_token),
         loops: figures.map(|k| k.loops.clone()).unwrap_or_default(),
     }
 }
@@ -90,6 +103,9 @@ fn memory_bytes() -> u64 {
 }
 
 pub fn run(args: Args) -> CmdResult {
+    if let Some(file) = &args.foreign.sass {
+        return info_sass::run(file, &args.foreign, args.json);
+    }
     let report = static_report::report(static_report::DYNAMIC_SHARED_BYTES);
     if args.check_occupancy {
         return check_occupancy(&report);
@@ -171,22 +187,22 @@ pub fn run(args: Args) -> CmdResult {
 /// How the reference shape is split on an H200 with the static report's occupancy: issue 14 asks
 /// that it runs without a merge.
 fn print_reference_split(report: &[StaticKernel]) {
-    const SMS: usize = 132;
+    let sms = H200.sms as usize;
     let kernel = "paged_attention_f16_d128_g4";
     if let Some(per_sm) = split::static_ctas_per_sm(report, kernel) {
-        let plan = split::split_plan(64, 8, 4096, SMS, per_sm);
-        println!(
-            "split-K at batch 64 x 8 KV heads x 4096 tokens ({kernel}) on {SMS} SMs: {per_sm} \
+        let plan = split::split_plan(64, 8, 4096, sms, per_sm);
+        info_sass::print_wrapped(&format!(
+            "split-K at batch 64 x 8 KV heads x 4096 tokens ({kernel}) on {sms} SMs: {per_sm} \
              CTAs per SM (static report) -> {} partition(s) of {} tokens",
             plan.num_partitions, plan.partition_size
-        );
+        ));
     }
 }
 
 /// One kernel's CTAs per SM: the static report's and the driver's.
 #[derive(Serialize)]
 struct Occupancy {
-    kernel: &'static str,
+    kernel: String,
     threads_per_cta: u32,
     dynamic_shared_bytes: u32,
     static_ctas_per_sm: u32,
@@ -199,17 +215,21 @@ fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
     };
     let mut rows = Vec::new();
     for k in report {
-        let (Some(threads), Some(ctas)) = (k.threads_per_cta, k.ctas_per_sm) else {
+        let (Some(threads), Some(ctas), Some(module)) = (
+            k.threads_per_cta,
+            k.ctas_per_sm,
+            kernels::module(&k.module).map(|m| m.name),
+        ) else {
             continue;
         };
         rows.push(Occupancy {
-            kernel: k.kernel,
+            kernel: k.kernel.clone(),
             threads_per_cta: threads,
             dynamic_shared_bytes: k.dynamic_shared_bytes,
             static_ctas_per_sm: ctas,
             driver_ctas_per_sm: dev.occupancy(
-                k.module,
-                k.kernel,
+                module,
+                &k.kernel,
                 threads,
                 k.dynamic_shared_bytes,
             )?,
@@ -233,7 +253,7 @@ fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
     }
     // The static model is sm_90's: on another GPU a difference is expected, not a failure.
     if dev.info.compute_capability == "9.0" && !differ.is_empty() {
-        let names: Vec<&str> = differ.iter().map(|r| r.kernel).collect();
+        let names: Vec<&str> = differ.iter().map(|r| r.kernel.as_str()).collect();
         return Err(Box::new(CheckFailed(format!(
             "the static report's CTAs per SM differ from the driver's for {} kernels: {names:?}",
             names.len()
@@ -242,50 +262,16 @@ fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
     Ok(())
 }
 
-fn kib(bytes: Option<f64>) -> String {
-    bytes.map_or("-".to_string(), |b| format!("{:.1}", b / 1024.0))
-}
-
 fn print_static_report(about: &StaticReportInfo, report: &[StaticKernel]) {
     let Some(tool) = about.analysed_by else {
         println!("static report: {}", about.missing.unwrap_or("unavailable"));
         return;
     };
     println!("static report ({}, read by {tool}):", about.arch);
-    let mut t = Table::new([
-        "kernel",
-        "regs",
-        "smem",
-        "threads",
-        "CTAs/SM",
-        "warps/SM",
-        "limit",
-        "main loops",
-        "B/warp",
-        "KiB/SM",
-    ]);
-    let opt = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
-    for k in report {
-        let main = k.loops.iter().filter(|l| l.main).count();
-        t.row([
-            k.kernel.to_string(),
-            k.registers.to_string(),
-            (k.static_shared_bytes + k.dynamic_shared_bytes).to_string(),
-            opt(k.threads_per_cta),
-            opt(k.ctas_per_sm),
-            opt(k.warps_per_sm),
-            k.limited_by
-                .map_or("-".to_string(), |l| format!("{l:?}").to_lowercase()),
-            format!("{main} of {}", k.loops.len()),
-            k.bytes_in_flight_per_warp
-                .map_or("-".to_string(), |b| format!("{b:.0}")),
-            kib(k.bytes_in_flight_per_sm),
-        ]);
-    }
-    print!("{t}");
-    println!("{}", about.method);
-    println!(
-        "aim: an H200 needs ~25-30 KiB in flight per SM (4.8 TB/s x ~700 ns / 132 SMs) to approach \
-         its bandwidth"
+    print!(
+        "{}",
+        info_sass::static_tables(report, |_, k| k.kernel.clone())
     );
+    info_sass::print_wrapped(about.method);
+    info_sass::print_aims();
 }

@@ -4,6 +4,7 @@
 mod alloc_guard;
 mod attention;
 mod info;
+mod info_sass;
 mod lab;
 mod lab_faults;
 mod lab_gpu_alloc;

@@ -11,6 +11,7 @@
 //! waits for them this is exactly the bytes issued before the first instruction that waits on them;
 //! for a pipeline that waits for loads issued iterations earlier it counts every stage in flight.
 
+use super::cadence::{cadences, Cadence};
 use super::control::SCOREBOARDS;
 use super::listing::Instruction;
 use super::memory::{classify, MemoryOp, LANES};
@@ -35,8 +36,17 @@ pub struct Steady {
     pub global_loads: u32,
     /// Async copies (`LDGSTS`) in the body.
     pub async_copies: u32,
-    /// Bytes one warp loads per iteration (loads and async copies).
-    pub load_bytes: u32,
+    /// Bytes one warp loads per iteration (loads and async copies), on average over the
+    /// iterations when part of the body runs only on some ([`super::cadence`]).
+    pub load_bytes: f64,
+    /// The part of `load_bytes` that streams data rather than indices ([`streams`]).
+    pub stream_bytes: f64,
+    /// Warp instructions issued per iteration, on average ([`issued`]).
+    pub issued: f64,
+    /// The longest period of a part that runs only once in so many iterations, if any.
+    pub refill_period: Option<u32>,
+    /// Instructions that run on one iteration of the whole loop only (left out of `issued`).
+    pub once_per_loop: u32,
     /// Iteration time in load latencies: memory round trips per iteration.
     pub round_trips: f64,
     /// `load_bytes / round_trips`; `None` when the loop never waits for its loads.
@@ -135,33 +145,89 @@ impl Warp {
     }
 }
 
+/// Bytes per lane a load or async copy moves, 0 for anything else.
+fn lane_bytes(op: &MemoryOp) -> u32 {
+    match op {
+        MemoryOp::GlobalLoad { bytes } | MemoryOp::AsyncCopy { bytes } => *bytes,
+        _ => 0,
+    }
+}
+
+/// The bytes per lane below which a load reads indices, not the stream, in a loop that also
+/// has wider loads: a block-table word, a page index (4 bytes) beside 8- or 16-byte rows. In a loop
+/// whose every load is this narrow, they all count as the stream.
+pub const INDEX_LOAD_MAX_BYTES: u32 = 4;
+
+/// Whether a load of `bytes` per lane streams data in a loop whose widest load is `widest`.
+pub fn streams(bytes: u32, widest: u32) -> bool {
+    bytes > INDEX_LOAD_MAX_BYTES || widest <= INDEX_LOAD_MAX_BYTES
+}
+
+/// What counts as issued: every instruction of the body that can execute, once per iteration
+/// (a predicated-off instruction still takes its issue slot; so do `NOP`, `BSSY`/`BSYNC` and the
+/// branches), every conditional block as if it ran (the steady state of a full tile), except a
+/// part that runs on a cadence, counted by its share of the iterations. Instructions guarded by
+/// `@!PT` never execute and are left out.
+pub fn issued(body: &[(&Instruction, MemoryOp, Option<Cadence>)]) -> f64 {
+    body.iter()
+        .map(|(_, _, c)| c.map_or(1.0, |c| c.share()))
+        .sum()
+}
+
 /// The steady state of a loop whose body (head to latch) is `body`.
 pub fn steady_state(body: &[&Instruction]) -> Steady {
-    let body: Vec<(&Instruction, MemoryOp)> = body
+    let executable: Vec<&Instruction> = body
         .iter()
+        .copied()
         .filter(|i| !i.never_executes())
-        .map(|&i| (i, classify(i)))
         .collect();
-    let count = |f: fn(&MemoryOp) -> bool| body.iter().filter(|(_, op)| f(op)).count() as u32;
+    let cadence = cadences(&executable);
+    let body: Vec<(&Instruction, MemoryOp, Option<Cadence>)> = executable
+        .iter()
+        .zip(cadence)
+        .map(|(&i, c)| (i, classify(i), c))
+        .collect();
+    let count = |f: fn(&MemoryOp) -> bool| body.iter().filter(|(_, op, _)| f(op)).count() as u32;
     let global_loads = count(|op| matches!(op, MemoryOp::GlobalLoad { .. }));
     let async_copies = count(|op| matches!(op, MemoryOp::AsyncCopy { .. }));
-    let load_bytes: u32 = body
+    let widest = body
         .iter()
-        .map(|(_, op)| match op {
-            MemoryOp::GlobalLoad { bytes } | MemoryOp::AsyncCopy { bytes } => bytes * LANES,
-            _ => 0,
-        })
-        .sum();
+        .map(|(_, op, _)| lane_bytes(op))
+        .max()
+        .unwrap_or(0);
+    let share = |c: &Option<Cadence>| c.map_or(1.0, |c| c.share());
+    let bytes_where = |keep: &dyn Fn(u32) -> bool| -> f64 {
+        body.iter()
+            .filter(|(_, op, _)| keep(lane_bytes(op)))
+            .map(|(_, op, c)| f64::from(lane_bytes(op) * LANES) * share(c))
+            .sum()
+    };
+    let load_bytes = bytes_where(&|_| true);
+    let stream_bytes = bytes_where(&|b| streams(b, widest));
+    let refill_period = body
+        .iter()
+        .filter_map(|(_, _, c)| c.map(|c| c.period()))
+        .filter(|&p| p > 1)
+        .max();
+    let once_per_loop = body
+        .iter()
+        .filter(|(_, _, c)| *c == Some(Cadence::Once))
+        .count() as u32;
+    // Whole periods of every cadence in the window.
+    let window = refill_period.map_or(WINDOW, |p| lcm(WINDOW, u64::from(p)));
 
     let mut warp = Warp::default();
     let mut start = 0;
     let mut waits = Vec::new();
-    for iteration in 0..WARMUP + WINDOW {
+    for iteration in 0..WARMUP + window {
         if iteration == WARMUP {
             start = warp.clock;
         }
-        let last = iteration == WARMUP + WINDOW - 1;
-        for (ins, op) in &body {
+        let last = iteration == WARMUP + window - 1;
+        for (ins, op, c) in &body {
+            if c.is_some_and(|c| !c.runs(iteration)) {
+                continue;
+            }
             let outstanding = if last { warp.outstanding() } else { 0 };
             if warp.issue(ins, op) && last {
                 waits.push(WaitPoint {
@@ -171,15 +237,27 @@ pub fn steady_state(body: &[&Instruction]) -> Steady {
             }
         }
     }
-    let round_trips = (warp.clock - start) as f64 / WINDOW as f64;
+    let round_trips = (warp.clock - start) as f64 / window as f64;
     Steady {
         global_loads,
         async_copies,
         load_bytes,
+        stream_bytes,
+        issued: issued(&body),
+        refill_period,
+        once_per_loop,
         round_trips,
-        bytes_in_flight: (round_trips > 0.0).then(|| f64::from(load_bytes) / round_trips),
+        bytes_in_flight: (round_trips > 0.0).then(|| load_bytes / round_trips),
         waits,
     }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
 }
 
 #[cfg(test)]
@@ -211,7 +289,8 @@ mod tests {
             ins(0x10, "FADD R3, R3, R2", 7, 0b100),
         ];
         let s = steady_state(&refs(&body));
-        assert_eq!((s.global_loads, s.load_bytes), (1, 128));
+        assert_eq!((s.global_loads, s.load_bytes), (1, 128.0));
+        assert_eq!(s.issued, 2.0);
         assert_eq!(s.round_trips, 1.0);
         assert_eq!(s.bytes_in_flight, Some(128.0));
         assert_eq!(
@@ -233,7 +312,7 @@ mod tests {
             ins(0x30, "IADD3 R9, R4, R9", 7, 0b1000),
         ];
         let s = steady_state(&refs(&body));
-        assert_eq!((s.load_bytes, s.round_trips), (1024, 2.0));
+        assert_eq!((s.load_bytes, s.round_trips), (1024.0, 2.0));
         assert_eq!(s.bytes_in_flight, Some(512.0));
         // Without the first wait both loads are in flight together.
         let mut batched = body.clone();
@@ -264,7 +343,7 @@ mod tests {
         // wait_group 1: two groups of 512 B outstanding; wait_group 0: one; wait_group 2: three.
         for (n, expected) in [("0x0", 512.0), ("0x1", 1024.0), ("0x2", 1536.0)] {
             let s = steady_state(&refs(&body(n)));
-            assert_eq!((s.async_copies, s.load_bytes), (1, 512));
+            assert_eq!((s.async_copies, s.load_bytes), (1, 512.0));
             assert_eq!(s.bytes_in_flight, Some(expected), "DEPBAR.LE SB0, {n}");
         }
     }
@@ -277,6 +356,37 @@ mod tests {
             guard: Some("@!PT".into()),
             ..ins(0, "LDG.E R2, [R2]", 2, 0)
         };
-        assert_eq!(steady_state(&[&never]).load_bytes, 0);
+        let s = steady_state(&[&never]);
+        assert_eq!((s.load_bytes, s.issued), (0.0, 0.0));
+    }
+    #[test]
+    fn a_refill_once_in_four_iterations_counts_a_quarter() {
+        // A 4-byte index load on SB3 once every 4 iterations (R12 & 3 == 0), a 16-byte row load
+        // on SB2 every iteration, each used at once.
+        let mut body = vec![
+            ins(0, "LOP3.LUT P0, RZ, R12, 0x3, RZ, 0xc0, !PT", 7, 0),
+            ins(0x10, "LDG.E R14, [R4.64]", 3, 0),
+            ins(0x20, "STS [R15], R14", 7, 0b1000),
+            ins(0x30, "LDG.E.128 R4, [R6.64]", 2, 0),
+            ins(0x40, "FADD R3, R3, R4", 7, 0b100),
+            ins(0x50, "VIADD R12, R12, 0x1", 7, 0),
+        ];
+        body[1].guard = Some("@!P0".into());
+        body[2].guard = Some("@!P0".into());
+        let s = steady_state(&refs(&body));
+        assert_eq!(s.refill_period, Some(4));
+        assert_eq!(s.load_bytes, 512.0 + 128.0 / 4.0);
+        assert_eq!(
+            s.stream_bytes, 512.0,
+            "the 4-byte index load is not the stream"
+        );
+        assert_eq!(s.issued, 4.0 + 2.0 / 4.0);
+        // One round trip every iteration, a second one on the refill's: 1.25 per iteration.
+        assert_eq!(s.round_trips, 1.25);
+        // Counted on every iteration, as before the cadence was read: twice the index bytes.
+        body[0] = ins(0, "FSETP.GT.AND P0, PT, R3, R13, PT", 7, 0);
+        let every = steady_state(&refs(&body));
+        assert_eq!((every.refill_period, every.load_bytes), (None, 640.0));
+        assert_eq!(every.round_trips, 2.0);
     }
 }

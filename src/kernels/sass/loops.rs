@@ -16,6 +16,10 @@ pub struct Loop {
     /// Loops that contain this one.
     pub depth: u32,
     pub innermost: bool,
+    /// Heads of the other loops control can reach from this loop's head without taking a back
+    /// edge: loops after it in one pass. Two loops neither of which reaches the other are
+    /// versions of one loop (ptxas unswitched it on a test hoisted out): only one runs.
+    pub reaches: Vec<u32>,
     /// The loop's blocks, as ranges of instruction indices.
     blocks: Vec<std::ops::Range<usize>>,
 }
@@ -176,9 +180,29 @@ pub fn find(code: &[Instruction]) -> Vec<Loop> {
             }
         }
     }
+    // Reachability without back edges.
+    let forward = |b: usize| {
+        let mut seen = vec![false; n];
+        let mut stack = vec![b];
+        while let Some(x) = stack.pop() {
+            if !seen[x] {
+                seen[x] = true;
+                stack.extend(g.successors[x].iter().filter(|&&s| !dom[x][s]));
+            }
+        }
+        seen
+    };
     let mut found: Vec<Loop> = loops
         .iter()
         .map(|(h, latch, members)| Loop {
+            reaches: {
+                let seen = forward(*h);
+                loops
+                    .iter()
+                    .filter(|o| o.0 != *h && seen[o.0])
+                    .map(|o| code[g.blocks[o.0].start].address)
+                    .collect()
+            },
             head: code[g.blocks[*h].start].address,
             latch: *latch,
             depth: loops.iter().filter(|o| o.0 != *h && o.2[*h]).count() as u32,
@@ -252,5 +276,27 @@ mod tests {
         assert_eq!(body, vec![0x50, 0x58, 0x60], "the slow path is not walked");
         // The trap after EXIT branches to itself but is unreachable: no loop.
         assert!(loops.iter().all(|l| l.head != 0xa0));
+        // The first inner loop reaches the second; nothing reaches the outer loop's head again
+        // without its back edge.
+        assert_eq!(loops[1].reaches, vec![0x50]);
+        assert!(loops[2].reaches.is_empty());
+        assert_eq!(loops[0].reaches, vec![0x20, 0x50]);
+    }
+
+    #[test]
+    fn an_unswitched_loop_is_two_versions_that_do_not_reach_each_other() {
+        // if (p) { loop A } else { loop B }: ptxas's layout, A then a jump over B.
+        let code = vec![
+            ins(0x10, "@P0 BRA 0x50"),
+            ins(0x20, "NOP"),
+            ins(0x30, "@P1 BRA 0x20"),
+            ins(0x40, "BRA 0x70"),
+            ins(0x50, "NOP"),
+            ins(0x60, "@P1 BRA 0x50"),
+            ins(0x70, "EXIT"),
+        ];
+        let loops = find(&code);
+        assert_eq!(loops.len(), 2);
+        assert!(loops[0].reaches.is_empty() && loops[1].reaches.is_empty());
     }
 }

@@ -97,6 +97,84 @@ extern "C" __global__ void __launch_bounds__(128) cp_async_three_stages(unsigned
   cp_async_pipeline<3>(out, in, tiles);
 }
 
+// A prologue loop over a fixed range (q: 512 floats into shared memory, 4 per thread), then the
+// loop over the data at the same depth: four independent 16-byte loads per iteration.
+extern "C" __global__ void __launch_bounds__(128) q_prologue_then_stream(unsigned* out, const float* q,
+                                                                     const uint4* kv, int n) {
+  __shared__ float qs[512];
+#pragma unroll 1
+  for (int i = threadIdx.x; i < 512; i += 128) qs[i] = q[blockIdx.x * 512 + i];
+  __syncthreads();
+  unsigned acc = 0;
+#pragma unroll 1
+  for (int i = threadIdx.x; i + 3 * 128 < n; i += 4 * 128) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = __ldg(kv + i + u * 128);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    acc += __float_as_uint(qs[(i >> 7) & 511]);
+  }
+  out[threadIdx.x] = acc;
+}
+
+// Page indices refilled once every 8 iterations (it % 8 == 0: FlashInfer's decode reads them once
+// every bdx iterations), a 16-byte row every iteration through them.
+extern "C" __global__ void __launch_bounds__(128) refill_every_8(float* out, const int* idx,
+                                                                 const float4* kv, int iters) {
+  __shared__ int page[128];
+  float acc = 0.f;
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    if (it % 8 == 0) {
+      page[threadIdx.x] = idx[(it / 8) * 128 + threadIdx.x];
+      __syncwarp();
+    }
+    float4 v = kv[page[(threadIdx.x + it) % 128] * 128 + threadIdx.x];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  out[threadIdx.x] = acc;
+}
+
+// The same with a refill too long to predicate: ptxas branches around it.
+extern "C" __global__ void __launch_bounds__(128) refill_branch_every_4(float* out, const int* idx,
+                                                                        const float4* kv, int iters) {
+  __shared__ int page[4][128];
+  float acc = 0.f;
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    if (it % 4 == 0) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) page[j][threadIdx.x] = idx[(it + j) * 128 + threadIdx.x] * 3 + j;
+      __syncwarp();
+    }
+    float4 v = kv[page[it % 4][(threadIdx.x + it) % 128] * 128 + threadIdx.x];
+    acc += v.x + v.y + v.z + v.w;
+  }
+  out[threadIdx.x] = acc;
+}
+
+// The last block's rows past the sequence's end zeroed inside the loop (vLLM's V loop pads the
+// last block so): a block that runs on one iteration of the loop only, not in its steady state.
+extern "C" __global__ void __launch_bounds__(128) last_block_padding(float* out, const float4* kv,
+                                                                     int blocks, int len) {
+  float acc = 0.f;
+#pragma unroll 1
+  for (int b = 0; b < blocks; ++b) {
+    float4 v = kv[b * 128 + threadIdx.x];
+    if (b == blocks - 1) {
+      const int t = b * 128 + threadIdx.x;
+      v.x = t < len ? v.x : 0.f;
+      v.y = t + 1 < len ? v.y : 0.f;
+      v.z = t + 2 < len ? v.z : 0.f;
+      v.w = t + 3 < len ? v.w : 0.f;
+      acc *= 0.5f;
+    }
+    acc += v.x * v.y + v.z * v.w;
+  }
+  out[threadIdx.x] = acc;
+}
+
 // No __launch_bounds__: the report needs a declared block size for it.
 extern "C" __global__ void no_bounds(float* out, const float* in) {
   out[threadIdx.x] = in[threadIdx.x] * 2.f;
