@@ -2,7 +2,8 @@
 //! least 0.9 of the contiguous kernel's bytes in flight per SM (f16 and bf16, head dim 128, group
 //! 4, sm_90); every sm_90 kernel has a report with a block size the launchers use; the read-only
 //! stream keeps plenty in flight; `pagedkv info --json` carries the figures; every attention kernel
-//! has issue figures (counted again by hand from the listing for three of them). Prints the figures
+//! has issue figures (counted again by hand from the listing for three of them); the kernels
+//! dispatched for grouped heads at head dim 128 meet issue 23's aims. Prints the figures
 //! of every attention instance, paged against contiguous, and of the gather and stream kernels.
 //! Skips, saying why, when the kernels or the SASS analysis were not built. (No kernel spilling
 //! registers is checked once, in tests/kernels_fatbin.rs.)
@@ -12,6 +13,8 @@ mod cli;
 use pagedkv::kernels::gpu_facts::H200;
 use pagedkv::kernels::report::{self, StaticKernel};
 use pagedkv::kernels::{self, sass};
+use pagedkv::kv::Dtype;
+use pagedkv::launch::attention::{dispatched, has_instance, kernel_name, Engine, Layout};
 use pagedkv::launch::gather::MERGE_THREADS;
 
 /// The report, or why the build has none.
@@ -368,4 +371,61 @@ fn report_kernel_answers_one_kernel_by_name() {
     assert_eq!(k.spill_bytes, Some(0));
     assert!(k.bytes_in_flight_per_sm.is_some() && k.issue_per_token.is_some());
     assert_eq!(report::kernel("no_such_kernel"), None);
+}
+
+/// Issue 23's aims for the kernel each shape is dispatched to (sm_90, head dim 128, paged): groups
+/// 4 and 8 with K/V in f16, bf16 and fp8 e4m3, each at most 0.7 of the issue budget per token,
+/// with at least 32 KiB in flight per SM and no spill; where both engines are built, the
+/// dispatched kernel issues fewer instructions per token than the other (the reason it is chosen).
+#[test]
+fn the_dispatched_decode_kernels_meet_the_issue_and_in_flight_aims() {
+    let Some(report) = built_report() else {
+        return;
+    };
+    println!("aims (issue 23): dispatched kernel, issue/token vs budget, in flight, other engine");
+    for (q, kv) in [
+        (Dtype::F16, Dtype::F16),
+        (Dtype::Bf16, Dtype::Bf16),
+        (Dtype::F16, Dtype::Fp8E4m3),
+        (Dtype::Bf16, Dtype::Fp8E4m3),
+    ] {
+        for group in [4, 8] {
+            let engine = dispatched(q, kv, 128, group);
+            let name = kernel_name(Layout::Paged, engine, q, kv, 128, group);
+            let k = entry(&report, &name);
+            let issue = k.issue_per_token.expect("issue figure");
+            let budget = k.issue_budget_per_token.expect("budget");
+            let in_flight = k.bytes_in_flight_per_sm.expect("bytes in flight");
+            let other = match engine {
+                Engine::CudaCores => Engine::TensorCores,
+                Engine::TensorCores => Engine::CudaCores,
+            };
+            let other_issue = has_instance(other, q, kv, 128, group).then(|| {
+                let name = kernel_name(Layout::Paged, other, q, kv, 128, group);
+                entry(&report, &name).issue_per_token.expect("issue figure")
+            });
+            println!(
+                "  {name:<42} {issue:>6.1} / {budget:>6.1} = {:.2}  {:>7}  {other}: {}",
+                issue / budget,
+                kib(Some(in_flight)),
+                other_issue.map_or("-".into(), |x| format!("{x:.1}"))
+            );
+            assert!(
+                issue <= 0.7 * budget,
+                "{name}: {issue:.1} warp instructions per token, over 0.7 x {budget:.1}"
+            );
+            assert!(
+                in_flight >= 32.0 * 1024.0,
+                "{name}: {} in flight per SM, under 32 KiB",
+                kib(Some(in_flight))
+            );
+            assert_eq!(k.spill_bytes, Some(0), "{name} spills");
+            if let Some(o) = other_issue {
+                assert!(
+                    issue < o,
+                    "{name}: dispatched at {issue:.1} per token, the {other} kernel issues {o:.1}"
+                );
+            }
+        }
+    }
 }

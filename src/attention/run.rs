@@ -203,8 +203,15 @@ struct Timed<T> {
     limits: Limits,
     plan: SplitPlan,
     copies: usize,
-    /// Further engines' (engine, paged s, contiguous s, paged out, contiguous out).
-    others: Vec<(Engine, f64, f64, Vec<T>, Vec<T>)>,
+    /// Further engines on the same problem.
+    others: Vec<EngineRun<T>>,
+}
+
+/// One engine's kernels timed on the GPU: (median seconds, output) of each layout.
+struct EngineRun<T> {
+    engine: Engine,
+    paged: (f64, Vec<T>),
+    contiguous: (f64, Vec<T>),
 }
 
 pub fn measure<T, KV>(
@@ -246,17 +253,15 @@ where
     let other_engines = timed
         .others
         .iter()
-        .map(
-            |(engine, paged_s, contiguous_s, paged_out, contiguous_out)| EngineFigures {
-                engine: *engine,
-                paged_us: paged_s * 1e6,
-                contiguous_us: contiguous_s * 1e6,
-                paged_gbps: kv / paged_s / 1e9,
-                paged_frac_of_stream: kv / paged_s / 1e9 / timed.limits.stream_gbps,
-                paged_rel_error: error(paged_out),
-                contiguous_rel_error: error(contiguous_out),
-            },
-        )
+        .map(|r| EngineFigures {
+            engine: r.engine,
+            paged_us: r.paged.0 * 1e6,
+            contiguous_us: r.contiguous.0 * 1e6,
+            paged_gbps: kv / r.paged.0 / 1e9,
+            paged_frac_of_stream: kv / r.paged.0 / 1e9 / timed.limits.stream_gbps,
+            paged_rel_error: error(&r.paged.1),
+            contiguous_rel_error: error(&r.contiguous.1),
+        })
         .collect();
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
@@ -360,38 +365,33 @@ where
     let mut runs = Vec::new();
     let mut first = None;
     for engine in engines {
-        let (plan, copies, [paged, contiguous]) = run_cuda_engine(dev, p, opts, engine)?;
+        let (plan, copies, run) = run_cuda_engine(dev, p, opts, engine)?;
         first.get_or_insert((plan, copies));
-        runs.push((engine, paged, contiguous));
+        runs.push(run);
     }
     let (plan, copies) = first.expect("at least one engine");
     let mut runs = runs.into_iter();
-    let (engine, (paged_s, paged_out), (contiguous_s, contiguous_out)) =
-        runs.next().expect("at least one engine");
+    let main = runs.next().expect("at least one engine");
     Ok(Timed {
-        engine: Some(engine),
-        paged_s,
-        contiguous_s,
-        paged_out,
-        contiguous_out,
+        engine: Some(main.engine),
+        paged_s: main.paged.0,
+        contiguous_s: main.contiguous.0,
+        paged_out: main.paged.1,
+        contiguous_out: main.contiguous.1,
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
         plan,
         copies,
-        others: runs
-            .map(|(e, (ps, po), (cs, co))| (e, ps, cs, po, co))
-            .collect(),
+        others: runs.collect(),
     })
 }
 
-/// One engine's kernels on the GPU: its split plan, the copies rotated, and (median seconds,
-/// output) of the paged and the contiguous kernel.
-#[allow(clippy::type_complexity)]
+/// One engine's kernels on the GPU, with its split plan and the copies rotated.
 fn run_cuda_engine<T, KV>(
     dev: &crate::device::cuda::CudaDevice,
     p: &Problem<T, KV>,
     opts: MeasureOptions,
     engine: Engine,
-) -> Result<(SplitPlan, usize, [(f64, Vec<T>); 2]), RunError>
+) -> Result<(SplitPlan, usize, EngineRun<T>), RunError>
 where
     T: KvElem + cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits,
     KV: KvElem + cudarc::driver::DeviceRepr,
@@ -418,5 +418,13 @@ where
     }
     let contiguous = results.pop().expect("two layouts");
     let paged = results.pop().expect("two layouts");
-    Ok((plan, copies, [paged, contiguous]))
+    Ok((
+        plan,
+        copies,
+        EngineRun {
+            engine,
+            paged,
+            contiguous,
+        },
+    ))
 }

@@ -1,8 +1,6 @@
 //! Bytes one token of one KV head costs a decode-attention kernel (its K row and its V row:
-//! 2 x head dim x the stored element's size), read from the kernel's name, stated here once for
-//! the static report: `{family}_attention_{q dtype}[_kv{kv dtype}]_d{head dim}_g{group}`, as
-//! kernels/attention.cuh stamps them (`PAGEDKV_DEFINE_*`). A name with words between the family
-//! and the dtype (`paged_attention_tc_f16_d128_g8`) reads the same way.
+//! 2 x head dim x the stored element's size), from what the kernel's name says
+//! (`launch::instances::parse_kernel`), stated here once for the static report.
 
 use crate::kv::Dtype;
 
@@ -20,28 +18,14 @@ impl AttentionStream {
     }
 }
 
-fn dtype_named(name: &str) -> Option<Dtype> {
-    <Dtype as clap::ValueEnum>::value_variants()
-        .iter()
-        .copied()
-        .find(|d| d.name() == name)
-}
-
-/// The stream of an attention kernel called `kernel`; `None` for any other kernel.
+/// The stream of an attention kernel called `kernel`; `None` for any other kernel. The name is
+/// read by `launch::instances::parse_kernel`, the one reader of attention kernel names.
 pub fn attention_stream(kernel: &str) -> Option<AttentionStream> {
-    let (_, rest) = kernel.split_once("_attention_")?;
-    let (types, shape) = rest.split_at(rest.rfind("_d")?);
-    let (d, g) = shape.strip_prefix("_d")?.split_once("_g")?;
-    let (head_dim, group) = (d.parse().ok()?, g.parse().ok()?);
-    let kv_dtype = match types.split_once("_kv") {
-        Some((_, kv)) => dtype_named(kv)?,
-        // The q dtype is the last word (words before it name a variant).
-        None => dtype_named(types.rsplit('_').next()?)?,
-    };
+    let (_, _, i) = crate::launch::instances::parse_kernel(kernel)?;
     Some(AttentionStream {
-        kv_dtype,
-        head_dim,
-        group,
+        kv_dtype: i.kv_dtype,
+        head_dim: u32::try_from(i.head_dim).ok()?,
+        group: u32::try_from(i.group).ok()?,
     })
 }
 

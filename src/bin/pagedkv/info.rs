@@ -6,7 +6,8 @@ use pagedkv::device::{self, GpuInfo};
 use pagedkv::kernels::gpu_facts::H200;
 use pagedkv::kernels::report::{self as static_report, StaticKernel};
 use pagedkv::kernels::{self, sass, KernelResources};
-use pagedkv::launch::split;
+use pagedkv::launch::attention::{dispatch_table, dispatched, Dispatch, Engine};
+use pagedkv::launch::{instances, split};
 use pagedkv::report::Table;
 use serde::Serialize;
 
@@ -31,6 +32,8 @@ struct Info {
     kernels_built: bool,
     nvcc_version: Option<&'static str>,
     static_report: StaticReportInfo,
+    /// Every decode-attention shape built and the paged kernel the launchers run for it.
+    dispatch: Vec<Dispatch>,
     kernels: Vec<KernelEntry>,
     cpu_cores: usize,
     memory_bytes: u64,
@@ -68,7 +71,17 @@ struct KernelEntry {
     bytes_per_token: Option<u32>,
     issue_per_token: Option<f64>,
     issue_budget_per_token: Option<f64>,
+    /// For a decode-attention kernel: whether the launchers run it for its shape (the other
+    /// engine's kernel of the same shape is built to compare with); absent for other kernels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatched: Option<bool>,
     loops: Vec<static_report::LoopDetail>,
+}
+
+/// Whether a decode-attention kernel is the one its shape is dispatched to.
+fn is_dispatched(kernel: &str) -> Option<bool> {
+    let (_, engine, i) = instances::parse_kernel(kernel)?;
+    Some(dispatched(i.dtype, i.kv_dtype, i.head_dim, i.group) == engine)
 }
 
 fn entry(resources: &'static KernelResources, report: &[StaticKernel]) -> KernelEntry {
@@ -86,6 +99,7 @@ fn entry(resources: &'static KernelResources, report: &[StaticKernel]) -> Kernel
         bytes_per_token: figures.and_then(|k| k.bytes_per_token),
         issue_per_token: figures.and_then(|k| k.issue_per_token),
         issue_budget_per_token: figures.and_then(|k| k.issue_budget_per_token),
+        dispatched: is_dispatched(resources.kernel),
         loops: figures.map(|k| k.loops.clone()).unwrap_or_default(),
     }
 }
@@ -123,6 +137,7 @@ pub fn run(args: Args) -> CmdResult {
             missing: availability.err(),
             method: METHOD,
         },
+        dispatch: dispatch_table(),
         kernels: kernels::RESOURCES
             .iter()
             .map(|r| entry(r, &report))
@@ -177,11 +192,46 @@ pub fn run(args: Args) -> CmdResult {
         }
         print!("{t}");
     }
+    print_dispatch(&info.dispatch);
     if info.kernels_built {
         print_static_report(&info.static_report, &report);
         print_reference_split(&report);
     }
     Ok(())
+}
+
+/// Which engine runs which decode-attention shapes, in a few lines (`--json`: every shape).
+fn print_dispatch(table: &[Dispatch]) {
+    let on = |e: Engine| table.iter().filter(move |d| d.engine == e);
+    let list = |v: Vec<String>| {
+        let mut v = v;
+        v.sort();
+        v.dedup();
+        v.join(", ")
+    };
+    let tc: Vec<&Dispatch> = on(Engine::TensorCores).collect();
+    if tc.is_empty() {
+        println!("attention dispatch: CUDA cores for every shape (no tensor-core kernel built)");
+        return;
+    }
+    let pairs = list(
+        tc.iter()
+            .map(|d| {
+                if d.dtype == d.kv_dtype {
+                    d.dtype.to_string()
+                } else {
+                    format!("{} over {}", d.dtype, d.kv_dtype)
+                }
+            })
+            .collect(),
+    );
+    let dims = list(tc.iter().map(|d| d.head_dim.to_string()).collect());
+    let groups = list(tc.iter().map(|d| d.group.to_string()).collect());
+    info_sass::print_wrapped(&format!(
+        "attention dispatch: tensor cores (paged_attention_tc_*) for head dim {dims}, groups \
+         {groups}, q/KV {pairs}; CUDA cores for the other {} shapes built (--json: dispatch)",
+        on(Engine::CudaCores).count()
+    ));
 }
 
 /// How the reference shape is split on an H200 with the static report's occupancy: issue 14 asks
