@@ -46,7 +46,8 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[
 }
 
 // N (1, 2 or 4) 8 x 8 matrices of 16-bit elements from shared memory; `row` is this lane's row
-// address (see above; lanes that give none may pass any pointer).
+// address (see above; lanes that give none may pass any pointer). The "memory" clobber keeps the
+// compiler from moving it across shared-memory stores or the cp.async wait.
 template <int N, bool TRANS>
 __device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
   static_assert(N == 1 || N == 2 || N == 4, "x1, x2 or x4");
@@ -56,21 +57,22 @@ __device__ __forceinline__ void ldmatrix(unsigned (&r)[N], const void* row) {
   const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
   if constexpr (N == 4 && TRANS) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
   } else if constexpr (N == 4) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at) : "memory");
   } else if constexpr (N == 2 && TRANS) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
   } else if constexpr (N == 2) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(at) : "memory");
   } else if constexpr (TRANS) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r[0]) : "r"(at));
+                 : "=r"(r[0]) : "r"(at) : "memory");
   } else {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r[0]) : "r"(at));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
+                 : "=r"(r[0]) : "r"(at) : "memory");
   }
 #endif
 }
