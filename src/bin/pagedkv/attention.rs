@@ -186,10 +186,14 @@ pub fn run(args: Args) -> CmdResult {
         .other_engines
         .iter()
         .flat_map(|o| [o.paged_rel_error, o.contiguous_rel_error])
-        .fold(
-            report.max_rel_error,
-            |a, b| if b.is_nan() { b } else { a.max(b) },
-        );
+        // NaN anywhere stays NaN (f64::max would drop it).
+        .fold(report.max_rel_error, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        });
     let within = worst.is_finite() && worst <= bound;
     if !args.no_check && !within {
         return Err(Box::new(CheckFailed(format!(
