@@ -233,25 +233,10 @@ pub fn cadences(body: &[&Instruction]) -> Vec<Option<Cadence>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::control::Control;
     use super::*;
 
     fn ins(address: u32, text: &str) -> Instruction {
-        let (guard, text) = match text.strip_prefix('@') {
-            Some(_) => {
-                let (g, r) = text.split_once(' ').unwrap();
-                (Some(g.to_string()), r)
-            }
-            None => (None, text),
-        };
-        let (opcode, operands) = text.split_once(' ').unwrap_or((text, ""));
-        Instruction {
-            address,
-            guard,
-            opcode: opcode.into(),
-            operands: operands.into(),
-            control: Control::from_high_word(0),
-        }
+        Instruction::from_text(address, text)
     }
 
     #[test]

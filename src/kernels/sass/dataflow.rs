@@ -292,25 +292,10 @@ pub fn step(body: &[&Instruction], at: usize, reg: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::control::Control;
     use super::*;
 
     fn ins(text: &str) -> Instruction {
-        let (guard, text) = match text.strip_prefix('@') {
-            Some(_) => {
-                let (g, r) = text.split_once(' ').unwrap();
-                (Some(g.to_string()), r)
-            }
-            None => (None, text),
-        };
-        let (opcode, operands) = text.split_once(' ').unwrap_or((text, ""));
-        Instruction {
-            address: 0,
-            guard,
-            opcode: opcode.into(),
-            operands: operands.into(),
-            control: Control::from_high_word(0),
-        }
+        Instruction::from_text(0, text)
     }
 
     #[test]

@@ -22,6 +22,28 @@ pub struct Instruction {
     pub control: Control,
 }
 
+#[cfg(test)]
+impl Instruction {
+    /// One instruction from its text (`@P0 BRA 0x220`), with no control bits: the analysers' tests.
+    pub fn from_text(address: u32, text: &str) -> Instruction {
+        let (guard, text) = match text.strip_prefix('@') {
+            Some(_) => {
+                let (g, r) = text.split_once(' ').expect("a guard, then the instruction");
+                (Some(g.to_string()), r)
+            }
+            None => (None, text),
+        };
+        let (opcode, operands) = text.split_once(' ').unwrap_or((text, ""));
+        Instruction {
+            address,
+            guard,
+            opcode: opcode.to_string(),
+            operands: operands.to_string(),
+            control: Control::from_high_word(0),
+        }
+    }
+}
+
 impl Instruction {
     /// The opcode without modifiers: `LDG` for `LDG.E.128`.
     pub fn base(&self) -> &str {

@@ -219,25 +219,10 @@ pub fn find(code: &[Instruction]) -> Vec<Loop> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::control::Control;
     use super::*;
 
     fn ins(address: u32, text: &str) -> Instruction {
-        let (guard, text) = match text.strip_prefix('@') {
-            Some(_) => {
-                let (g, r) = text.split_once(' ').unwrap();
-                (Some(g.to_string()), r)
-            }
-            None => (None, text),
-        };
-        let (opcode, operands) = text.split_once(' ').unwrap_or((text, ""));
-        Instruction {
-            address,
-            guard,
-            opcode: opcode.to_string(),
-            operands: operands.to_string(),
-            control: Control::from_high_word(0),
-        }
+        Instruction::from_text(address, text)
     }
 
     #[test]
