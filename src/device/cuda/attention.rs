@@ -5,9 +5,7 @@
 use super::LaunchNamed;
 use super::{CudaDevice, DeviceError};
 use crate::kv::KvElem;
-use crate::launch::attention::{
-    check_engine, check_instance, dispatched, kernel_name, module, Engine,
-};
+use crate::launch::attention::{check_engine, dispatched, kernel_name, module, Engine};
 use crate::launch::{split_plan, AttentionData, AttentionLaunch, KernelLaunch, Layout, Scalar};
 use crate::launch::{LaunchError, SplitPlan};
 use cudarc::driver::sys::CUfunction_attribute;
@@ -65,7 +63,6 @@ impl CudaDevice {
         data: &AttentionData<'_, T, KV>,
     ) -> Result<SplitPlan, DeviceError> {
         let s = &data.shape;
-        check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
         let engine = dispatched(T::DTYPE, KV::DTYPE, s.head_dim, s.group());
         self.attention_plan_on(engine, data)
     }
@@ -112,10 +109,7 @@ impl CudaDevice {
         T: KvElem + DeviceRepr + ValidAsZeroBits,
         KV: KvElem + DeviceRepr,
     {
-        data.check_buffers()
-            .map_err(|e| DeviceError::Invalid(e.to_string()))?;
         let s = &data.shape;
-        check_instance(T::DTYPE, KV::DTYPE, s.head_dim, s.group())?;
         let engine = dispatched(T::DTYPE, KV::DTYPE, s.head_dim, s.group());
         self.upload_attention_on(engine, data, plan)
     }
