@@ -304,13 +304,8 @@ __device__ __forceinline__ void decode_attention(
   const int start = part * o.partition_size;
   const int end = min(len, start + o.partition_size);
 
-  // This warp's share: whole tiles [first_tile, last_tile) of the partition.
-  const int tiles = end > start ? (end - start + TILE - 1) / TILE : 0;
-  const int per_warp = (tiles + kWarps - 1) / kWarps;
-  const int first_tile = min(tiles, warp * per_warp);
-  const int num_tiles = min(tiles, first_tile + per_warp) - first_tile;
-  const int wstart = start + first_tile * TILE;
-  const int wend = min(end, wstart + num_tiles * TILE);
+  const WarpShare share = warp_share<TILE, kWarps>(start, end, warp);
+  const int wstart = share.wstart, wend = share.wend, num_tiles = share.num_tiles;
 
   DYNAMIC_SHARED(unsigned char, smem);
   if (dynamic_smem_bytes() < (unsigned)kSmemBytes) __trap();  // launched with too little

@@ -40,6 +40,21 @@ __device__ __forceinline__ int ring_offset(int row, int byte_in_row) {
   }
 }
 
+// A warp's share of a partition's tokens [start, end): whole tiles of TOKENS tokens, the same
+// number for each of WARPS warps (the last ones may get fewer or none).
+struct WarpShare {
+  int wstart, wend, num_tiles;  // tokens [wstart, wend) in num_tiles tiles
+};
+template <int TOKENS, int WARPS>
+__device__ __forceinline__ WarpShare warp_share(int start, int end, int warp) {
+  const int tiles = end > start ? (end - start + TOKENS - 1) / TOKENS : 0;
+  const int per_warp = (tiles + WARPS - 1) / WARPS;
+  const int first_tile = min(tiles, warp * per_warp);
+  const int num_tiles = min(tiles, first_tile + per_warp) - first_tile;
+  const int wstart = start + first_tile * TOKENS;
+  return {wstart, min(end, wstart + num_tiles * TOKENS), num_tiles};
+}
+
 // Rows: where a token's row lives (PagedRows or ContiguousRows, attention.cuh). Elem: the stored
 // element. Slots are [STAGES][2: K, V][TILE_BYTES]; words [STAGES][kMaxTileTokens].
 template <class Rows, class Elem, int STAGES, int TILE_BYTES, int ROW_BYTES, bool CROSS_LANE,
