@@ -55,6 +55,7 @@
 
 pub mod block_pool;
 pub mod config;
+pub mod driver;
 #[allow(clippy::module_inception)]
 pub mod engine;
 pub mod free_queue;
@@ -67,15 +68,18 @@ pub mod profile;
 pub mod request;
 pub mod run;
 pub mod scheduler;
+pub mod setup;
 pub mod step_log;
 pub mod step_time;
 pub mod waiting;
 
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
+pub use driver::{drive, System};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, Slo};
 pub use profile::{load_profile, parse_profile, Profile};
 pub use run::{Outcome, RunSettings};
+pub use setup::{prepare, Prepared, Submission};
 pub use step_log::StepRecord;
 pub use step_time::{Gpu, StepModel};
 

@@ -2,11 +2,14 @@
 //! each block size, the step-time model with that block size's attention efficiency; several block
 //! sizes in parallel.
 
-use super::config::EngineConfig;
+use super::config::{ConfigError, EngineConfig};
+use super::driver::drive;
 use super::engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 use super::host_tier::TierStats;
+use super::host_tier::{tier_key_space, HostTier};
 use super::metrics::{EngineReport, Slo};
 use super::profile::Profile;
+use super::setup::prepare;
 use super::step_time::{num_gpu_blocks, Gpu, StepModel};
 use crate::kv::model::ModelShape;
 use crate::workload::serving::ServingRequest;
@@ -144,23 +147,26 @@ impl RunSettings {
             timeline,
         };
         let (requests, rejected) = accepted(requests, cfg.max_model_len)?;
-        let requests = &requests[..];
-        let mut e = Engine::new(cfg, requests, clock, rec, self.slo)?;
-        let report = match step_log {
-            None => e.run(progress)?,
-            Some(out) => {
-                let mut progress = progress;
-                let total = requests.len();
-                while e.step()? {
-                    if let Some(r) = e.last_record() {
-                        writeln!(out, "{}", r.to_line())
-                            .map_err(|err| EngineError::Output(err.to_string()))?;
-                    }
-                    progress(e.finished_requests(), total);
+        let prepared = prepare(&cfg, &requests)?;
+        let mut e = Engine::open(cfg, clock, rec, self.slo)?;
+        if let Some(o) = e.scheduler().cfg.cpu_offload {
+            let tier = HostTier::new(o.policy, o.blocks, tier_key_space(&requests, block_size))
+                .map_err(ConfigError)?;
+            e.attach_tier(tier.shared());
+        }
+        let mut out = step_log;
+        drive(
+            &mut e,
+            &prepared,
+            &mut |_, r| match out.as_deref_mut() {
+                Some(w) => {
+                    writeln!(w, "{}", r.to_line()).map_err(|err| EngineError::Output(err.into()))
                 }
-                e.report()
-            }
-        };
+                None => Ok(()),
+            },
+            progress,
+        )?;
+        let report = e.report();
         let report = EngineReport { rejected, ..report };
         Ok(Outcome {
             block_size,
