@@ -146,7 +146,8 @@ pub fn id_ranks(requests: &[ServingRequest]) -> Vec<u32> {
     rank
 }
 
-/// Checks that every request can run to completion in this engine.
+/// Checks that every request can run to completion in this engine. The engine takes `output_len`
+/// as `max_tokens` as is: the server's length rule ([`super::model_len`]) comes before it.
 fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineError> {
     let bad = |detail: String| {
         Err(EngineError::Request {
@@ -164,14 +165,17 @@ fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineErr
             r.arrival
         ));
     }
+    // vLLM's engine refuses it too (`InputProcessor._validate_prompt_len`, input_processor.py).
     if prompt >= cfg.max_model_len as u64 {
         return bad(format!(
             "a prompt of {prompt} tokens reaches max_model_len {}",
             cfg.max_model_len
         ));
     }
-    // The KV it ever holds at once: prompt and every sampled token but the last.
-    let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64);
+    // The KV it ever holds at once: prompt and every sampled token but the last, and never more
+    // than max_model_len − 1 tokens (`Scheduler.schedule` caps a step at max_model_len −
+    // num_computed_tokens − 1; `check_stop` ends the request at max_model_len tokens).
+    let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64 - 1);
     let blocks = peak.div_ceil(cfg.block_size as u64);
     if blocks > cfg.usable_blocks() as u64 {
         return bad(format!(
