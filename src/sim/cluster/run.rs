@@ -10,7 +10,7 @@ use crate::sim::engine::engine::TimelinePoint;
 use crate::sim::engine::host_tier::tier_key_space;
 use crate::sim::engine::host_tier::TierStats;
 use crate::sim::engine::metrics::{report, EngineReport, Integrals};
-use crate::sim::engine::run::accepted;
+use crate::sim::engine::model_len::accepted;
 use crate::sim::engine::scheduler::SchedStats;
 use crate::sim::engine::setup::prepare;
 use crate::sim::engine::{EngineError, Recording, RunSettings, StepRecord};
@@ -31,7 +31,7 @@ pub struct ClusterSpec {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestLine {
     pub id: String,
-    /// `None`: refused (longer than max_model_len).
+    /// `None`: refused by vLLM's server under max_model_len.
     pub replica: Option<usize>,
     /// Why the router chose that replica.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -41,6 +41,9 @@ pub struct RequestLine {
     pub finish: Option<f64>,
     pub prompt_len: usize,
     pub output_len: u32,
+    /// The `max_tokens` vLLM's server handed the engine: `output_len`, or max_model_len −
+    /// prompt_len when that is lower (shortened); `None`: refused.
+    pub max_tokens: Option<u32>,
     /// Prompt tokens found in the replica's GPU prefix cache at the first admission.
     pub prefix_hit_tokens: u32,
     /// Prompt tokens loaded from the host tier at the first admission.
@@ -94,7 +97,8 @@ pub fn run(
     progress: impl FnMut(usize, usize),
 ) -> Result<ClusterOutcome, EngineError> {
     let (cfg, clock, efficiency) = s.at(block_size)?;
-    let (ok, rejected) = accepted(requests, cfg.max_model_len)?;
+    let served = accepted(requests, cfg.max_model_len)?;
+    let (ok, rejected) = (served.requests, served.refused);
     let prepared = prepare(&cfg, &ok)?;
     let rec = Recording {
         steps: step_log.is_some(),
@@ -128,7 +132,7 @@ pub fn run(
         },
         progress,
     )?;
-    Ok(outcome(
+    let mut o = outcome(
         &c,
         spec,
         block_size,
@@ -137,7 +141,9 @@ pub fn run(
         requests,
         &ok,
         rejected,
-    ))
+    );
+    o.total.shortened = served.shortened;
+    Ok(o)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -192,6 +198,7 @@ fn outcome(
                     finish: q.finish_time.is_finite().then_some(q.finish_time),
                     prompt_len: r.prompt.len(),
                     output_len: r.output_len,
+                    max_tokens: Some(q.max_tokens),
                     prefix_hit_tokens: q.first_hit.unwrap_or(0),
                     offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
                     preemptions: q.preemptions,
@@ -206,6 +213,7 @@ fn outcome(
                 finish: None,
                 prompt_len: r.prompt.len(),
                 output_len: r.output_len,
+                max_tokens: None,
                 prefix_hit_tokens: 0,
                 offload_hit_tokens: 0,
                 preemptions: 0,

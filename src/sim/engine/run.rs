@@ -8,6 +8,7 @@ use super::engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 use super::host_tier::TierStats;
 use super::host_tier::{tier_key_space, HostTier};
 use super::metrics::{EngineReport, Slo};
+use super::model_len::accepted;
 use super::profile::Profile;
 use super::setup::prepare;
 use super::step_time::{num_gpu_blocks, Gpu, StepModel};
@@ -16,35 +17,6 @@ use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::io::Write;
-
-/// Whether vLLM's OpenAI server refuses `r` under `max_model_len`: a prompt that reaches it, or a
-/// prompt and `max_tokens` beyond it (`OpenAIServing._validate_input`).
-pub fn over_model_len(r: &ServingRequest, max_model_len: usize) -> bool {
-    let (p, o) = (r.prompt.len() as u64, u64::from(r.output_len));
-    let max = max_model_len as u64;
-    p >= max || p + o > max
-}
-
-/// The requests vLLM accepts under `max_model_len`, and how many it refuses; an error when it
-/// refuses them all.
-pub fn accepted(
-    requests: &[ServingRequest],
-    max_model_len: usize,
-) -> Result<(Vec<ServingRequest>, usize), EngineError> {
-    let ok: Vec<ServingRequest> = requests
-        .iter()
-        .filter(|r| !over_model_len(r, max_model_len))
-        .cloned()
-        .collect();
-    let rejected = requests.len() - ok.len();
-    if ok.is_empty() && rejected > 0 {
-        return Err(super::config::ConfigError(format!(
-            "all {rejected} requests are longer than max_model_len {max_model_len}"
-        ))
-        .into());
-    }
-    Ok((ok, rejected))
-}
 
 /// Everything but the block size and the workload.
 #[derive(Debug, Clone, PartialEq)]
@@ -146,11 +118,13 @@ impl RunSettings {
             steps: step_log.is_some(),
             timeline,
         };
-        let (requests, rejected) = accepted(requests, cfg.max_model_len)?;
-        let prepared = prepare(&cfg, &requests)?;
+        // What vLLM's server passes on: some requests refused, some with max_tokens lowered.
+        let served = accepted(requests, cfg.max_model_len)?;
+        let requests = &served.requests[..];
+        let prepared = prepare(&cfg, requests)?;
         let mut e = Engine::open(cfg, clock, rec, self.slo)?;
         if let Some(o) = e.scheduler().cfg.cpu_offload {
-            let tier = HostTier::new(o.policy, o.blocks, tier_key_space(&requests, block_size))
+            let tier = HostTier::new(o.policy, o.blocks, tier_key_space(requests, block_size))
                 .map_err(ConfigError)?;
             e.attach_tier(tier.shared());
         }
@@ -167,7 +141,11 @@ impl RunSettings {
             progress,
         )?;
         let report = e.report();
-        let report = EngineReport { rejected, ..report };
+        let report = EngineReport {
+            rejected: served.refused,
+            shortened: served.shortened,
+            ..report
+        };
         Ok(Outcome {
             block_size,
             num_gpu_blocks,

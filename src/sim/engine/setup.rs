@@ -152,14 +152,17 @@ pub fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), Engin
             r.arrival
         ));
     }
+    // vLLM's engine refuses it too (`InputProcessor._validate_prompt_len`, input_processor.py).
     if prompt >= cfg.max_model_len as u64 {
         return bad(format!(
             "a prompt of {prompt} tokens reaches max_model_len {}",
             cfg.max_model_len
         ));
     }
-    // The KV it ever holds at once: prompt and every sampled token but the last.
-    let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64);
+    // The KV it ever holds at once: prompt and every sampled token but the last, and never more
+    // than max_model_len − 1 tokens (`Scheduler.schedule` caps a step at max_model_len −
+    // num_computed_tokens − 1; `check_stop` ends the request at max_model_len tokens).
+    let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64 - 1);
     let blocks = peak.div_ceil(cfg.block_size as u64);
     if blocks > cfg.usable_blocks() as u64 {
         return bad(format!(
