@@ -3,9 +3,11 @@
 //! stack algorithms (LRU by stack distance, OPT by Mattson's priority stack).
 //!
 //! Every policy admits the requested key on a miss (demand paging) and costs O(1) amortised per
-//! request, except OPT at O(log n). Keys are dense (`0..key_space`, see [`KeyTrace`]), so
-//! policies find a key's entry by indexing a vector, and their queues are intrusive index lists
-//! ([`links`]).
+//! request, except OPT at O(log n). Keys are dense (`0..key_space`, see [`KeyTrace`]), so nothing
+//! is hashed: a key is its own index into the policy's tables. Where a hit only reads or sets a
+//! few bits (FIFO, CLOCK, SIEVE, S3-FIFO, ARC's list), they sit in one byte per key, a megabyte per
+//! million keys that stays in the core's caches; where the key moves in a list (LRU, ARC, LFU,
+//! SIEVE's queue), the key is the list node itself ([`links`]), with 32-bit links.
 
 mod arc;
 mod clock;
@@ -38,8 +40,9 @@ pub use sweep::{
 
 pub use prefetch::Ahead;
 
+use crate::lab::procstat::thread_cpu_ns;
 use crate::workload::keys::KeyTrace;
-use prefetch::{ENTRY_AHEAD, NEIGHBOURS_AHEAD, NODE_AHEAD};
+use prefetch::{ENTRY_AHEAD, NEIGHBOURS_AHEAD};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -68,9 +71,18 @@ pub trait CachePolicy {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Accepts keys up to `key_space - 1` from now on (a smaller `key_space` changes nothing);
+    /// what is held and every later answer stay as they would have been.
+    fn grow_key_space(&mut self, key_space: usize);
     /// A hint that `key` comes soon (see [`prefetch`]); no effect on results.
     #[inline]
     fn prefetch(&self, _key: u32, _ahead: Ahead) {}
+}
+
+/// The size to grow a table of `current` entries to so that it holds `wanted`: at least double,
+/// so that growing key by key costs O(1) amortised even where growing copies the table.
+fn grown(current: usize, wanted: usize) -> usize {
+    wanted.max(current.saturating_mul(2))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum)]
@@ -147,24 +159,51 @@ impl HitCount {
     }
 }
 
+/// Seconds one policy loop took: the CPU time of its thread and the wall-clock time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CoreTime {
+    pub cpu_s: f64,
+    pub wall_s: f64,
+}
+
+struct CoreClock {
+    cpu_ns: u64,
+    wall: std::time::Instant,
+}
+
+impl CoreClock {
+    fn start() -> Self {
+        CoreClock {
+            cpu_ns: thread_cpu_ns(),
+            wall: std::time::Instant::now(),
+        }
+    }
+
+    fn elapsed(&self) -> CoreTime {
+        CoreTime {
+            cpu_s: (thread_cpu_ns() - self.cpu_ns) as f64 * 1e-9,
+            wall_s: self.wall.elapsed().as_secs_f64(),
+        }
+    }
+}
+
 /// Counts hits with the policy's own type, so the per-request call is inlined, looking ahead in
-/// the trace to prefetch what the coming requests will touch.
-fn count_hits(mut cache: impl CachePolicy, keys: &[u32]) -> u64 {
+/// the trace to prefetch what the coming requests will touch. `time`: also how long the loop
+/// took (the cache's construction and release are outside it).
+fn count_hits(mut cache: impl CachePolicy, keys: &[u32], time: bool) -> (u64, Option<CoreTime>) {
+    let clock = time.then(CoreClock::start);
     let n = keys.len();
     let mut hits = 0;
     for t in 0..n {
         if t + ENTRY_AHEAD < n {
             cache.prefetch(keys[t + ENTRY_AHEAD], Ahead::Entry);
         }
-        if t + NODE_AHEAD < n {
-            cache.prefetch(keys[t + NODE_AHEAD], Ahead::Node);
-        }
         if t + NEIGHBOURS_AHEAD < n {
             cache.prefetch(keys[t + NEIGHBOURS_AHEAD], Ahead::Neighbours);
         }
         hits += cache.access(keys[t]) as u64;
     }
-    hits
+    (hits, clock.map(|c| c.elapsed()))
 }
 
 /// Runs one policy at one capacity over `trace`.
@@ -173,26 +212,37 @@ pub fn simulate(
     trace: &KeyTrace,
     capacity: usize,
 ) -> Result<HitCount, CacheSimError> {
+    Ok(simulate_timed(policy, trace, capacity, false)?.0)
+}
+
+/// [`simulate`], and with `time` how long the policy loop alone took.
+pub fn simulate_timed(
+    policy: Policy,
+    trace: &KeyTrace,
+    capacity: usize,
+    time: bool,
+) -> Result<(HitCount, Option<CoreTime>), CacheSimError> {
     check_capacity(capacity)?;
     if trace.is_empty() {
         return Err(CacheSimError::EmptyTrace);
     }
     let ks = trace.key_space();
     let keys = trace.keys();
-    let hits = match policy {
-        Policy::Fifo => count_hits(Fifo::new(capacity, ks), keys),
-        Policy::Lru => count_hits(Lru::new(capacity, ks), keys),
-        Policy::Lfu => count_hits(Lfu::new(capacity, ks), keys),
-        Policy::Clock => count_hits(Clock::new(capacity, ks), keys),
-        Policy::Arc => count_hits(Arc::new(capacity, ks), keys),
-        Policy::Opt => count_hits(Opt::new(capacity, trace), keys),
-        Policy::S3Fifo => count_hits(S3Fifo::new(capacity, ks), keys),
-        Policy::Sieve => count_hits(Sieve::new(capacity, ks), keys),
+    let (hits, core) = match policy {
+        Policy::Fifo => count_hits(Fifo::new(capacity, ks), keys, time),
+        Policy::Lru => count_hits(Lru::new(capacity, ks), keys, time),
+        Policy::Lfu => count_hits(Lfu::new(capacity, ks), keys, time),
+        Policy::Clock => count_hits(Clock::new(capacity, ks), keys, time),
+        Policy::Arc => count_hits(Arc::new(capacity, ks), keys, time),
+        Policy::Opt => count_hits(Opt::new(capacity, trace), keys, time),
+        Policy::S3Fifo => count_hits(S3Fifo::new(capacity, ks), keys, time),
+        Policy::Sieve => count_hits(Sieve::new(capacity, ks), keys, time),
     };
-    Ok(HitCount {
+    let count = HitCount {
         requests: keys.len() as u64,
         hits,
-    })
+    };
+    Ok((count, core))
 }
 
 /// Hit (true) or miss of every request: for tests that compare policies request by request.
@@ -256,6 +306,43 @@ mod tests {
                 hits += u32::from(held);
             }
             assert!(hits > 100 && hits < 3900, "{p}: {hits}");
+        }
+    }
+
+    #[test]
+    fn growing_the_key_space_changes_no_answer() {
+        use clap::ValueEnum;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let keys: Vec<u32> = (0..6000)
+            .map(|i| rng.random_range(0..(10 + i / 20)))
+            .collect();
+        let trace = KeyTrace::from_keys(keys.clone());
+        for &p in Policy::value_variants() {
+            if p == Policy::Opt {
+                continue;
+            }
+            for cap in [1, 7, 40, 400] {
+                let mut full = p.build(cap, &trace).unwrap();
+                let tiny = KeyTrace::from_keys(vec![0]);
+                let mut grown = p.build(cap, &tiny).unwrap();
+                let mut space = 1;
+                for (t, &k) in keys.iter().enumerate() {
+                    if k as usize >= space {
+                        space = k as usize + 1 + rng.random_range(0..3);
+                        grown.grow_key_space(space);
+                        // Shrinking is not a thing: a smaller space changes nothing.
+                        grown.grow_key_space(rng.random_range(0..space));
+                    }
+                    assert_eq!(grown.access(k), full.access(k), "{p} cap {cap} at {t}");
+                    assert_eq!(grown.len(), full.len(), "{p} cap {cap} at {t}");
+                    if t % 50 == 0 {
+                        for q in 0..space.min(trace.key_space()) as u32 {
+                            assert_eq!(grown.contains(q), full.contains(q), "{p} {q}");
+                        }
+                    }
+                }
+            }
         }
     }
 }

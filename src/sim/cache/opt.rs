@@ -105,6 +105,13 @@ impl CachePolicy for Opt {
         self.resident[key as usize]
     }
 
+    /// OPT answers for its trace's keys only; this keeps the trait's promise all the same.
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.resident.len() {
+            self.resident.resize(key_space, false);
+        }
+    }
+
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         if ahead == Ahead::Entry {
