@@ -116,13 +116,13 @@ impl S3Fifo {
             if self.ghost_cap == 0 {
                 self.set(k, OUT, 0);
             } else {
-                self.to_ghost(k);
+                self.demote_to_ghost(k);
             }
             return;
         }
     }
 
-    fn to_ghost(&mut self, k: u32) {
+    fn demote_to_ghost(&mut self, k: u32) {
         self.set(k, GHOST, 0);
         self.pushes = self.pushes.wrapping_add(1);
         self.ghost_stamp[k as usize] = self.pushes;

@@ -25,11 +25,14 @@ pub enum Happened {
     Finished,
 }
 
+/// (time, order of recording, what, request, replica): ordered earliest first, ties in the order
+/// they were recorded.
+type Event = (Time, u64, Happened, u32, u32);
+
 #[derive(Debug, Clone, Default)]
 pub struct Book {
     loads: Vec<usize>,
-    /// (time, order of recording, what, request, replica), earliest first.
-    unseen: BinaryHeap<Reverse<(Time, u64, Happened, u32, u32)>>,
+    unseen: BinaryHeap<Reverse<Event>>,
     recorded: u64,
 }
 
