@@ -198,6 +198,15 @@ fn a_fault_spec_that_would_never_fire_stops_the_process_naming_it() {
         assert!(err.contains(spec), "{spec}: {err}");
         assert_eq!(err.lines().count(), 1, "{spec}: {err}");
     }
+    // initcheck takes 1 or 0, nothing it would have to guess at.
+    let out = fixture("leak")
+        .env("PAGEDKV_EMU_INITCHECK", "yes")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("PAGEDKV_EMU_INITCHECK=\"yes\""), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
     // The spelling the README documents fires.
     let out = fixture("leak")
         .env(
