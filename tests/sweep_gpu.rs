@@ -139,8 +139,8 @@ fn tables_are_validated_before_any_launch() {
 #[ignore = "needs a CUDA GPU: scripts/gpu-check runs it (cargo test -- --include-ignored)"]
 fn the_gpu_probe_measures_checked_kernels() {
     let dev = gpu();
-    // On the emulated driver the kernels run on the CPU: the smallest pool its 4 MiB L2 allows
-    // and a small batch check the same path in seconds.
+    // On the emulated driver the kernels run on the CPU: a small pool (a few times the small L2
+    // it reports) and a small batch check the same path in seconds.
     let (pool_bytes, batch) = if dev.info.emulated {
         (16 << 20, AttentionBatch::fixed(32, 2, 300))
     } else {

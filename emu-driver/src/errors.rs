@@ -1,8 +1,41 @@
 //! The driver's result codes by name and with a sentence each, for `cuGetErrorName` /
-//! `cuGetErrorString` (cudarc prints both) and for the fault specs of `PAGEDKV_EMU_FAULTS`.
+//! `cuGetErrorString` (cudarc prints both) and for the fault specs of `PAGEDKV_EMU_FAULTS`; and
+//! [`Failure`], the one way a call of this driver fails.
 
 use cudarc::driver::sys::CUresult;
 use std::ffi::CStr;
+
+/// Why a call failed: the code it returns and, where the code alone would not tell a programmer
+/// what was wrong, the reason. The entry point prints the reason once on stderr, naming itself
+/// (`state::call`); work that fails while it runs is reported where it runs (`queue.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: CUresult,
+    pub why: Option<String>,
+}
+
+/// The result of everything that can fail inside the driver.
+pub type R<T = ()> = Result<T, Failure>;
+
+impl From<CUresult> for Failure {
+    fn from(code: CUresult) -> Self {
+        Failure { code, why: None }
+    }
+}
+
+impl Failure {
+    pub fn new(code: CUresult, why: impl Into<String>) -> Self {
+        Failure {
+            code,
+            why: Some(why.into()),
+        }
+    }
+
+    /// `CUDA_ERROR_INVALID_VALUE`, the driver's answer to most bad arguments, with the reason.
+    pub fn invalid(why: impl Into<String>) -> Self {
+        Failure::new(CUresult::CUDA_ERROR_INVALID_VALUE, why)
+    }
+}
 
 /// Every code this driver returns or lets a fault spec name, with the driver's own wording.
 const CODES: &[(CUresult, &CStr)] = &[

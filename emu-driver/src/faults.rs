@@ -3,7 +3,9 @@
 //! with those codes, before the call does anything. Names are the API's, without the `_v2`-style
 //! suffix of the exported symbol. Calls are counted from the moment the variable takes its value:
 //! it is read on every call, and a new value restarts the counts, so a test can arm a fault just
-//! before the operation it aims at.
+//! before the operation it aims at. A spec that names no entry point of this driver (a misspelt
+//! or wrongly cased name) or a code that is not an error stops the process (exit 2): a fault test
+//! must not pass because its fault never fired.
 
 use crate::errors;
 use cudarc::driver::sys::CUresult;
@@ -41,13 +43,62 @@ pub fn parse(spec: &str) -> Result<Vec<Fault>, String> {
                     errors::names().join(", ")
                 ))
             })?;
+            if code == CUresult::CUDA_SUCCESS {
+                return Err(bad(
+                    "CUDA_SUCCESS is not a fault (the call would do nothing and report success)",
+                ));
+            }
+            let function = base_name(function.trim());
+            if !known_functions().any(|f| f == function) {
+                return Err(bad(&unknown_function(function)));
+            }
             Ok(Fault {
-                function: base_name(function.trim()).to_string(),
+                function: function.to_string(),
                 call,
                 code,
             })
         })
-        .collect()
+        .collect::<Result<Vec<Fault>, String>>()
+        .and_then(|faults| {
+            for (i, f) in faults.iter().enumerate() {
+                if faults[..i]
+                    .iter()
+                    .any(|g| g.function == f.function && g.call == f.call)
+                {
+                    return Err(format!(
+                        "PAGEDKV_EMU_FAULTS: {}@{} is named twice",
+                        f.function, f.call
+                    ));
+                }
+            }
+            Ok(faults)
+        })
+}
+
+/// The names a fault may use: the API's names of this driver's entry points.
+fn known_functions() -> impl Iterator<Item = &'static str> {
+    crate::api::ENTRY_POINTS.iter().map(|s| base_name(s))
+}
+
+/// Why `function` is no entry point, with the nearest one when a typo or the case explains it.
+fn unknown_function(function: &str) -> String {
+    let nearest = known_functions()
+        .map(|f| {
+            (
+                strsim::levenshtein(&f.to_ascii_lowercase(), &function.to_ascii_lowercase()),
+                f,
+            )
+        })
+        .min();
+    match nearest {
+        Some((distance, f)) if distance <= 3 => {
+            format!("no driver function is called {function:?} (did you mean {f}?)")
+        }
+        _ => format!(
+            "no driver function is called {function:?} (the names are the API's, as in \
+             emu-driver/src/api/mod.rs's ENTRY_POINTS)"
+        ),
+    }
 }
 
 /// `cuMemAlloc_v2` -> `cuMemAlloc`: faults name the API, not the versioned symbol.
@@ -124,6 +175,40 @@ mod tests {
             "cuMemCreate@1=NOPE",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refuses_what_would_never_fire_naming_the_item() {
+        for (bad, says) in [
+            (
+                "cuMemAloc@1=CUDA_ERROR_OUT_OF_MEMORY",
+                "did you mean cuMemAlloc?",
+            ),
+            (
+                "cumemalloc@1=CUDA_ERROR_OUT_OF_MEMORY",
+                "did you mean cuMemAlloc?",
+            ),
+            ("cuNoSuchThing@1=CUDA_ERROR_UNKNOWN", "ENTRY_POINTS"),
+            ("cuMemAlloc@1=CUDA_SUCCESS", "not a fault"),
+            (
+                "cuMemAlloc@1=CUDA_ERROR_OUT_OF_MEMORY,cuMemAlloc_v2@1=CUDA_ERROR_UNKNOWN",
+                "named twice",
+            ),
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(
+                err.contains(bad.split(',').next().unwrap()) || err.contains("cuMemAlloc@1"),
+                "{bad}: {err}"
+            );
+        }
+        // Versioned symbols and every entry point's own name are accepted.
+        for name in crate::api::ENTRY_POINTS {
+            assert!(
+                parse(&format!("{name}@1=CUDA_ERROR_UNKNOWN")).is_ok(),
+                "{name}"
+            );
         }
     }
 

@@ -34,8 +34,8 @@ pub fn alive(st: &State) -> Vec<String> {
             h.size
         ));
     }
-    for (p, len) in &st.vmm.reservations {
-        out.push(format!("reservation of {len} bytes at {p:#x}"));
+    for (p, r) in &st.vmm.reservations {
+        out.push(format!("reservation of {} bytes at {p:#x}", r.len));
     }
     for m in st.modules.values() {
         out.push(format!("module {}", m.name));
@@ -65,8 +65,12 @@ pub fn destroy_context(st: &mut State, why: &str) {
         );
     }
     st.memory.take_live();
-    let reservations: Vec<(u64, usize)> =
-        st.vmm.reservations.iter().map(|(&p, &l)| (p, l)).collect();
+    let reservations: Vec<(u64, usize)> = st
+        .vmm
+        .reservations
+        .iter()
+        .map(|(&p, r)| (p, r.len))
+        .collect();
     let mapped: Vec<(u64, usize)> = st.vmm.mappings.iter().map(|(&p, m)| (p, m.len)).collect();
     for (p, len) in mapped {
         let _ = st.vmm.unmap(p, len);
@@ -81,6 +85,7 @@ pub fn destroy_context(st: &mut State, why: &str) {
     st.events.clear();
     st.graphs.clear();
     st.graph_execs.clear();
+    st.order = Default::default();
     st.sticky = None;
     st.last_failure = None;
     st.context_refs = 0;

@@ -9,20 +9,26 @@
 //! Every entry point is an `extern "C"` function of the driver's name and signature (`api/`);
 //! they share one state behind one lock (`state.rs`): the address space (`memory.rs`), the
 //! virtual-memory objects (`vmm.rs`), modules and functions (`modules.rs`), streams, events and
-//! graphs with their queued work (`queue.rs`), fault injection (`faults.rs`) and the leak report
-//! (`leaks.rs`).
+//! graphs with their queued work (`queue.rs`), the happens-before order of that work and the
+//! races it finds (`order.rs`, `racecheck.rs`), how the driver opens device memory for its own
+//! accesses and initcheck's shadow (`access.rs`), host code that touches device memory
+//! (`host_access.rs`), fault injection (`faults.rs`) and the leak report (`leaks.rs`).
 
 #![allow(non_snake_case)]
 #![allow(clippy::missing_safety_doc)]
 
+mod access;
 pub mod api;
 mod device;
 mod errors;
 mod faults;
+mod host_access;
 mod leaks;
 mod memory;
 mod modules;
+mod order;
 mod queue;
+mod racecheck;
 mod state;
 mod vmm;
 

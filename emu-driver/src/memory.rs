@@ -1,9 +1,12 @@
 //! The device's address space: allocations (`cuMemAlloc`, stream-ordered, managed, page-locked
 //! host memory) in host memory at their own addresses, so a device pointer is a host address the
-//! emulator can read. Freed ranges are never handed out again (their pages are given back, the
+//! emulator can read. Device memory is mapped inaccessible: host code that dereferences a device
+//! pointer faults, as on a GPU, and the driver opens the pages only while it copies or runs a
+//! kernel (`access.rs`). Freed ranges are never handed out again (their pages are given back, the
 //! addresses kept inaccessible), so a stale pointer is always caught and named as freed.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -24,12 +27,56 @@ impl Kind {
             Kind::PinnedHost => "page-locked host allocation",
         }
     }
+
+    /// Whether host code may touch it directly: managed and page-locked memory are the host's
+    /// too; device memory is reachable only through the driver.
+    pub fn host_accessible(self) -> bool {
+        self != Kind::Device
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct Allocation {
     pub len: usize,
     pub kind: Kind,
+    /// initcheck (`PAGEDKV_EMU_INITCHECK=1` when it was allocated): one byte per byte of the
+    /// allocation, non-zero once written.
+    pub shadow: Option<u64>,
+    /// The stream whose queued `cuMemFreeAsync` frees it.
+    pub free_queued: Option<u64>,
+}
+
+/// Why a pointer reaches no memory a kernel or a copy may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unreachable {
+    Freed {
+        kind: Kind,
+        start: u64,
+        len: usize,
+    },
+    Unmapped,
+    NotOpened,
+    ReservedOnly,
+    /// Not the driver's memory at all: host memory, for a copy.
+    Foreign,
+}
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Unreachable::Freed { kind, start, len } => write!(
+                f,
+                "lies in a freed {} ({len} bytes at {start:#x})",
+                kind.what()
+            ),
+            Unreachable::Unmapped => f.write_str("lies in an unmapped range"),
+            Unreachable::NotOpened => f.write_str("is mapped, but cuMemSetAccess never opened it"),
+            Unreachable::ReservedOnly => {
+                f.write_str("lies in a reservation where nothing is mapped")
+            }
+            Unreachable::Foreign => f.write_str("is not in any allocation or mapping"),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -38,14 +85,14 @@ pub struct AddressSpace {
     freed: BTreeMap<u64, Allocation>,
 }
 
-/// Page-aligned anonymous memory, readable and writable, at an address nothing else holds.
-fn map_anonymous(len: usize) -> Option<u64> {
+/// Page-aligned anonymous memory at an address nothing else holds, zero-filled.
+pub fn map_anonymous(len: usize, prot: libc::c_int) -> Option<u64> {
     // SAFETY: a fresh private mapping; no existing memory is touched.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len.max(1),
-            libc::PROT_READ | libc::PROT_WRITE,
+            prot,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
             0,
@@ -55,10 +102,34 @@ fn map_anonymous(len: usize) -> Option<u64> {
 }
 
 impl AddressSpace {
-    /// A new allocation of `len` bytes; `None` when the host refuses the mapping.
-    pub fn allocate(&mut self, len: usize, kind: Kind) -> Option<u64> {
-        let ptr = map_anonymous(len)?;
-        self.live.insert(ptr, Allocation { len, kind });
+    /// A new allocation of `len` bytes, with initcheck's shadow when `initcheck` and it is device
+    /// memory; `None` when the host refuses the mapping.
+    pub fn allocate(&mut self, len: usize, kind: Kind, initcheck: bool) -> Option<u64> {
+        let prot = if kind.host_accessible() {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_NONE
+        };
+        let ptr = map_anonymous(len, prot)?;
+        let shadow = if initcheck && kind == Kind::Device {
+            let Some(s) = map_anonymous(len, libc::PROT_READ | libc::PROT_WRITE) else {
+                // SAFETY: the mapping made just above; nothing refers to it yet.
+                unsafe { libc::munmap(ptr as *mut _, len.max(1)) };
+                return None;
+            };
+            Some(s)
+        } else {
+            None
+        };
+        self.live.insert(
+            ptr,
+            Allocation {
+                len,
+                kind,
+                shadow,
+                free_queued: None,
+            },
+        );
         Some(ptr)
     }
 
@@ -67,13 +138,23 @@ impl AddressSpace {
     pub fn free(&mut self, ptr: u64, kind: Kind) -> Option<Allocation> {
         let a = *self.live.get(&ptr).filter(|a| a.kind == kind)?;
         self.live.remove(&ptr);
-        // SAFETY: the range is our own mapping; nothing may use it any more.
+        // SAFETY: the ranges are our own mappings; nothing may use them any more.
         unsafe {
             libc::mprotect(ptr as *mut _, a.len.max(1), libc::PROT_NONE);
             libc::madvise(ptr as *mut _, a.len.max(1), libc::MADV_DONTNEED);
+            if let Some(s) = a.shadow {
+                libc::munmap(s as *mut _, a.len.max(1));
+            }
         }
         self.freed.insert(ptr, a);
         Some(a)
+    }
+
+    /// Marks the allocation at `ptr` as freed by a `cuMemFreeAsync` queued on `stream`.
+    pub fn queue_free(&mut self, ptr: u64, stream: u64) {
+        if let Some(a) = self.live.get_mut(&ptr) {
+            a.free_queued = Some(stream);
+        }
     }
 
     /// The live allocation holding `ptr`: its start and what it is.

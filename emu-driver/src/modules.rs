@@ -5,6 +5,7 @@
 //! static report, so a launcher's split plan is the one an H200 would give it.
 
 use crate::device::DEFAULT_DYNAMIC_SMEM;
+use crate::errors::{Failure, R};
 use cudarc::driver::sys::{CUfunction_attribute as F, CUresult};
 use pagedkv::emu::{kernels, KernelInfo};
 use pagedkv::kernels::occupancy::{occupancy, CtaShape, SM90};
@@ -33,15 +34,18 @@ pub struct Function {
 ///
 /// # Safety
 /// `image` points at a readable fatbin header and, if its magic matches, the whole fatbin.
-pub unsafe fn identify(image: *const u8) -> Result<&'static EmbeddedModule, CUresult> {
+pub unsafe fn identify(image: *const u8) -> R<&'static EmbeddedModule> {
     if image.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        return Err(Failure::invalid("the image is null"));
     }
     // SAFETY: the caller passes a fatbin; its 16-byte header says how long it is.
     let header = unsafe { std::slice::from_raw_parts(image, 16) };
     let magic = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes"));
     if magic != FATBIN_MAGIC {
-        return Err(CUresult::CUDA_ERROR_INVALID_IMAGE);
+        return Err(Failure::new(
+            CUresult::CUDA_ERROR_INVALID_IMAGE,
+            format!("not a fatbin (it starts with {magic:#010x})"),
+        ));
     }
     let len = u16::from_le_bytes([header[6], header[7]]) as usize
         + u64::from_le_bytes(header[8..16].try_into().expect("8 bytes")) as usize;
@@ -51,22 +55,22 @@ pub unsafe fn identify(image: *const u8) -> Result<&'static EmbeddedModule, CUre
         .iter()
         .find(|m| m.fatbin.len() >= len && &m.fatbin[..len] == bytes)
         .ok_or_else(|| {
-            eprintln!(
-                "pagedkv emulated driver: cuModuleLoadData: a fatbin this build of pagedkv did not \
-                 embed (rebuild the driver from the same tree: scripts/emulated-gpu does)"
-            );
-            CUresult::CUDA_ERROR_INVALID_IMAGE
+            Failure::new(
+                CUresult::CUDA_ERROR_INVALID_IMAGE,
+                "a fatbin this build of pagedkv did not embed (rebuild the driver from the same \
+                 tree: scripts/emulated-gpu does)",
+            )
         })
 }
 
 /// The kernel `name` of `module`, or `CUDA_ERROR_NOT_FOUND` as the driver answers for a name the
 /// module does not hold.
-pub fn function(module: &'static str, name: &str) -> Result<Function, CUresult> {
+pub fn function(module: &'static str, name: &str) -> R<Function> {
     if !COMPILED_KERNELS
         .iter()
         .any(|k| k.module == module && k.name == name)
     {
-        return Err(CUresult::CUDA_ERROR_NOT_FOUND);
+        return Err(CUresult::CUDA_ERROR_NOT_FOUND.into());
     }
     let kernel = kernels()
         .iter()
@@ -120,13 +124,22 @@ impl Function {
     }
 
     /// `cuFuncSetAttribute`: only the dynamic shared-memory opt-in, within the SM's limit.
-    pub fn set_attribute(&mut self, raw: u32, value: i32) -> Result<(), CUresult> {
+    pub fn set_attribute(&mut self, raw: u32, value: i32) -> R {
         if raw != F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as u32 {
-            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            return Err(Failure::new(
+                CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                format!("attribute {raw} (only the dynamic shared-memory opt-in is emulated)"),
+            ));
         }
-        let value = u32::try_from(value).map_err(|_| CUresult::CUDA_ERROR_INVALID_VALUE)?;
-        if value + self.static_smem > SM90.max_shared_bytes_per_cta {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        let too_much = || {
+            Failure::invalid(format!(
+                "{value} bytes of dynamic shared memory: with {} static, a block has {} at most",
+                self.static_smem, SM90.max_shared_bytes_per_cta
+            ))
+        };
+        let value = u32::try_from(value).map_err(|_| too_much())?;
+        if value.saturating_add(self.static_smem) > SM90.max_shared_bytes_per_cta {
+            return Err(too_much());
         }
         self.max_dynamic_smem = value;
         Ok(())

@@ -5,8 +5,13 @@
 //! the legacy default stream (0), and the synchronous calls, run at once, after every blocking
 //! stream, as the driver orders them; non-blocking streams (cudarc's) are not waited for.
 //! While a stream captures, its work goes into a graph instead; launching the graph queues it.
+//! Every item queued is also placed in the happens-before order (`racecheck.rs`), and the device
+//! memory an item uses is opened to the driver only while the item runs (`access.rs`).
 
-use crate::state::{State, NULL_STREAM, R};
+use crate::access::Opened;
+use crate::errors::{Failure, R};
+use crate::order::Clock;
+use crate::state::{State, NULL_STREAM};
 use cudarc::driver::sys::CUresult;
 use pagedkv::emu::{EmuError, KernelInfo, ParamKind};
 use std::collections::VecDeque;
@@ -56,10 +61,12 @@ pub enum Op {
     Record {
         event: u64,
     },
-    /// Runs `stream`'s work up to its item `upto` first.
+    /// `cuStreamWaitEvent`: runs the recorded stream's work up to its item `upto` first (none
+    /// for an event recorded on the legacy stream, whose work ran at once), and orders what the
+    /// stream queues next after everything `clock` covers.
     Wait {
-        stream: u64,
-        upto: u64,
+        after: Option<(u64, u64)>,
+        clock: Clock,
     },
     /// `cuMemFreeAsync`: the allocation goes when the stream reaches this point.
     Free {
@@ -94,6 +101,8 @@ pub struct Event {
     pub recorded: Option<(u64, u64)>,
     /// When the last record ran; `None` while it waits in its stream.
     pub reached: Option<Instant>,
+    /// What the last record comes after (racecheck).
+    pub clock: Clock,
 }
 
 #[derive(Clone, Default)]
@@ -107,6 +116,8 @@ impl State {
     pub fn enqueue(&mut self, stream: u64, op: Op) -> R {
         if stream == NULL_STREAM {
             self.flush_blocking()?;
+            let seq = self.order.next_legacy_seq();
+            self.track(NULL_STREAM, seq, &op);
             let asynchronous = matches!(op, Op::Kernel(_));
             let ran = self.run(NULL_STREAM, op);
             // A kernel's failure is the context's sticky error, seen by the next call, not by
@@ -121,7 +132,12 @@ impl State {
             match op {
                 // Recording and waiting order the capture; they are not work of the graph.
                 Op::Record { .. } | Op::Wait { .. } => {}
-                Op::Free { .. } => return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED),
+                Op::Free { .. } => {
+                    return Err(Failure::new(
+                        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                        "cuMemFreeAsync on a capturing stream",
+                    ))
+                }
                 op => graph.push(op),
             }
             return Ok(());
@@ -136,6 +152,7 @@ impl State {
             e.recorded = Some((stream, seq));
             e.reached = None;
         }
+        self.track(stream, seq, &op);
         self.streams
             .get_mut(&stream)
             .expect("found above")
@@ -178,6 +195,14 @@ impl State {
         Ok(())
     }
 
+    /// Every stream's work, with the host waiting for it (`cuCtxSynchronize`, and the calls that
+    /// synchronise the context before they act: `cuMemFree`, `cuMemFreeHost`, `cuModuleUnload`).
+    pub fn synchronize_all(&mut self) -> R {
+        self.flush_all()?;
+        self.order.host_waits_all();
+        Ok(())
+    }
+
     /// The work of every blocking stream, which the legacy default stream waits for.
     pub fn flush_blocking(&mut self) -> R {
         let ids: Vec<u64> = self
@@ -192,48 +217,60 @@ impl State {
         Ok(())
     }
 
+    /// The reason `[ptr, ptr + len)` cannot be used by `what` when it runs, as an illegal address.
+    fn reachable(&self, ptr: u64, len: usize, what: &str) -> R {
+        self.device_range(ptr, len).map_err(|why| {
+            Failure::new(
+                CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+                format!("{what} {ptr:#x}: it {why}"),
+            )
+        })
+    }
+
     /// Runs one item. A failure inside a kernel or a copy is reported on stderr (naming the kernel
     /// and argument) and becomes the context's sticky error, as an illegal address does on a GPU.
     fn run(&mut self, stream: u64, op: Op) -> R {
-        let illegal = |what: String| (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, what);
+        let mut opened = Opened::default();
         let outcome = match op {
             Op::Kernel(k) => self.run_kernel(&k),
             Op::HostToDevice { dst, bytes } => self
-                .device_range(dst, bytes.len())
+                .reachable(dst, bytes.len(), "copy to device pointer")
+                .and_then(|()| self.open(&mut opened, dst, bytes.len()))
                 .map(|()| {
-                    // SAFETY: the destination range is live device memory (checked).
+                    // SAFETY: the destination range is live device memory (checked), open.
                     unsafe {
                         std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len())
-                    }
-                })
-                .map_err(|why| illegal(format!("copy to device pointer {dst:#x}: it {why}"))),
+                    };
+                    self.mark_written(dst, bytes.len());
+                }),
             Op::DeviceToHost { dst, src, len } => self
-                .device_range(src, len)
+                .reachable(src, len, "copy from device pointer")
+                .and_then(|()| self.open(&mut opened, src, len))
                 .map(|()| {
-                    // SAFETY: the source is live device memory (checked); the host destination is
-                    // the caller's, valid until the copy completes as the API requires.
-                    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
-                })
-                .map_err(|why| illegal(format!("copy from device pointer {src:#x}: it {why}"))),
-            Op::DeviceToDevice { dst, src, len } => self
-                .device_range(src, len)
-                .map_err(|why| illegal(format!("copy from device pointer {src:#x}: it {why}")))
-                .and_then(|()| {
-                    self.device_range(dst, len).map_err(|why| {
-                        illegal(format!("copy to device pointer {dst:#x}: it {why}"))
-                    })
-                })
-                .map(|()| {
-                    // SAFETY: both ranges are live device memory (checked); they may overlap.
+                    // SAFETY: the source is live device memory (checked), open; the host
+                    // destination is the caller's, valid until the copy completes as the API
+                    // requires.
                     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
                 }),
-            Op::Memset { dst, value, len } => self
-                .device_range(dst, len)
+            Op::DeviceToDevice { dst, src, len } => self
+                .reachable(src, len, "copy from device pointer")
+                .and_then(|()| self.reachable(dst, len, "copy to device pointer"))
+                .and_then(|()| self.open(&mut opened, src, len))
+                .and_then(|()| self.open(&mut opened, dst, len))
                 .map(|()| {
-                    // SAFETY: live device memory (checked).
-                    unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) }
-                })
-                .map_err(|why| illegal(format!("memset of device pointer {dst:#x}: it {why}"))),
+                    // SAFETY: both ranges are live device memory (checked), open; they may
+                    // overlap.
+                    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) };
+                    self.copy_marks(dst, src, len);
+                }),
+            Op::Memset { dst, value, len } => self
+                .reachable(dst, len, "memset of device pointer")
+                .and_then(|()| self.open(&mut opened, dst, len))
+                .map(|()| {
+                    // SAFETY: live device memory (checked), open.
+                    unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) };
+                    self.mark_written(dst, len);
+                }),
             Op::Record { event } => {
                 if let Some(e) = self.events.get_mut(&event) {
                     if e.recorded.is_some_and(|(s, _)| s == stream) {
@@ -242,38 +279,40 @@ impl State {
                 }
                 Ok(())
             }
-            Op::Wait {
-                stream: other,
-                upto,
-            } => return self.flush(other, upto),
+            Op::Wait { after, .. } => {
+                return match after {
+                    Some((other, upto)) => self.flush(other, upto),
+                    None => Ok(()),
+                }
+            }
             Op::Free { ptr } => {
                 self.memory.free(ptr, crate::memory::Kind::Device);
                 Ok(())
             }
         };
-        outcome.map_err(|(code, message)| {
-            eprintln!("pagedkv emulated driver: {message} ({code:?})");
-            self.last_failure = Some(message);
-            self.sticky = Some(code);
-            code
+        drop(opened);
+        outcome.map_err(|f| {
+            let message = f.why.unwrap_or_else(|| format!("{:?}", f.code));
+            self.fail_work(f.code, message)
         })
     }
 
-    fn run_kernel(&mut self, k: &KernelLaunch) -> Result<(), (CUresult, String)> {
+    fn run_kernel(&self, k: &KernelLaunch) -> R {
         let name = k.kernel.name;
         let mut launch = pagedkv::emu::Launch::new(name)
             .grid((k.grid[0], k.grid[1], k.grid[2]))
             .block((k.block[0], k.block[1], k.block[2]))
             .smem(k.smem as usize)
             .workers(workers());
+        let mut opened = Opened::default();
         for (i, (param, arg)) in k.kernel.params.iter().zip(&k.args).enumerate() {
             launch = match (param.kind, *arg) {
                 (ParamKind::Buf(elem, mutable), ArgValue::Pointer(ptr)) => {
-                    let bytes = if ptr == 0 {
-                        0
+                    let (bytes, shadow) = if ptr == 0 {
+                        (0, None)
                     } else {
                         let end = self.device_extent(ptr).map_err(|why| {
-                            (
+                            Failure::new(
                                 CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
                                 format!(
                                     "kernel {name}, argument {i} ({}): pointer {ptr:#x} {why}",
@@ -281,24 +320,40 @@ impl State {
                                 ),
                             )
                         })?;
-                        (end - ptr) as usize
+                        let bytes = (end - ptr) as usize;
+                        self.open(&mut opened, ptr, bytes)?;
+                        (bytes, self.shadow(ptr, bytes))
                     };
-                    // SAFETY: `bytes` bytes from `ptr` are live, accessible device memory (host
-                    // memory here) that no Rust reference aliases while the kernel runs.
-                    unsafe { launch.raw_buf(ptr as *mut _, bytes, elem, mutable) }
+                    // SAFETY: `bytes` bytes from `ptr` are live device memory (host memory here),
+                    // open until the launch returns, that no Rust reference aliases while the
+                    // kernel runs; the shadow, when there is one, is as long.
+                    unsafe {
+                        launch.raw_buf(
+                            ptr as *mut _,
+                            bytes,
+                            elem,
+                            mutable,
+                            shadow.unwrap_or(std::ptr::null_mut()),
+                        )
+                    }
                 }
                 (ParamKind::Scalar(kind), ArgValue::Scalar(bits)) => launch.raw_scalar(kind, bits),
                 _ => unreachable!("arguments are copied by the parameter list"),
             };
         }
-        launch.run().map_err(|e| match e {
-            EmuError::OutOfBounds(m) => (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, m),
-            EmuError::Misaligned(m) => (CUresult::CUDA_ERROR_MISALIGNED_ADDRESS, m),
-            EmuError::Trap(m) => (CUresult::CUDA_ERROR_ASSERT, m),
-            other => (
-                CUresult::CUDA_ERROR_LAUNCH_FAILED,
-                format!("kernel {name}: {other}"),
-            ),
+        launch.run().map_err(|e| {
+            let (code, message) = match e {
+                EmuError::OutOfBounds(m) => (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, m),
+                EmuError::Misaligned(m) => (CUresult::CUDA_ERROR_MISALIGNED_ADDRESS, m),
+                EmuError::Trap(m) => (CUresult::CUDA_ERROR_ASSERT, m),
+                // No GPU error exists for it: compute-sanitizer reports it beside the run.
+                EmuError::Uninitialized(m) => (CUresult::CUDA_ERROR_LAUNCH_FAILED, m),
+                other => (
+                    CUresult::CUDA_ERROR_LAUNCH_FAILED,
+                    format!("kernel {name}: {other}"),
+                ),
+            };
+            Failure::new(code, message)
         })
     }
 }

@@ -1,9 +1,11 @@
 //! The driver's one state, behind one lock: every entry point takes it for its whole call (work
 //! queued on streams runs under it too: the emulated device does one thing at a time).
 
-use crate::faults::Faults;
-use crate::memory::{AddressSpace, Kind};
+use crate::errors::{Failure, R};
+use crate::faults::{self, Faults};
+use crate::memory::{AddressSpace, Kind, Unreachable};
 use crate::modules::{Function, Module};
+use crate::order::Order;
 use crate::queue::{Event, Graph, Stream};
 use crate::vmm::Vmm;
 use cudarc::driver::sys::CUresult;
@@ -35,6 +37,8 @@ pub struct State {
     pub events: HashMap<u64, Event>,
     pub graphs: HashMap<u64, Graph>,
     pub graph_execs: HashMap<u64, Graph>,
+    /// Which queued work happens before which (racecheck-lite).
+    pub order: Order,
     pub faults: Faults,
     next_handle: u64,
 }
@@ -59,11 +63,10 @@ pub fn try_lock() -> Result<MutexGuard<'static, Option<State>>, ()> {
     }
 }
 
-pub type R<T = ()> = Result<T, CUresult>;
-
 /// Runs one entry point: counts it for fault injection, checks initialisation (and, when
 /// `needs_context`, a current live context and no sticky error), then `body` under the lock.
-/// A panic inside is reported and returned as `CUDA_ERROR_UNKNOWN`, never unwound into C.
+/// A failure's reason is printed here, once, naming the call. A panic inside is reported and
+/// returned as `CUDA_ERROR_UNKNOWN`, never unwound into C.
 pub fn call(
     symbol: &'static str,
     needs_context: bool,
@@ -73,7 +76,7 @@ pub fn call(
         let mut guard = lock();
         let st = guard.get_or_insert_with(State::default);
         if let Some(code) = st.faults.on_call(symbol) {
-            return Err(code);
+            return Err(code.into());
         }
         if symbol != "cuInit"
             && !st.initialized
@@ -82,21 +85,29 @@ pub fn call(
                 "cuDriverGetVersion" | "cuGetErrorName" | "cuGetErrorString"
             )
         {
-            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+            return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED.into());
         }
         if needs_context {
             if CURRENT.get() != PRIMARY_CONTEXT || st.context_refs == 0 {
-                return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+                return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT.into());
             }
             if let Some(code) = st.sticky {
-                return Err(code);
+                return Err(code.into());
             }
         }
         body(st)
     }));
     match result {
         Ok(Ok(())) => CUresult::CUDA_SUCCESS,
-        Ok(Err(code)) => code,
+        Ok(Err(Failure { code, why })) => {
+            if let Some(why) = why {
+                eprintln!(
+                    "pagedkv emulated driver: {}: {why}",
+                    faults::base_name(symbol)
+                );
+            }
+            code
+        }
         Err(panic) => {
             let what = panic
                 .downcast_ref::<String>()
@@ -115,7 +126,7 @@ pub fn call(
 /// `out` is null or valid for a write of `T`.
 pub unsafe fn put<T>(out: *mut T, value: T) -> R {
     if out.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        return Err(Failure::invalid("an out-pointer is null"));
     }
     // SAFETY: non-null, and valid per the caller.
     unsafe { out.write(value) };
@@ -140,50 +151,61 @@ impl State {
         allocated + self.vmm.physical_bytes()
     }
 
-    /// Fails with out-of-memory when `bytes` more would not fit in the device.
+    /// Fails with out-of-memory when `bytes` more would not fit in the device. No reason is
+    /// printed: running out of memory is no misuse, and the program reports it itself (the
+    /// driver says nothing either).
     pub fn reserve_memory(&self, bytes: usize) -> R {
         if self.used_memory().saturating_add(bytes) > self.total_memory {
-            Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+            Err(CUresult::CUDA_ERROR_OUT_OF_MEMORY.into())
         } else {
             Ok(())
         }
     }
 
     /// The end of the memory a kernel or a copy may reach from device pointer `ptr`: the end of
-    /// its live allocation, or of the accessible mapped run holding it. An error says why not.
-    pub fn device_extent(&self, ptr: u64) -> Result<u64, String> {
+    /// its live allocation, or of the accessible mapped run holding it; or why there is none.
+    pub fn device_extent(&self, ptr: u64) -> Result<u64, Unreachable> {
         if let Some((start, a)) = self.memory.find(ptr) {
             return Ok(start + a.len as u64);
         }
         if let Some((start, a)) = self.memory.find_freed(ptr) {
-            return Err(format!(
-                "lies in a freed {} ({} bytes at {start:#x})",
-                a.kind.what(),
-                a.len
-            ));
+            return Err(Unreachable::Freed {
+                kind: a.kind,
+                start,
+                len: a.len,
+            });
         }
         self.vmm.extent(ptr)
     }
 
-    /// Checks that `[ptr, ptr + len)` is device-reachable memory.
+    /// Checks that `[ptr, ptr + len)` is device-reachable memory; the reason when it is not.
     pub fn device_range(&self, ptr: u64, len: usize) -> Result<(), String> {
-        let end = self.device_extent(ptr)?;
-        if ptr + len as u64 > end {
-            return Err(format!(
+        let end = self.device_extent(ptr).map_err(|why| why.to_string())?;
+        match ptr.checked_add(len as u64) {
+            Some(last) if last <= end => Ok(()),
+            Some(last) => Err(format!(
                 "runs {} bytes past the end of its allocation or mapping",
-                ptr + len as u64 - end
-            ));
+                last - end
+            )),
+            None => Err(format!(
+                "{len} bytes from it run past the end of the address space"
+            )),
         }
-        Ok(())
     }
 
-    /// True when `ptr` is memory the device holds (so a copy from or to it is a device copy).
+    /// True when `ptr` is memory the device holds, reachable or not (so a copy from or to it is
+    /// a device copy, checked as one).
     pub fn is_device(&self, ptr: u64) -> bool {
-        self.device_extent(ptr).is_ok()
-            || self.memory.find_freed(ptr).is_some()
-            || self
-                .vmm
-                .extent(ptr)
-                .is_err_and(|why| !why.starts_with("is not in"))
+        self.device_extent(ptr) != Err(Unreachable::Foreign)
+    }
+
+    /// An error inside queued work (or a race between queued items): printed, and made the
+    /// context's sticky error, returned by every later call until the context is reset, as an
+    /// illegal address is on a GPU. The failure returned carries no reason: it was printed here.
+    pub fn fail_work(&mut self, code: CUresult, message: String) -> Failure {
+        eprintln!("pagedkv emulated driver: {message} ({code:?})");
+        self.last_failure = Some(message);
+        self.sticky = Some(code);
+        code.into()
     }
 }

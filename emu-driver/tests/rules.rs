@@ -3,126 +3,12 @@
 //! way, and that the legal way works. Tests run one at a time on a reset context (they share the
 //! one device and some of them poison its context on purpose).
 
-use cudarc::driver::sys::{
-    CUdevice_attribute as A, CUfunction, CUfunction_attribute as F, CUmemAccessDesc,
-    CUmemAccess_flags, CUmemAllocationProp, CUmemAllocationType, CUmemLocation, CUmemLocationType,
-    CUmodule, CUresult, CUstream, CUstream_flags,
-};
+mod common;
+
+use common::*;
+use cudarc::driver::sys::{CUdevice_attribute as A, CUfunction_attribute as F, CUresult};
 use pagedkv_emu_cuda::api::*;
-use std::ffi::{c_void, CString};
-use std::sync::{Mutex, MutexGuard};
-
-const MIB: usize = 1 << 20;
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn ok(r: CUresult) {
-    assert_eq!(r, CUresult::CUDA_SUCCESS);
-}
-
-/// The device with a fresh primary context current on this thread.
-fn device() -> MutexGuard<'static, ()> {
-    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    unsafe {
-        ok(cuInit(0));
-        ok(cuDevicePrimaryCtxReset_v2(0));
-        let mut ctx = std::ptr::null_mut();
-        ok(cuDevicePrimaryCtxRetain(&mut ctx, 0));
-        ok(cuCtxSetCurrent(ctx));
-    }
-    guard
-}
-
-fn alloc(bytes: usize) -> u64 {
-    let mut p = 0;
-    ok(unsafe { cuMemAlloc_v2(&mut p, bytes) });
-    p
-}
-
-fn free_bytes() -> usize {
-    let (mut free, mut total) = (0, 0);
-    ok(unsafe { cuMemGetInfo_v2(&mut free, &mut total) });
-    free
-}
-
-/// `kernels/stream.cu`'s module, or `None` (the test then says it skips) without nvcc.
-fn stream_module() -> Option<CUmodule> {
-    let Some(m) = pagedkv::kernels::module("stream") else {
-        eprintln!("skipping: kernels were not built (no nvcc at build time)");
-        return None;
-    };
-    let mut module = std::ptr::null_mut();
-    ok(unsafe { cuModuleLoadData(&mut module, m.fatbin.as_ptr() as *const c_void) });
-    Some(module)
-}
-
-fn function(module: CUmodule, name: &str) -> Result<CUfunction, CUresult> {
-    let name = CString::new(name).unwrap();
-    let mut f = std::ptr::null_mut();
-    match unsafe { cuModuleGetFunction(&mut f, module, name.as_ptr()) } {
-        CUresult::CUDA_SUCCESS => Ok(f),
-        e => Err(e),
-    }
-}
-
-/// `stream_copy(dst, src, n)`: n 16-byte vectors, one CTA of 256 threads.
-fn launch_copy(f: CUfunction, stream: CUstream, dst: u64, src: u64, n: i64) -> CUresult {
-    let (mut dst, mut src, mut n) = (dst, src, n);
-    let mut params = [
-        &mut dst as *mut u64 as *mut c_void,
-        &mut src as *mut u64 as *mut c_void,
-        &mut n as *mut i64 as *mut c_void,
-    ];
-    unsafe {
-        cuLaunchKernel(
-            f,
-            1,
-            1,
-            1,
-            256,
-            1,
-            1,
-            0,
-            stream,
-            params.as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
-}
-
-fn non_blocking_stream() -> CUstream {
-    let mut s = std::ptr::null_mut();
-    ok(unsafe { cuStreamCreate(&mut s, CUstream_flags::CU_STREAM_NON_BLOCKING as u32) });
-    s
-}
-
-fn prop() -> CUmemAllocationProp {
-    let mut p: CUmemAllocationProp = unsafe { std::mem::zeroed() };
-    p.type_ = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location = CUmemLocation {
-        type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: 0,
-    };
-    p
-}
-
-fn access() -> CUmemAccessDesc {
-    CUmemAccessDesc {
-        location: prop().location,
-        flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-    }
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use std::ffi::c_void;
 
 #[test]
 fn the_device_says_what_it_is_and_has_h200_limits() {
@@ -156,6 +42,14 @@ fn the_device_says_what_it_is_and_has_h200_limits() {
         65_536
     );
     assert_eq!(attr(A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED), 1);
+    // The README states the L2 the device reports, once.
+    let readme = include_str!("../README.md");
+    let l2 = format!(
+        "reports a {} MiB L2",
+        attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) >> 20
+    );
+    assert_eq!(readme.matches("MiB L2").count(), 1, "{readme}");
+    assert!(readme.contains(&l2), "the README does not say it {l2}");
     let mut v = 0;
     let unknown = unsafe { cuDeviceGetAttribute(&mut v, 0x7fff_0000, 0) };
     assert_eq!(unknown, CUresult::CUDA_ERROR_INVALID_VALUE);
@@ -401,7 +295,9 @@ fn mapped_memory_is_unreachable_until_set_access_and_a_released_handle_goes_with
     let mut back = vec![0u8; data.len()];
     ok(unsafe { cuMemcpyDtoH_v2(back.as_mut_ptr() as *mut c_void, base, back.len()) });
     assert_eq!(back, data);
-    // Released while mapped: the memory stays until the unmap, then it is gone.
+    // Released while mapped: the memory stays until the unmap, then it is gone. (A copy from
+    // pageable memory may still be under way when it returns: the host waits before unmapping.)
+    ok(unsafe { cuCtxSynchronize() });
     ok(unsafe { cuMemRelease(h) });
     assert_eq!(before - free_bytes(), g);
     ok(unsafe { cuMemUnmap(base, g) });
@@ -416,6 +312,7 @@ fn mapped_memory_is_unreachable_until_set_access_and_a_released_handle_goes_with
     ok(unsafe { cuMemMap(base, g, 0, h, 0) });
     ok(unsafe { cuMemSetAccess(base, g, &d, 1) });
     ok(copy(base));
+    ok(unsafe { cuCtxSynchronize() });
     ok(unsafe { cuMemUnmap(base, g) });
     ok(unsafe { cuMemRelease(h) });
     ok(unsafe { cuMemAddressFree(base, 2 * g) });
@@ -577,8 +474,7 @@ fn what_is_never_freed_is_listed() {
 
 #[test]
 fn with_leaks_asked_for_a_process_that_leaks_fails_at_exit_naming_what() {
-    let fixture = env!("CARGO_BIN_EXE_leak-fixture");
-    let out = std::process::Command::new(fixture)
+    let out = fixture("leak")
         .env("PAGEDKV_EMU_LEAKS", "1")
         .output()
         .unwrap();
@@ -589,6 +485,85 @@ fn with_leaks_asked_for_a_process_that_leaks_fails_at_exit_naming_what() {
         "{err}"
     );
     // Without the setting the same process ends as it would on a GPU.
-    let quiet = std::process::Command::new(fixture).output().unwrap();
+    let quiet = fixture("leak").output().unwrap();
     assert_eq!(quiet.status.code(), Some(0));
+}
+
+#[test]
+fn a_copy_to_pageable_memory_refused_while_capturing_leaves_nothing_in_the_graph() {
+    let _d = device();
+    let n = 4096;
+    let x = alloc(n);
+    ok(unsafe { cuMemsetD8_v2(x, 3, n) });
+    let s = non_blocking_stream();
+    ok(unsafe { cuStreamBeginCapture_v2(s, 0) });
+    let mut pageable = vec![0u8; n];
+    let refused = unsafe { cuMemcpyDtoHAsync_v2(pageable.as_mut_ptr() as *mut c_void, x, n, s) };
+    assert_eq!(refused, CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    let mut graph = std::ptr::null_mut();
+    ok(unsafe { cuStreamEndCapture(s, &mut graph) });
+    let mut exec = std::ptr::null_mut();
+    ok(unsafe { cuGraphInstantiateWithFlags(&mut exec, graph, 0) });
+    ok(unsafe { cuGraphLaunch(exec, s) });
+    ok(unsafe { cuStreamSynchronize(s) });
+    assert!(
+        pageable.iter().all(|&b| b == 0),
+        "the refused copy was replayed by the graph"
+    );
+    ok(unsafe { cuGraphExecDestroy(exec) });
+    ok(unsafe { cuGraphDestroy(graph) });
+    ok(unsafe { cuMemFree_v2(x) });
+}
+
+#[test]
+fn a_refused_call_says_why_in_one_line_naming_itself() {
+    let out = fixture("refusals").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("pagedkv emulated driver: cuMemAddressReserve: size 3145728")
+            && lines[0].contains("granularity"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("pagedkv emulated driver: cuMemsetD8: 0x1234")
+            && lines[1].contains("not in any allocation or mapping"),
+        "{err}"
+    );
+}
+
+#[test]
+fn values_no_enum_holds_are_refused_not_read_as_enums() {
+    let _d = device();
+    // The caller's bytes: a type no CUmemAllocationType has, and a location no CUmemLocationType.
+    let mut prop = prop();
+    let raw = &mut prop as *mut _ as *mut u32;
+    let mut h = 0;
+    unsafe { raw.write(0x7fff_0001) };
+    assert_eq!(
+        unsafe { cuMemCreate(&mut h, pagedkv_emu_cuda::GRANULARITY, &prop, 0) },
+        CUresult::CUDA_ERROR_INVALID_VALUE
+    );
+    let mut prop = self::prop();
+    unsafe { (&mut prop as *mut _ as *mut u32).add(2).write(0x7fff_0002) };
+    assert_eq!(
+        unsafe { cuMemCreate(&mut h, pagedkv_emu_cuda::GRANULARITY, &prop, 0) },
+        CUresult::CUDA_ERROR_INVALID_VALUE
+    );
+    let mut desc = access();
+    unsafe { (&mut desc as *mut _ as *mut u32).add(2).write(0x7fff_0003) };
+    let g = pagedkv_emu_cuda::GRANULARITY;
+    let mut base = 0;
+    ok(unsafe { cuMemAddressReserve(&mut base, g, 0, 0, 0) });
+    ok(unsafe { cuMemCreate(&mut h, g, &self::prop(), 0) });
+    ok(unsafe { cuMemMap(base, g, 0, h, 0) });
+    assert_eq!(
+        unsafe { cuMemSetAccess(base, g, &desc, 1) },
+        CUresult::CUDA_ERROR_NOT_SUPPORTED
+    );
+    ok(unsafe { cuMemUnmap(base, g) });
+    ok(unsafe { cuMemRelease(h) });
+    ok(unsafe { cuMemAddressFree(base, g) });
 }

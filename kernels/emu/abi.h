@@ -22,10 +22,13 @@ typedef struct EmuLaunch {
     uint64_t seed;      // for EMU_SHUFFLED
 } EmuLaunch;
 
-// One kernel argument: a buffer (ptr, byte length) or a scalar (ptr to its value, its size).
+// One kernel argument: a buffer (ptr, byte length) or a scalar (ptr to its value, its size). A
+// buffer may have initcheck's shadow: `bytes` bytes, non-zero where the buffer was written (null:
+// not tracked).
 typedef struct EmuArg {
     void* ptr;
     uint64_t bytes;
+    void* shadow;
 } EmuArg;
 
 enum EmuStatus {
@@ -37,6 +40,7 @@ enum EmuStatus {
     EMU_MISALIGNED = 5,
     EMU_TRAP = 6,
     EMU_ASYNC_COPY_RACE = 7,
+    EMU_UNINITIALIZED = 8,
 };
 
 #ifdef __cplusplus

@@ -276,7 +276,9 @@ fn param(src: &Path, kernel: &str, index: usize, decl: &str) -> Param {
         };
         return Param {
             rust_kind: format!("ParamKind::Buf(Elem::{elem}, {mutable})"),
-            cpp_arg: format!("::emu::gptr<{inner}>(a[{index}].ptr, a[{index}].bytes, {name:?})"),
+            cpp_arg: format!(
+                "::emu::gptr<{inner}>(a[{index}].ptr, a[{index}].bytes, {name:?}, a[{index}].shadow)"
+            ),
             name,
         };
     }

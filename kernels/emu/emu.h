@@ -153,7 +153,7 @@ inline unsigned atomicAdd(unsigned* addr, unsigned v) {
 inline int atomicAdd(int* addr, int v) { return __atomic_fetch_add(addr, v, __ATOMIC_RELAXED); }
 template <class T, class V>
 T atomicAdd(emu::gptr<T> p, V v) {
-    return atomicAdd(p.checked(0, sizeof(T), "atomicAdd"), static_cast<T>(v));
+    return atomicAdd(p.checked_update(0, "atomicAdd"), static_cast<T>(v));
 }
 
 // ---- math: the CUDA names, computed exactly (the GPU's fast intrinsics are approximations) ----

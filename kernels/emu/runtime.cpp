@@ -401,6 +401,23 @@ void fail_access(const char* buffer, size_t buffer_bytes, size_t elem_bytes, ptr
                       byte_offset / static_cast<ptrdiff_t>(elem_bytes), byte_offset, width));
 }
 
+void fail_misaligned(const char* buffer, const void* address, ptrdiff_t byte_offset, size_t width,
+                     size_t alignment, const char* what) {
+    fiber_fail(EMU_MISALIGNED,
+               format("misaligned %s of buffer '%s': %zu bytes at address %p (byte offset %td) is "
+                      "not %zu-byte aligned",
+                      what, buffer, width, address, byte_offset, alignment));
+}
+
+void fail_uninitialized(const char* buffer, size_t elem_bytes, ptrdiff_t byte_offset, size_t width,
+                        size_t first_unwritten, const char* what) {
+    fiber_fail(EMU_UNINITIALIZED,
+               format("initcheck: %s of device memory never written: buffer '%s', element %td (byte "
+                      "offset %td, %zu bytes wide): byte %zu was never written",
+                      what, buffer, byte_offset / static_cast<ptrdiff_t>(elem_bytes), byte_offset,
+                      width, first_unwritten));
+}
+
 void syncthreads(const char* file, int line) {
     Worker& w = *t_worker;
     if (w.at_barrier == 0) {

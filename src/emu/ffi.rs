@@ -18,6 +18,8 @@ pub struct EmuLaunch {
 pub struct EmuArg {
     pub ptr: *mut c_void,
     pub bytes: u64,
+    /// initcheck's shadow of a buffer (`bytes` bytes, non-zero where written), or null.
+    pub shadow: *mut c_void,
 }
 
 pub const EMU_OK: i32 = 0;
@@ -28,6 +30,7 @@ pub const EMU_WARP_SYNC: i32 = 4;
 pub const EMU_MISALIGNED: i32 = 5;
 pub const EMU_TRAP: i32 = 6;
 pub const EMU_ASYNC_COPY_RACE: i32 = 7;
+pub const EMU_UNINITIALIZED: i32 = 8;
 
 pub const SCHEDULE_FORWARD: u32 = 0;
 pub const SCHEDULE_REVERSE: u32 = 1;

@@ -43,6 +43,10 @@ pub enum EmuError {
     /// after the write, or before).
     #[error("{0}")]
     AsyncCopyRace(String),
+    /// initcheck: a read of memory never written (only buffers given a shadow are tracked:
+    /// [`Launch::raw_buf`]).
+    #[error("{0}")]
+    Uninitialized(String),
     #[error("emulator status {status}: {message}")]
     Other { status: i32, message: String },
 }
@@ -83,6 +87,7 @@ enum Arg<'a> {
         ptr: *mut c_void,
         bytes: usize,
         kind: ParamKind,
+        shadow: *mut c_void,
         _borrow: PhantomData<&'a mut [u8]>,
     },
     Scalar {
@@ -158,6 +163,7 @@ impl<'a> Launch<'a> {
             ptr: data.as_ptr() as *mut c_void,
             bytes: std::mem::size_of_val(data),
             kind: ParamKind::Buf(T::ELEM, false),
+            shadow: std::ptr::null_mut(),
             _borrow: PhantomData,
         });
         self
@@ -169,6 +175,7 @@ impl<'a> Launch<'a> {
             ptr: data.as_mut_ptr() as *mut c_void,
             bytes: std::mem::size_of_val(data),
             kind: ParamKind::Buf(T::ELEM, true),
+            shadow: std::ptr::null_mut(),
             _borrow: PhantomData,
         });
         self
@@ -176,22 +183,28 @@ impl<'a> Launch<'a> {
 
     /// A buffer by address and length, for a launcher that holds device memory rather than Rust
     /// slices (the emulated CUDA driver, `emu-driver/`). The kernel's own parameter kind
-    /// (`elem`, `mutable`) is passed along: raw memory has no type to check.
+    /// (`elem`, `mutable`) is passed along: raw memory has no type to check. A non-null `shadow`
+    /// turns on initcheck for the buffer: one byte per byte of it, non-zero where it was written;
+    /// the kernel's reads of bytes still zero fail with [`EmuError::Uninitialized`], its writes
+    /// set theirs.
     ///
     /// # Safety
-    /// `bytes` bytes at `ptr` (none when `ptr` is null) stay valid, and writable when `mutable`,
-    /// until [`Launch::run`] returns, and no Rust reference aliases them meanwhile.
+    /// `bytes` bytes at `ptr` (none when `ptr` is null), and at `shadow` when it is not null, stay
+    /// valid, and writable when `mutable` (the shadow always), until [`Launch::run`] returns, and
+    /// no Rust reference aliases them meanwhile.
     pub unsafe fn raw_buf(
         mut self,
         ptr: *mut c_void,
         bytes: usize,
         elem: Elem,
         mutable: bool,
+        shadow: *mut u8,
     ) -> Self {
         self.args.push(Arg::Buf {
             ptr,
             bytes,
             kind: ParamKind::Buf(elem, mutable),
+            shadow: shadow as *mut c_void,
             _borrow: PhantomData,
         });
         self
@@ -273,13 +286,17 @@ impl<'a> Launch<'a> {
             .args
             .iter_mut()
             .map(|a| match a {
-                Arg::Buf { ptr, bytes, .. } => EmuArg {
+                Arg::Buf {
+                    ptr, bytes, shadow, ..
+                } => EmuArg {
                     ptr: *ptr,
                     bytes: *bytes as u64,
+                    shadow: *shadow,
                 },
                 Arg::Scalar { bits, .. } => EmuArg {
                     ptr: bits.as_mut_ptr() as *mut c_void,
                     bytes: 8,
+                    shadow: std::ptr::null_mut(),
                 },
             })
             .collect();
@@ -322,6 +339,7 @@ impl<'a> Launch<'a> {
             ffi::EMU_MISALIGNED => Err(EmuError::Misaligned(text)),
             ffi::EMU_TRAP => Err(EmuError::Trap(text)),
             ffi::EMU_ASYNC_COPY_RACE => Err(EmuError::AsyncCopyRace(text)),
+            ffi::EMU_UNINITIALIZED => Err(EmuError::Uninitialized(text)),
             status => Err(EmuError::Other {
                 status,
                 message: text,

@@ -2,8 +2,9 @@
 
 use super::{handle, id};
 use crate::device::{self, DEVICE_NAME};
-use crate::leaks;
-use crate::state::{call, put, CURRENT, PRIMARY_CONTEXT, R};
+use crate::errors::{Failure, R};
+use crate::state::{call, put, CURRENT, PRIMARY_CONTEXT};
+use crate::{host_access, leaks};
 use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
 use std::ffi::{c_char, c_int, c_uint};
 
@@ -11,7 +12,7 @@ fn check_device(dev: CUdevice) -> R {
     if dev == 0 {
         Ok(())
     } else {
-        Err(CUresult::CUDA_ERROR_INVALID_DEVICE)
+        Err(CUresult::CUDA_ERROR_INVALID_DEVICE.into())
     }
 }
 
@@ -19,15 +20,13 @@ fn check_device(dev: CUdevice) -> R {
 pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
     call("cuInit", false, |st| {
         if flags != 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            return Err(Failure::invalid(format!("flags {flags} (must be 0)")));
         }
         if !st.initialized {
-            st.total_memory = device::total_memory().map_err(|e| {
-                eprintln!("pagedkv emulated driver: {e}");
-                CUresult::CUDA_ERROR_INVALID_VALUE
-            })?;
+            st.total_memory = device::total_memory().map_err(Failure::invalid)?;
             st.initialized = true;
             leaks::arm();
+            host_access::install();
         }
         Ok(())
     })
@@ -61,7 +60,7 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
     call("cuDeviceGetName", false, |_| {
         check_device(dev)?;
         if name.is_null() || len <= 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            return Err(Failure::invalid("a null name buffer or a length below 1"));
         }
         let bytes = DEVICE_NAME.as_bytes();
         let n = bytes.len().min(len as usize - 1);
@@ -91,7 +90,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 ) -> CUresult {
     call("cuDeviceGetAttribute", false, |_| {
         check_device(dev)?;
-        let v = device::attribute(attrib).ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+        let v = device::attribute(attrib)
+            .ok_or_else(|| Failure::invalid(format!("attribute {attrib} is not one it answers")))?;
         // SAFETY: out-pointer from the caller.
         unsafe { put(value, v) }
     })
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
     call("cuDevicePrimaryCtxRelease_v2", false, |st| {
         check_device(dev)?;
         if st.context_refs == 0 {
-            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT.into());
         }
         st.context_refs -= 1;
         if st.context_refs == 0 {
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     call("cuCtxSetCurrent", false, |st| {
         let ctx = id(ctx);
         if ctx != 0 && (ctx != PRIMARY_CONTEXT || st.context_refs == 0) {
-            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT.into());
         }
         CURRENT.set(ctx);
         Ok(())
@@ -160,5 +160,5 @@ pub unsafe extern "C" fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxSynchronize() -> CUresult {
-    call("cuCtxSynchronize", true, |st| st.flush_all())
+    call("cuCtxSynchronize", true, |st| st.synchronize_all())
 }

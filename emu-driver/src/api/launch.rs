@@ -6,6 +6,7 @@
 
 use super::id;
 use crate::device::attribute;
+use crate::errors::Failure;
 use crate::queue::{ArgValue, KernelLaunch, Op};
 use crate::state::call;
 use cudarc::driver::sys::{CUdevice_attribute as A, CUfunction, CUresult, CUstream};
@@ -36,12 +37,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
             .get(&id(f))
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let name = func.kernel.name;
-        let refuse = |why: String| {
-            eprintln!("pagedkv emulated driver: cuLaunchKernel({name}): {why}");
-            CUresult::CUDA_ERROR_INVALID_VALUE
-        };
+        let refuse = |why: String| Failure::invalid(format!("kernel {name}: {why}"));
         if !extra.is_null() {
-            return Err(CUresult::CUDA_ERROR_NOT_SUPPORTED);
+            return Err(Failure::new(
+                CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                "arguments through `extra` are not emulated (kernelParams is)",
+            ));
         }
         let grid = [grid_x, grid_y, grid_z];
         let block = [block_x, block_y, block_z];

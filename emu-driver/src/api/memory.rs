@@ -1,31 +1,41 @@
 //! Allocations and copies. Device pointers are host addresses of memory the driver mapped;
 //! every copy checks its device range against a live allocation or an accessible mapping.
 
-use super::id;
+use super::{id, RawLocation};
+use crate::access::initcheck_requested;
+use crate::errors::{Failure, R};
 use crate::memory::Kind;
 use crate::queue::Op;
-use crate::state::{call, put, State, NULL_STREAM, R};
-use cudarc::driver::sys::{CUdeviceptr, CUmemLocation, CUresult, CUstream};
+use crate::state::{call, put, State, NULL_STREAM};
+use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 use std::ffi::{c_uint, c_void};
-
-fn invalid(what: String) -> CUresult {
-    eprintln!("pagedkv emulated driver: {what}");
-    CUresult::CUDA_ERROR_INVALID_VALUE
-}
 
 fn allocate(st: &mut State, out: *mut CUdeviceptr, bytes: usize, kind: Kind) -> R {
     if bytes == 0 {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        return Err(Failure::invalid("0 bytes"));
     }
     if kind == Kind::Device {
         st.reserve_memory(bytes)?;
     }
     let ptr = st
         .memory
-        .allocate(bytes, kind)
-        .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        .allocate(bytes, kind, initcheck_requested())
+        .ok_or_else(|| {
+            Failure::new(
+                CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                format!("the host refused a mapping of {bytes} bytes"),
+            )
+        })?;
     // SAFETY: out-pointer from the caller.
     unsafe { put(out, ptr) }
+}
+
+fn stream_exists(st: &State, stream: u64) -> R {
+    if stream == NULL_STREAM || st.streams.contains_key(&stream) {
+        Ok(())
+    } else {
+        Err(CUresult::CUDA_ERROR_INVALID_HANDLE.into())
+    }
 }
 
 #[no_mangle]
@@ -42,9 +52,7 @@ pub unsafe extern "C" fn cuMemAllocAsync(
     stream: CUstream,
 ) -> CUresult {
     call("cuMemAllocAsync", true, |st| {
-        if id(stream) != NULL_STREAM && !st.streams.contains_key(&id(stream)) {
-            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
-        }
+        stream_exists(st, id(stream))?;
         // Usable in stream order from here; allocating now is one legal order.
         allocate(st, dptr, bytes, Kind::Device)
     })
@@ -54,30 +62,54 @@ pub unsafe extern "C" fn cuMemAllocAsync(
 pub unsafe extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     call("cuMemFree_v2", true, |st| {
         // The driver synchronises before freeing: work still using the memory completes first.
-        st.flush_all()?;
+        st.synchronize_all()?;
         // Managed memory is freed with cuMemFree too.
         st.memory
             .free(dptr, Kind::Device)
             .or_else(|| st.memory.free(dptr, Kind::Managed))
             .map(|_| ())
             .ok_or_else(|| {
-                invalid(format!(
-                    "cuMemFree({dptr:#x}): not the start of a live device or managed allocation"
+                Failure::invalid(format!(
+                    "{dptr:#x} is not the start of a live device or managed allocation{}",
+                    freed_already(st, dptr)
                 ))
             })
     })
 }
 
+/// ": it was freed already" when `ptr` starts a freed allocation, for a refusal.
+fn freed_already(st: &State, ptr: u64) -> &'static str {
+    match st.memory.find_freed(ptr) {
+        Some((start, _)) if start == ptr => ": it was freed already",
+        _ => "",
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) -> CUresult {
     call("cuMemFreeAsync", true, |st| {
-        if !matches!(st.memory.find(dptr), Some((start, a)) if start == dptr && a.kind == Kind::Device)
-        {
-            return Err(invalid(format!(
-                "cuMemFreeAsync({dptr:#x}): not the start of a live device allocation"
+        stream_exists(st, id(stream))?;
+        let allocation = st
+            .memory
+            .find(dptr)
+            .filter(|&(start, a)| start == dptr && a.kind == Kind::Device);
+        let Some((_, a)) = allocation else {
+            return Err(Failure::invalid(format!(
+                "{dptr:#x} is not the start of a live device allocation{}",
+                freed_already(st, dptr)
+            )));
+        };
+        if let Some(queued) = a.free_queued {
+            return Err(Failure::invalid(format!(
+                "{dptr:#x} is freed twice: a cuMemFreeAsync of it is already queued on {}",
+                crate::racecheck::stream_name(queued)
             )));
         }
-        st.enqueue(id(stream), Op::Free { ptr: dptr })
+        st.enqueue(id(stream), Op::Free { ptr: dptr })?;
+        if id(stream) != NULL_STREAM {
+            st.memory.queue_free(dptr, id(stream));
+        }
+        Ok(())
     })
 }
 
@@ -93,17 +125,50 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
     })
 }
 
+/// Which sides of a copy its API says are device memory.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sides {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+    /// `cuMemcpyAsync`: either, told apart by unified addressing.
+    Unified,
+}
+
+fn page_locked(st: &State, ptr: u64) -> bool {
+    matches!(st.memory.find(ptr), Some((_, a)) if a.kind == Kind::PinnedHost)
+}
+
 /// A copy between any two pointers (unified addressing): each is memory the driver holds (device,
 /// managed or page-locked host memory: written or read when the copy runs) or pageable host
 /// memory (a source is staged now; a destination is written before the call returns, after the
-/// stream's earlier work, as the driver documents for pageable memory).
-fn copy(st: &mut State, stream: u64, dst: u64, src: u64, len: usize, api: &str) -> R {
+/// stream's earlier work, as the driver documents for pageable memory). A side the API names as
+/// device memory must be the driver's. `stream` is `None` for the synchronous calls, which run on
+/// the legacy stream and, when they copy to host memory or from page-locked memory, return only
+/// once the copy is done ("API synchronization behavior" in the driver API reference: not from
+/// pageable memory, which is staged, nor between two device buffers).
+fn copy(st: &mut State, stream: Option<u64>, dst: u64, src: u64, len: usize, sides: Sides) -> R {
+    let synchronous = stream.is_none();
+    let stream = stream.unwrap_or(NULL_STREAM);
     if len == 0 {
         return Ok(());
     }
+    stream_exists(st, stream)?;
+    let device_dst = matches!(sides, Sides::HostToDevice | Sides::DeviceToDevice);
+    let device_src = matches!(sides, Sides::DeviceToHost | Sides::DeviceToDevice);
+    for (needed, p, role) in [
+        (device_dst, dst, "destination"),
+        (device_src, src, "source"),
+    ] {
+        if needed && !st.is_device(p) {
+            return Err(Failure::invalid(format!(
+                "the {role} {p:#x} is not device memory"
+            )));
+        }
+    }
     let check = |st: &State, p: u64, role: &str| {
         st.device_range(p, len)
-            .map_err(|why| invalid(format!("{api}: {role} {p:#x} {why}")))
+            .map_err(|why| Failure::invalid(format!("{role} {p:#x} {why}")))
     };
     let op = match (st.is_device(dst), st.is_device(src)) {
         (true, true) => {
@@ -119,8 +184,15 @@ fn copy(st: &mut State, stream: u64, dst: u64, src: u64, len: usize, api: &str) 
         }
         (false, true) => {
             check(st, src, "source")?;
-            // To pageable memory the driver returns only once the copy is done (it orders after
-            // the stream's earlier work); to page-locked memory (`is_device` above) it does not.
+            // To host memory the driver returns only once the copy is done (it orders after the
+            // stream's earlier work), which a capturing stream cannot do: refused before
+            // anything is queued or captured.
+            if st.streams.get(&stream).is_some_and(|s| s.capture.is_some()) {
+                return Err(Failure::new(
+                    CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+                    "a copy to pageable host memory on a capturing stream",
+                ));
+            }
             st.enqueue(
                 stream,
                 Op::DeviceToHost {
@@ -130,26 +202,25 @@ fn copy(st: &mut State, stream: u64, dst: u64, src: u64, len: usize, api: &str) 
                 },
             )?;
             if stream != NULL_STREAM {
-                if st.streams.get(&stream).is_some_and(|s| s.capture.is_some()) {
-                    return Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-                }
                 let upto = st.last_seq(stream).expect("queued above");
                 st.flush(stream, upto)?;
             }
+            st.order.host_waits_stream(stream);
             return Ok(());
         }
         (false, false) => {
-            return Err(invalid(format!(
-                "{api}: neither {dst:#x} nor {src:#x} is device memory"
+            return Err(Failure::invalid(format!(
+                "neither {dst:#x} nor {src:#x} is device memory"
             )))
         }
     };
-    st.enqueue(stream, op)
-}
-
-/// A synchronous copy: the legacy default stream's order, then the host waits for it.
-fn copy_sync(st: &mut State, dst: u64, src: u64, len: usize, api: &str) -> R {
-    copy(st, NULL_STREAM, dst, src, len, api)
+    // Pageable destinations returned above.
+    let host_waits = synchronous && (page_locked(st, dst) || page_locked(st, src));
+    st.enqueue(stream, op)?;
+    if host_waits {
+        st.order.host_waits_stream(stream);
+    }
+    Ok(())
 }
 
 #[no_mangle]
@@ -159,7 +230,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(
     len: usize,
 ) -> CUresult {
     call("cuMemcpyHtoD_v2", true, |st| {
-        copy_sync(st, dst, src as u64, len, "cuMemcpyHtoD")
+        copy(st, None, dst, src as u64, len, Sides::HostToDevice)
     })
 }
 
@@ -170,7 +241,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
     len: usize,
 ) -> CUresult {
     call("cuMemcpyDtoH_v2", true, |st| {
-        copy_sync(st, dst as u64, src, len, "cuMemcpyDtoH")
+        copy(st, None, dst as u64, src, len, Sides::DeviceToHost)
     })
 }
 
@@ -181,7 +252,7 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(
     len: usize,
 ) -> CUresult {
     call("cuMemcpyDtoD_v2", true, |st| {
-        copy_sync(st, dst, src, len, "cuMemcpyDtoD")
+        copy(st, None, dst, src, len, Sides::DeviceToDevice)
     })
 }
 
@@ -193,7 +264,14 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     stream: CUstream,
 ) -> CUresult {
     call("cuMemcpyHtoDAsync_v2", true, |st| {
-        copy(st, id(stream), dst, src as u64, len, "cuMemcpyHtoDAsync")
+        copy(
+            st,
+            Some(id(stream)),
+            dst,
+            src as u64,
+            len,
+            Sides::HostToDevice,
+        )
     })
 }
 
@@ -205,7 +283,14 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     stream: CUstream,
 ) -> CUresult {
     call("cuMemcpyDtoHAsync_v2", true, |st| {
-        copy(st, id(stream), dst as u64, src, len, "cuMemcpyDtoHAsync")
+        copy(
+            st,
+            Some(id(stream)),
+            dst as u64,
+            src,
+            len,
+            Sides::DeviceToHost,
+        )
     })
 }
 
@@ -217,7 +302,7 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
     stream: CUstream,
 ) -> CUresult {
     call("cuMemcpyDtoDAsync_v2", true, |st| {
-        copy(st, id(stream), dst, src, len, "cuMemcpyDtoDAsync")
+        copy(st, Some(id(stream)), dst, src, len, Sides::DeviceToDevice)
     })
 }
 
@@ -229,7 +314,7 @@ pub unsafe extern "C" fn cuMemcpyAsync(
     stream: CUstream,
 ) -> CUresult {
     call("cuMemcpyAsync", true, |st| {
-        copy(st, id(stream), dst, src, len, "cuMemcpyAsync")
+        copy(st, Some(id(stream)), dst, src, len, Sides::Unified)
     })
 }
 
@@ -237,8 +322,9 @@ fn memset(st: &mut State, stream: u64, dst: u64, value: u8, len: usize) -> R {
     if len == 0 {
         return Ok(());
     }
+    stream_exists(st, stream)?;
     st.device_range(dst, len)
-        .map_err(|why| invalid(format!("cuMemsetD8: {dst:#x} {why}")))?;
+        .map_err(|why| Failure::invalid(format!("{dst:#x} {why}")))?;
     st.enqueue(stream, Op::Memset { dst, value, len })
 }
 
@@ -263,12 +349,17 @@ pub unsafe extern "C" fn cuMemsetD8Async(
 
 fn host_alloc(st: &mut State, out: *mut *mut c_void, bytes: usize) -> R {
     if bytes == 0 {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        return Err(Failure::invalid("0 bytes"));
     }
     let ptr = st
         .memory
-        .allocate(bytes, Kind::PinnedHost)
-        .ok_or(CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+        .allocate(bytes, Kind::PinnedHost, false)
+        .ok_or_else(|| {
+            Failure::new(
+                CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                format!("the host refused a mapping of {bytes} bytes"),
+            )
+        })?;
     // SAFETY: out-pointer from the caller.
     unsafe { put(out, ptr as *mut c_void) }
 }
@@ -290,13 +381,14 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) -
 #[no_mangle]
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     call("cuMemFreeHost", true, |st| {
-        st.flush_all()?;
+        st.synchronize_all()?;
         st.memory
             .free(p as u64, Kind::PinnedHost)
             .map(|_| ())
             .ok_or_else(|| {
-                invalid(format!(
-                    "cuMemFreeHost({p:?}): not a live page-locked allocation"
+                Failure::invalid(format!(
+                    "{p:?} is not the start of a live page-locked allocation{}",
+                    freed_already(st, p as u64)
                 ))
             })
     })
@@ -309,10 +401,13 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     flags: c_uint,
 ) -> CUresult {
     call("cuMemHostGetDevicePointer_v2", true, |st| {
-        if flags != 0
-            || !matches!(st.memory.find(p as u64), Some((_, a)) if a.kind == Kind::PinnedHost)
-        {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        if flags != 0 {
+            return Err(Failure::invalid(format!("flags {flags} (must be 0)")));
+        }
+        if !matches!(st.memory.find(p as u64), Some((_, a)) if a.kind == Kind::PinnedHost) {
+            return Err(Failure::invalid(format!(
+                "{p:?} is not in a live page-locked allocation"
+            )));
         }
         // SAFETY: out-pointer from the caller; unified addressing: the same address.
         unsafe { put(dptr, p as u64) }
@@ -334,23 +429,18 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 pub unsafe extern "C" fn cuMemPrefetchAsync_v2(
     ptr: CUdeviceptr,
     len: usize,
-    _location: CUmemLocation,
+    _location: RawLocation,
     _flags: c_uint,
     stream: CUstream,
 ) -> CUresult {
     call("cuMemPrefetchAsync_v2", true, |st| {
         if !matches!(st.memory.find(ptr), Some((_, a)) if a.kind == Kind::Managed) {
-            return Err(invalid(format!(
-                "cuMemPrefetchAsync: {ptr:#x} is not managed memory"
-            )));
+            return Err(Failure::invalid(format!("{ptr:#x} is not managed memory")));
         }
         st.device_range(ptr, len)
-            .map_err(|why| invalid(format!("cuMemPrefetchAsync: {ptr:#x} {why}")))?;
+            .map_err(|why| Failure::invalid(format!("{ptr:#x} {why}")))?;
         // Host and device share the pages here: a prefetch moves nothing, but keeps its order.
-        if id(stream) != NULL_STREAM && !st.streams.contains_key(&id(stream)) {
-            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
-        }
-        Ok(())
+        stream_exists(st, id(stream))
     })
 }
 
@@ -359,10 +449,10 @@ pub unsafe extern "C" fn cuMemAdvise_v2(
     ptr: CUdeviceptr,
     len: usize,
     _advice: u32,
-    _location: CUmemLocation,
+    _location: RawLocation,
 ) -> CUresult {
     call("cuMemAdvise_v2", true, |st| {
         st.device_range(ptr, len)
-            .map_err(|why| invalid(format!("cuMemAdvise: {ptr:#x} {why}")))
+            .map_err(|why| Failure::invalid(format!("{ptr:#x} {why}")))
     })
 }

@@ -1,6 +1,7 @@
 //! Modules, functions, their attributes and the occupancy calculator.
 
 use super::{handle, id};
+use crate::errors::{Failure, R};
 use crate::modules::{self, Module};
 use crate::state::{call, put};
 use cudarc::driver::sys::{CUfunction, CUmodule, CUresult};
@@ -26,7 +27,7 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c
 #[no_mangle]
 pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
     call("cuModuleUnload", true, |st| {
-        st.flush_all()?;
+        st.synchronize_all()?;
         st.modules
             .remove(&id(module))
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
@@ -47,7 +48,7 @@ pub unsafe extern "C" fn cuModuleGetFunction(
             .get(&id(module))
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         if name.is_null() {
-            return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+            return Err(Failure::invalid("the kernel name is null"));
         }
         // SAFETY: a NUL-terminated name from the caller.
         let name = unsafe { CStr::from_ptr(name) }
@@ -75,7 +76,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         let v = f
             .attribute(attrib)
-            .ok_or(CUresult::CUDA_ERROR_INVALID_VALUE)?;
+            .ok_or_else(|| Failure::invalid(format!("attribute {attrib} is not one it answers")))?;
         // SAFETY: out-pointer from the caller.
         unsafe { put(value, v) }
     })
@@ -102,19 +103,23 @@ fn occupancy(
     function: CUfunction,
     threads: c_int,
     smem: usize,
-) -> Result<(), CUresult> {
+) -> R {
     let f = st
         .functions
         .get(&id(function))
         .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
-    let threads = u32::try_from(threads)
+    let block = u32::try_from(threads)
         .ok()
         .filter(|&t| t > 0 && t <= f.max_threads);
-    let (Some(threads), Ok(smem)) = (threads, u32::try_from(smem)) else {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    let (Some(block), Ok(smem)) = (block, u32::try_from(smem)) else {
+        return Err(Failure::invalid(format!(
+            "{threads} threads and {smem} bytes of shared memory per block (the kernel takes 1 \
+             to {} threads)",
+            f.max_threads
+        )));
     };
     // SAFETY: out-pointer from the caller.
-    unsafe { put(out, f.occupancy(threads, smem) as c_int) }
+    unsafe { put(out, f.occupancy(block, smem) as c_int) }
 }
 
 #[no_mangle]

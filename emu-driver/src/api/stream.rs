@@ -1,8 +1,9 @@
 //! Streams, events, stream capture and graphs (`crate::queue` holds when work runs).
 
 use super::{handle, id};
+use crate::errors::{Failure, R};
 use crate::queue::{Event, Graph, Op, Stream};
-use crate::state::{call, put, State, NULL_STREAM, R};
+use crate::state::{call, put, State, NULL_STREAM};
 use cudarc::driver::sys::{
     CUevent, CUevent_flags, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureStatus,
     CUstream_flags,
@@ -13,13 +14,15 @@ fn stream_exists(st: &State, stream: u64) -> R {
     if stream == NULL_STREAM || st.streams.contains_key(&stream) {
         Ok(())
     } else {
-        Err(CUresult::CUDA_ERROR_INVALID_HANDLE)
+        Err(CUresult::CUDA_ERROR_INVALID_HANDLE.into())
     }
 }
 
 fn not_capturing(st: &State, stream: u64) -> R {
     match st.streams.get(&stream) {
-        Some(s) if s.capture.is_some() => Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED),
+        Some(s) if s.capture.is_some() => {
+            Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.into())
+        }
         _ => Ok(()),
     }
 }
@@ -27,10 +30,13 @@ fn not_capturing(st: &State, stream: u64) -> R {
 fn create_stream(st: &mut State, out: *mut CUstream, flags: c_uint) -> R {
     let non_blocking = CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint;
     if flags & !non_blocking != 0 {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+        return Err(Failure::invalid(format!(
+            "flags {flags:#x} (only CU_STREAM_NON_BLOCKING is emulated)"
+        )));
     }
     let h = st.new_handle();
     st.streams.insert(h, Stream::new(flags & non_blocking != 0));
+    st.order.new_stream(h, flags & non_blocking == 0);
     // SAFETY: out-pointer from the caller.
     unsafe { put(out, handle(h)) }
 }
@@ -56,7 +62,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     call("cuStreamDestroy_v2", true, |st| {
         let s = id(stream);
         if !st.streams.contains_key(&s) {
-            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE.into());
         }
         // The driver lets queued work finish after the call returns; running it now is one
         // legal order, and the only one once the stream is gone.
@@ -66,14 +72,17 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     })
 }
 
+/// The host waits for `stream`'s work (for the legacy stream, every blocking stream's too).
 fn synchronize(st: &mut State, stream: u64) -> R {
     stream_exists(st, stream)?;
     not_capturing(st, stream)?;
     if stream == NULL_STREAM {
-        st.flush_blocking()
+        st.flush_blocking()?;
     } else {
-        st.flush_all_of(stream)
+        st.flush_all_of(stream)?;
     }
+    st.order.host_waits_stream(stream);
+    Ok(())
 }
 
 #[no_mangle]
@@ -102,16 +111,14 @@ pub unsafe extern "C" fn cuStreamWaitEvent(
             .get(&id(event))
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         // The wait is for the event's last record as of now; never recorded: nothing to wait for.
-        match e.recorded {
-            Some((other, upto)) => st.enqueue(
-                id(stream),
-                Op::Wait {
-                    stream: other,
-                    upto,
-                },
-            ),
-            None => Ok(()),
+        if e.recorded.is_none() && e.clock.is_empty() {
+            return Ok(());
         }
+        let wait = Op::Wait {
+            after: e.recorded,
+            clock: e.clock.clone(),
+        };
+        st.enqueue(id(stream), wait)
     })
 }
 
@@ -126,6 +133,7 @@ pub unsafe extern "C" fn cuEventCreate(out: *mut CUevent, flags: c_uint) -> CUre
                 timing: flags & disable_timing == 0,
                 recorded: None,
                 reached: None,
+                clock: Default::default(),
             },
         );
         // SAFETY: out-pointer from the caller.
@@ -139,7 +147,7 @@ pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
         st.events
             .remove(&id(event))
             .map(|_| ())
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE.into())
     })
 }
 
@@ -147,14 +155,19 @@ pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
 pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
     call("cuEventRecord", true, |st| {
         if !st.events.contains_key(&id(event)) {
-            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+            return Err(CUresult::CUDA_ERROR_INVALID_HANDLE.into());
         }
         stream_exists(st, id(stream))?;
         if id(stream) == NULL_STREAM {
+            // The legacy stream's work ran at once; the record is an item of it all the same,
+            // after every blocking stream's work.
             st.flush_blocking()?;
+            let seq = st.order.next_legacy_seq();
+            let clock = st.order.item(NULL_STREAM, seq);
             let e = st.events.get_mut(&id(event)).expect("checked");
             e.recorded = None;
             e.reached = Some(std::time::Instant::now());
+            e.clock = clock;
             return Ok(());
         }
         st.enqueue(id(stream), Op::Record { event: id(event) })
@@ -166,10 +179,12 @@ fn event_done(st: &mut State, event: u64) -> R {
         .events
         .get(&event)
         .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
+    let clock = e.clock.clone();
     if let Some((stream, upto)) = e.recorded {
         not_capturing(st, stream)?;
         st.flush(stream, upto)?;
     }
+    st.order.host_waits(&clock);
     Ok(())
 }
 
@@ -191,10 +206,10 @@ fn elapsed(st: &State, out: *mut f32, start: CUevent, end: CUevent) -> R {
     };
     let (a, b) = (get(start)?, get(end)?);
     if !a.timing || !b.timing {
-        return Err(CUresult::CUDA_ERROR_INVALID_HANDLE);
+        return Err(CUresult::CUDA_ERROR_INVALID_HANDLE.into());
     }
     let (Some(t0), Some(t1)) = (a.reached, b.reached) else {
-        return Err(CUresult::CUDA_ERROR_NOT_READY);
+        return Err(CUresult::CUDA_ERROR_NOT_READY.into());
     };
     // Wall time of the emulator on the CPU: a duration, not a GPU measurement.
     let ms = t1.saturating_duration_since(t0).as_secs_f64() * 1e3;
@@ -232,7 +247,7 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(stream: CUstream, _mode: u32) -
             .get_mut(&id(stream))
             .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)?;
         if s.capture.is_some() {
-            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE);
+            return Err(CUresult::CUDA_ERROR_ILLEGAL_STATE.into());
         }
         s.capture = Some(Vec::new());
         Ok(())
@@ -313,7 +328,7 @@ pub unsafe extern "C" fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) -> C
         st.graph_execs
             .get(&id(exec))
             .map(|_| ())
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE.into())
     })
 }
 
@@ -323,7 +338,7 @@ pub unsafe extern "C" fn cuGraphDestroy(graph: CUgraph) -> CUresult {
         st.graphs
             .remove(&id(graph))
             .map(|_| ())
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE.into())
     })
 }
 
@@ -333,6 +348,6 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CUresult {
         st.graph_execs
             .remove(&id(exec))
             .map(|_| ())
-            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE)
+            .ok_or(CUresult::CUDA_ERROR_INVALID_HANDLE.into())
     })
 }
