@@ -162,7 +162,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(*args),
         Command::Lab(args) => lab::run(args),
     };
-    match result {
+    let code = match &result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = e.to_string().replace('\n', " ");
@@ -173,6 +173,16 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         }
+    };
+    // GPU objects released when the command's values were dropped, where no caller could be told
+    // of a failure: each is said here, and a command that could not release what it took fails.
+    let unreleased = pagedkv::device::cuda::driver::teardown::take();
+    for e in &unreleased {
+        eprintln!("pagedkv: {}", e.to_string().replace('\n', " "));
+    }
+    match result {
+        Ok(()) if !unreleased.is_empty() => ExitCode::from(1),
+        _ => code,
     }
 }
 

@@ -6,9 +6,8 @@
 //! back-to-back batches of at least [`MIN_BATCH_MS`], and each sample is a batch's time divided by
 //! its runs.
 
+use super::driver::Event;
 use super::{CudaDevice, DeviceError};
-use cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
-use cudarc::driver::CudaEvent;
 
 /// The shortest batch of runs timed between one pair of events.
 pub const MIN_BATCH_MS: f64 = 2.0;
@@ -50,18 +49,14 @@ impl CudaDevice {
         self.batch_ms(&start, &end, runs, &mut work)
     }
 
-    fn timing_events(&self) -> Result<(CudaEvent, CudaEvent), DeviceError> {
-        // cudarc's default event has timing disabled; elapsed time needs CU_EVENT_DEFAULT.
-        Ok((
-            self.ctx.new_event(Some(CU_EVENT_DEFAULT))?,
-            self.ctx.new_event(Some(CU_EVENT_DEFAULT))?,
-        ))
+    fn timing_events(&self) -> Result<(Event, Event), DeviceError> {
+        Ok((Event::timing(&self.gpu)?, Event::timing(&self.gpu)?))
     }
 
     fn batch_ms(
         &self,
-        start: &CudaEvent,
-        end: &CudaEvent,
+        start: &Event,
+        end: &Event,
         runs: usize,
         work: &mut impl FnMut() -> Result<(), DeviceError>,
     ) -> Result<f64, DeviceError> {
