@@ -406,6 +406,37 @@ fn a_sleep_whose_unmap_fails_keeps_the_contents_on_the_host_and_a_wake_restores_
 }
 
 #[test]
+#[ignore = "needs the emulated CUDA driver: scripts/emulated-gpu cargo test -- --ignored"]
+fn a_chunk_that_could_be_neither_opened_nor_unmapped_is_opened_by_the_next_wake() {
+    use pagedkv::vmm::cuda::CudaPool;
+    use pagedkv::vmm::{measure, PoolState, SleepMode};
+    let alone = alone();
+    emulated();
+    let gpu = pagedkv::device::cuda::Gpu::open(0).unwrap();
+    let mib = 1 << 20;
+    let mut pool = CudaPool::create(&gpu, 8 * mib, Some(2 * mib)).unwrap();
+    let sum = measure::fill(&mut pool, 22).unwrap();
+    pool.sleep(SleepMode::Offload).unwrap();
+    // The wake maps chunk 0, maps chunk 1 but cannot open it, and cannot unmap it either: chunk 1
+    // stays mapped and closed, the wake fails and the pool stays asleep with its host copy.
+    let spec = "cuMemSetAccess@2=CUDA_ERROR_UNKNOWN,cuMemUnmap@1=CUDA_ERROR_UNKNOWN";
+    let err = with_fault(&alone, spec, || pool.wake()).unwrap_err();
+    assert!(err.to_string().contains("cuMemSetAccess"), "{err}");
+    let recorded: Vec<String> = pagedkv::device::cuda::driver::teardown::take()
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        recorded.iter().any(|e| e.contains("cuMemUnmap")),
+        "{recorded:?}"
+    );
+    assert_eq!(pool.state(), PoolState::AsleepOffloaded);
+    // The next wake opens chunk 1 (a copy into it would otherwise fault) and restores everything.
+    pool.wake().unwrap();
+    assert_eq!(measure::checksum(&pool).unwrap(), sum);
+}
+
+#[test]
 fn the_calls_failed_are_the_first_second_and_last() {
     assert_eq!(indices(1), vec![1]);
     assert_eq!(indices(2), vec![1, 2]);

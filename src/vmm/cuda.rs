@@ -72,6 +72,9 @@ pub struct CudaBacking {
     base: sys::CUdeviceptr,
     /// The physical allocation behind each mapped chunk; `None` while the chunk is released.
     handles: Vec<Option<sys::CUmemGenericAllocationHandle>>,
+    /// Chunks mapped whose `cuMemSetAccess` failed and whose unmap then failed too: mapped but
+    /// closed to the device, so no copy may touch them; a later `map_chunk` opens them.
+    closed: Vec<bool>,
     /// Handles unmapped whose `cuMemRelease` failed: released again at drop.
     unreleased: Vec<sys::CUmemGenericAllocationHandle>,
 }
@@ -106,6 +109,7 @@ impl CudaBacking {
             layout,
             base,
             handles: vec![None; layout.count()],
+            closed: vec![false; layout.count()],
             unreleased: Vec::new(),
         })
     }
@@ -122,7 +126,8 @@ impl CudaBacking {
 
     fn check_range(&self, offset: usize, len: usize) -> Result<(), VmmError> {
         let chunks = self.layout.chunks_of(offset, len)?;
-        if self.handles[chunks].iter().all(Option::is_some) {
+        let open = |i: usize| self.handles[i].is_some() && !self.closed[i];
+        if chunks.into_iter().all(open) {
             Ok(())
         } else {
             Err(VmmError::Asleep(super::PoolState::AsleepDiscarded))
@@ -191,13 +196,19 @@ impl Backing for CudaBacking {
     }
 
     fn map_chunk(&mut self, i: usize) -> Result<(), VmmError> {
-        if self.handles[i].is_some() {
+        if self.handles[i].is_some() && !self.closed[i] {
             return Ok(());
         }
         let (offset, len) = self.layout.range(i);
         let addr = self.base + offset as u64;
         self.gpu.bind(|| format!("mapping {}", self.chunk(i)))?;
         let prop = allocation_prop(self.gpu.cu_device());
+        if self.closed[i] {
+            // Mapped by an earlier call that could neither open nor unmap it: open it now.
+            self.open_chunk(i, &prop)?;
+            self.closed[i] = false;
+            return Ok(());
+        }
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: `prop` describes pinned device memory on this context's device; `len` is a
         // multiple of its granularity.
@@ -211,19 +222,14 @@ impl Backing for CudaBacking {
             self.release_unmapped(handle, i);
             return Err(e);
         }
-        let access = sys::CUmemAccessDesc {
-            location: prop.location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the range was just mapped; one descriptor is passed.
-        let opened = unsafe { sys::cuMemSetAccess(addr, len, &access, 1) };
-        let doing = || format!("opening {} to the device", self.chunk(i));
-        if let Err(e) = chunk_call(opened, "cuMemSetAccess", doing) {
+        if let Err(e) = self.open_chunk(i, &prop) {
             // SAFETY: undo the mapping and the allocation made above.
             let unmapped = unsafe { sys::cuMemUnmap(addr, len) };
             if unmapped != sys::CUresult::CUDA_SUCCESS {
-                // Still mapped: the chunk is kept as mapped, so drop (or a sleep) unmaps it.
+                // Still mapped: kept as a closed chunk, which drop (or a sleep) unmaps and a
+                // later map opens.
                 self.handles[i] = Some(handle);
+                self.closed[i] = true;
                 self.undo(unmapped, "cuMemUnmap", i);
                 return Err(e);
             }
@@ -246,6 +252,7 @@ impl Backing for CudaBacking {
             format!("unmapping {}", self.chunk(i))
         })?;
         self.handles[i] = None;
+        self.closed[i] = false;
         // SAFETY: `handle` is no longer mapped anywhere.
         let released = unsafe { sys::cuMemRelease(handle) };
         let doing = || format!("releasing {}'s memory", self.chunk(i));
@@ -297,6 +304,20 @@ impl Backing for CudaBacking {
 }
 
 impl CudaBacking {
+    /// Grants the device read and write access to mapped chunk `i` (`cuMemSetAccess`).
+    fn open_chunk(&self, i: usize, prop: &sys::CUmemAllocationProp) -> Result<(), VmmError> {
+        let (offset, len) = self.layout.range(i);
+        let access = sys::CUmemAccessDesc {
+            location: prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the range is mapped (by the caller); one descriptor is passed.
+        let opened = unsafe { sys::cuMemSetAccess(self.base + offset as u64, len, &access, 1) };
+        chunk_call(opened, "cuMemSetAccess", || {
+            format!("opening {} to the device", self.chunk(i))
+        })
+    }
+
     /// The cleanup of a failed map: its own failure goes to the teardown log (the map's error
     /// is the one returned).
     fn undo(&self, code: sys::CUresult, op: &'static str, i: usize) {
