@@ -39,22 +39,22 @@ fn gpu_slot_writes_match_the_cpu() {
         cache_ops::write_slots(&spec, &mut want_k, &new_k, &slots).unwrap();
         cache_ops::write_slots(&spec, &mut want_v, &new_v, &slots).unwrap();
         let st = &dev.stream;
-        let mut k = st.clone_htod(&vec![f16::NAN; pool_elems]).unwrap();
-        let mut v = st.clone_htod(&vec![f16::NAN; pool_elems]).unwrap();
+        let mut k = st.upload("K", &vec![f16::NAN; pool_elems]).unwrap();
+        let mut v = st.upload("V", &vec![f16::NAN; pool_elems]).unwrap();
         let (dk, dv) = (
-            st.clone_htod(&new_k).unwrap(),
-            st.clone_htod(&new_v).unwrap(),
+            st.upload("new K", &new_k).unwrap(),
+            st.upload("new V", &new_v).unwrap(),
         );
         dev.write_kv_slots(&spec, num_blocks, &mut k, &mut v, &dk, &dv, &slots)
             .unwrap();
         let bits = |x: Vec<f16>| x.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
         assert_eq!(
-            bits(st.clone_dtoh(&k).unwrap()),
+            bits(st.download(&k).unwrap()),
             bits(want_k),
             "K, block size {bs}"
         );
         assert_eq!(
-            bits(st.clone_dtoh(&v).unwrap()),
+            bits(st.download(&v).unwrap()),
             bits(want_v),
             "V, block size {bs}"
         );
@@ -176,11 +176,11 @@ fn gpu_quantised_slot_writes_match_the_cpu() {
         cache_ops::write_slots_quantised(&spec, &mut want, &new, &scale, &slots).unwrap();
         let st = &dev.stream;
         let (mut k, mut v) = (
-            st.alloc_zeros::<KV>(want.len()).unwrap(),
-            st.alloc_zeros::<KV>(want.len()).unwrap(),
+            st.alloc_zeros::<KV>("K", want.len()).unwrap(),
+            st.alloc_zeros::<KV>("V", want.len()).unwrap(),
         );
-        let new_dev = st.clone_htod(&new).unwrap();
-        let scale_dev = st.clone_htod(&scale).unwrap();
+        let new_dev = st.upload("new K/V", &new).unwrap();
+        let scale_dev = st.upload("scales", &scale).unwrap();
         dev.quantize_kv_slots(
             &spec,
             num_blocks,
@@ -192,8 +192,8 @@ fn gpu_quantised_slot_writes_match_the_cpu() {
             (&scale_dev, &scale_dev),
         )
         .unwrap();
-        let got_k = st.clone_dtoh(&k).unwrap();
-        let got_v = st.clone_dtoh(&v).unwrap();
+        let got_k = st.download(&k).unwrap();
+        let got_v = st.download(&v).unwrap();
         let what = format!("{:?} -> {:?}", T::DTYPE, KV::DTYPE);
         let bytes = |x: &[KV]| bytemuck::cast_slice::<KV, u8>(x).to_vec();
         assert!(bytes(&got_k) == bytes(&want), "{what}: K");

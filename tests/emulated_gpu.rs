@@ -336,7 +336,7 @@ fn with_fault<T>(_guard: &MutexGuard<'_, ()>, spec: &str, f: impl FnOnce() -> T)
     out
 }
 
-fn in_use(ctx: &cudarc::driver::CudaContext) -> usize {
+fn in_use(ctx: &pagedkv::device::cuda::Gpu) -> usize {
     let (free, total) = device_memory(ctx).unwrap();
     total - free
 }

@@ -6,7 +6,7 @@
 
 mod fp8_data;
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use fp8_data::{decode_rows, encode_rows, scaled};
 use pagedkv::device::cuda::CudaDevice;
 use pagedkv::kv::Fp8Format;
@@ -47,21 +47,21 @@ fn device_decode(dev: &CudaDevice, format: Fp8Format, scale: f32) -> Vec<(u32, u
     let codes: Vec<u8> = (0..=255).collect();
     let n = codes.len();
     let st = &dev.stream;
-    let d_codes = st.clone_htod(&codes).unwrap();
-    let mut half = st.clone_htod(&vec![u32::MAX; n]).unwrap();
-    let mut one = st.clone_htod(&vec![f32::NAN; n]).unwrap();
-    let mut vec = st.clone_htod(&vec![f32::NAN; n]).unwrap();
+    let d_codes = st.upload("codes", &codes).unwrap();
+    let half = st.upload("f16 out", &vec![u32::MAX; n]).unwrap();
+    let one = st.upload("f32 out", &vec![f32::NAN; n]).unwrap();
+    let vec = st.upload("unpacked out", &vec![f32::NAN; n]).unwrap();
     let (e5m2, n_i32) = (i32::from(format == Fp8Format::E5M2), n as i32);
     let f = dev.function("fp8_convert", "fp8_convert_decode").unwrap();
-    let mut b = st.launch_builder(&f);
-    b.arg(&d_codes).arg(&mut half).arg(&mut one).arg(&mut vec);
+    let mut b = f.launch(st);
+    b.arg(&d_codes).arg(&half).arg(&one).arg(&vec);
     b.arg(&e5m2).arg(&scale).arg(&n_i32);
     // SAFETY: every buffer holds n elements of the kernel's types; n is a multiple of 16.
     unsafe { b.launch(config(n)) }.unwrap();
     let (half, one, vec) = (
-        st.clone_dtoh(&half).unwrap(),
-        st.clone_dtoh(&one).unwrap(),
-        st.clone_dtoh(&vec).unwrap(),
+        st.download(&half).unwrap(),
+        st.download(&one).unwrap(),
+        st.download(&vec).unwrap(),
     );
     (0..n)
         .map(|i| (half[i], one[i].to_bits(), vec[i].to_bits()))
@@ -74,20 +74,17 @@ fn device_encode(dev: &CudaDevice, format: Fp8Format, inputs: &[f32], scale: f32
     x.resize(inputs.len().next_multiple_of(SEGMENT), 0.0);
     let n = x.len();
     let st = &dev.stream;
-    let d_x = st.clone_htod(&x).unwrap();
-    let mut one = st.clone_htod(&vec![0x55u8; n]).unwrap();
-    let mut packed = st.clone_htod(&vec![0xaau8; n]).unwrap();
+    let d_x = st.upload("inputs", &x).unwrap();
+    let one = st.upload("codes out", &vec![0x55u8; n]).unwrap();
+    let packed = st.upload("packed out", &vec![0xaau8; n]).unwrap();
     let (e5m2, n_i32) = (i32::from(format == Fp8Format::E5M2), n as i32);
     let f = dev.function("fp8_convert", "fp8_convert_encode").unwrap();
-    let mut b = st.launch_builder(&f);
-    b.arg(&d_x).arg(&mut one).arg(&mut packed);
+    let mut b = f.launch(st);
+    b.arg(&d_x).arg(&one).arg(&packed);
     b.arg(&e5m2).arg(&scale).arg(&n_i32);
     // SAFETY: every buffer holds n elements of the kernel's types; n is a multiple of 16.
     unsafe { b.launch(config(n)) }.unwrap();
-    let (one, packed) = (
-        st.clone_dtoh(&one).unwrap(),
-        st.clone_dtoh(&packed).unwrap(),
-    );
+    let (one, packed) = (st.download(&one).unwrap(), st.download(&packed).unwrap());
     one.into_iter().zip(packed).take(inputs.len()).collect()
 }
 

@@ -3,14 +3,14 @@
 //! directly and as a captured CUDA graph. Every test is ignored by a plain
 //! `cargo test`; scripts/gpu-check runs them with `--include-ignored` on a GPU.
 
-use cudarc::driver::{
-    result, sys, CudaContext, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{result, sys, CudaContext, CudaStream, LaunchConfig};
 use half::f16;
 use pagedkv::attention::{
     attention_f64, relative_error, tolerance, AttentionShape, Problem, SplitPlan, CHUNK,
 };
-use pagedkv::device::cuda::CudaDevice;
+use pagedkv::device::cuda::driver::Function;
+use pagedkv::device::cuda::{CudaDevice, Gpu};
+use pagedkv::device::DeviceError;
 use pagedkv::kv::Dtype;
 use pagedkv::launch::{AttentionLaunch, KernelLaunch, Layout, Scalar};
 use pagedkv::vmm::checksum::fill_random;
@@ -19,6 +19,7 @@ use pagedkv::vmm::{
     PoolSet, PoolState, SleepLevel, SleepMode, VmmError, WakeFault, KV_CACHE, WEIGHTS,
 };
 use rand::{Rng, SeedableRng};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 const MIB: usize = 1 << 20;
@@ -26,7 +27,7 @@ const MIB: usize = 1 << 20;
 /// One GPU test at a time: they measure device memory, and one of them takes all of it.
 static GPU_LOCK: Mutex<()> = Mutex::new(());
 
-fn gpu(test: &str) -> (MutexGuard<'static, ()>, Arc<CudaContext>) {
+fn gpu(test: &str) -> (MutexGuard<'static, ()>, Arc<Gpu>) {
     let guard = GPU_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     match open_context(0) {
         Ok(ctx) => (guard, ctx),
@@ -34,17 +35,12 @@ fn gpu(test: &str) -> (MutexGuard<'static, ()>, Arc<CudaContext>) {
     }
 }
 
-fn in_use(ctx: &CudaContext) -> i64 {
+fn in_use(ctx: &Gpu) -> i64 {
     let (free, total) = device_memory(ctx).unwrap();
     (total - free) as i64
 }
 
-fn random_pool(
-    ctx: &Arc<CudaContext>,
-    size: usize,
-    chunk: usize,
-    seed: u64,
-) -> (CudaPool, Vec<u8>) {
+fn random_pool(ctx: &Arc<Gpu>, size: usize, chunk: usize, seed: u64) -> (CudaPool, Vec<u8>) {
     let mut pool = CudaPool::create(ctx, size, Some(chunk)).unwrap();
     let mut expected = vec![0u8; pool.size()];
     fill_random(&mut expected, seed, 0);
@@ -189,7 +185,10 @@ fn cuda_wake_that_runs_out_of_memory_rolls_back() {
         Ok(_) => println!("the driver found room for the pool after all: rollback not provoked"),
         Err(e) => {
             println!("wake failed as provoked: {e}");
-            assert!(matches!(e.root(), VmmError::Driver { .. }));
+            assert!(matches!(
+                e.root(),
+                VmmError::Device(DeviceError::Driver { .. })
+            ));
             assert_eq!(pool.state(), PoolState::AsleepOffloaded);
             pool.wake().unwrap();
         }
@@ -335,34 +334,54 @@ fn enqueue_attention(
     ];
     let a = &launch.attention;
     let f = dev.attention_function(a).unwrap();
-    let mut builder = stream.launch_builder(&f);
-    for ptr in outputs.iter().chain(&inputs) {
-        builder.arg(ptr);
-    }
-    push_scalars(&mut builder, &a.scalars);
+    let mut params: Vec<*mut c_void> = outputs.iter().chain(&inputs).map(param).collect();
+    params.extend(a.scalars.iter().map(scalar));
     // SAFETY: the argument list matches paged_attention_*'s signature (kernels/attention.cuh);
     // every address lies inside a mapped pool of the placed size, and the table was validated
     // against the pool's blocks.
-    unsafe { builder.launch(config(a)) }.unwrap();
+    unsafe { launch_on(&f, stream, config(a), &mut params) };
     if let Some(m) = &launch.merge {
         let merge = dev.function(m.module, &m.kernel).unwrap();
-        let mut builder = stream.launch_builder(&merge);
-        for ptr in &outputs {
-            builder.arg(ptr);
-        }
-        push_scalars(&mut builder, &m.scalars);
+        let mut params: Vec<*mut c_void> = outputs.iter().map(param).collect();
+        params.extend(m.scalars.iter().map(scalar));
         // SAFETY: merge_partitions_*'s signature; the partial buffers hold num_seqs * num_heads *
         // num_partitions entries.
-        unsafe { builder.launch(config(m)) }.unwrap();
+        unsafe { launch_on(&merge, stream, config(m), &mut params) };
     }
 }
 
-fn push_scalars<'a>(b: &mut LaunchArgs<'a>, scalars: &'a [Scalar]) {
-    for s in scalars {
-        match s {
-            Scalar::I32(v) => b.arg(v),
-            Scalar::F32(v) => b.arg(v),
-        };
+/// A kernel of the library's module launched on a stream of cudarc's (which can capture graphs).
+///
+/// # Safety
+/// `params` point at the kernel's arguments, in order, alive until the launch returns.
+unsafe fn launch_on(
+    f: &Function,
+    stream: &CudaStream,
+    cfg: LaunchConfig,
+    params: &mut [*mut c_void],
+) {
+    // SAFETY: per the caller.
+    unsafe {
+        result::launch_kernel(
+            f.cu_function(),
+            cfg.grid_dim,
+            cfg.block_dim,
+            cfg.shared_mem_bytes,
+            stream.cu_stream(),
+            params,
+        )
+    }
+    .unwrap();
+}
+
+fn param(ptr: &u64) -> *mut c_void {
+    (ptr as *const u64).cast_mut().cast()
+}
+
+fn scalar(s: &Scalar) -> *mut c_void {
+    match s {
+        Scalar::I32(v) => (v as *const i32).cast_mut().cast(),
+        Scalar::F32(v) => (v as *const f32).cast_mut().cast(),
     }
 }
 
@@ -406,8 +425,9 @@ fn cuda_paged_attention_gives_identical_output_before_sleep_and_after_wake() {
         partition_size: 2 * CHUNK,
     };
     let at = place(&p, plan);
-    let stream = dev.ctx.new_stream().unwrap();
-    let mut kv = CudaPool::create(&dev.ctx, at.kv_size, Some(2 * MIB)).unwrap();
+    // The graph is captured on a stream of cudarc's own (the same primary context).
+    let stream = CudaContext::new(0).unwrap().new_stream().unwrap();
+    let mut kv = CudaPool::create(&dev.gpu, at.kv_size, Some(2 * MIB)).unwrap();
     kv.write(at.q, bytemuck::cast_slice(&p.q)).unwrap();
     kv.write(at.k, bytemuck::cast_slice(&p.k)).unwrap();
     kv.write(at.v, bytemuck::cast_slice(&p.v)).unwrap();
@@ -418,7 +438,7 @@ fn cuda_paged_attention_gives_identical_output_before_sleep_and_after_wake() {
     kv.write(at.table, bytemuck::cast_slice(&p.table.entries))
         .unwrap();
     kv.write(at.lens, bytemuck::cast_slice(&p.lens)).unwrap();
-    let mut out = CudaPool::create(&dev.ctx, at.out_size, None).unwrap();
+    let mut out = CudaPool::create(&dev.gpu, at.out_size, None).unwrap();
     let (kv_ptr, out_ptr) = (kv.ptr().unwrap(), out.ptr().unwrap());
     let elems = p.q.len();
 

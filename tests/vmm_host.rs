@@ -8,6 +8,7 @@ use pagedkv::vmm::{
     Backing, ChunkLayout, PoolSet, PoolState, SleepLevel, SleepMode, SleepPool, VmmError,
     WakeFault, KV_CACHE, WEIGHTS,
 };
+use std::cell::Cell;
 
 const KIB: usize = 1024;
 
@@ -176,10 +177,12 @@ fn mapped_chunks(b: &HostBacking) -> usize {
         .count()
 }
 
-/// A backing whose `map_chunk(k)` fails for real (an OS-level error), once armed.
+/// A backing whose `map_chunk(k)` fails for real (an OS-level error), once armed; and whose
+/// `unmap_chunk(k)` fails once, leaving the chunk mapped, as a failed `cuMemUnmap` does.
 struct FlakyBacking {
     inner: HostBacking,
-    fail_chunk: Option<usize>,
+    fail_chunk: Cell<Option<usize>>,
+    fail_unmap: Cell<Option<usize>>,
     fail_copy_out: bool,
 }
 
@@ -192,8 +195,8 @@ impl Backing for FlakyBacking {
         self.inner.base_address()
     }
     fn map_chunk(&mut self, i: usize) -> Result<(), VmmError> {
-        if self.fail_chunk == Some(i) {
-            self.fail_chunk = None;
+        if self.fail_chunk.get() == Some(i) {
+            self.fail_chunk.set(None);
             return Err(VmmError::Os {
                 op: "memfd_create",
                 source: std::io::Error::from_raw_os_error(libc::EMFILE),
@@ -202,6 +205,13 @@ impl Backing for FlakyBacking {
         self.inner.map_chunk(i)
     }
     fn unmap_chunk(&mut self, i: usize) -> Result<(), VmmError> {
+        if self.fail_unmap.get() == Some(i) {
+            self.fail_unmap.set(None);
+            return Err(VmmError::Os {
+                op: "munmap",
+                source: std::io::Error::from_raw_os_error(libc::EBUSY),
+            });
+        }
         self.inner.unmap_chunk(i)
     }
     fn synchronize(&self) -> Result<(), VmmError> {
@@ -228,7 +238,8 @@ fn flaky_pool(size: usize, chunk: usize, seed: u64) -> (SleepPool<FlakyBacking>,
     let inner = HostBacking::reserve(size, Some(chunk)).unwrap();
     let mut pool = SleepPool::new(FlakyBacking {
         inner,
-        fail_chunk: None,
+        fail_chunk: Cell::new(None),
+        fail_unmap: Cell::new(None),
         fail_copy_out: false,
     })
     .unwrap();
@@ -273,7 +284,7 @@ fn a_failed_offload_copy_in_a_set_leaves_every_pool_awake() {
 #[test]
 fn a_backing_error_during_wake_rolls_back_too() {
     let (mut pool, expected) = flaky_pool(256 * KIB, 32 * KIB, 7);
-    pool.backing_mut().unwrap().fail_chunk = Some(5);
+    pool.backing().fail_chunk.set(Some(5));
     pool.sleep(SleepMode::Offload).unwrap();
     assert!(pool.backing_mut().is_err(), "asleep pools refuse access");
     let err = pool.wake().unwrap_err();
@@ -284,6 +295,59 @@ fn a_backing_error_during_wake_rolls_back_too() {
     let mut got = vec![0u8; pool.size()];
     pool.read(0, &mut got).unwrap();
     assert!(got == expected);
+}
+
+#[test]
+fn a_sleep_that_cannot_release_a_chunk_keeps_the_contents_and_a_wake_restores_them() {
+    let (mut pool, expected) = flaky_pool(256 * KIB, 64 * KIB, 8);
+    pool.backing().fail_unmap.set(Some(2));
+    let err = pool.sleep(SleepMode::Offload).unwrap_err();
+    assert!(
+        matches!(&err, VmmError::NotReleased { chunks, .. } if chunks == &[2]),
+        "{err}"
+    );
+    assert!(err.to_string().contains("munmap"), "{err}");
+    // Asleep, the other chunks released, the contents readable in host memory.
+    assert_eq!(pool.state(), PoolState::AsleepOffloaded);
+    assert_eq!(mapped_chunks(&pool.backing().inner), 1);
+    assert!(pool.host_copy() == Some(expected.as_slice()));
+    pool.wake().unwrap();
+    assert_eq!(mapped_chunks(&pool.backing().inner), 4);
+    assert!(contents_of(&pool) == expected);
+    // The same in a discard sleep: asleep, nothing to keep, a wake maps what is missing.
+    pool.backing().fail_unmap.set(Some(0));
+    assert!(pool.sleep(SleepMode::Discard).is_err());
+    assert_eq!(pool.state(), PoolState::AsleepDiscarded);
+    assert!(pool.host_copy().is_none());
+    pool.wake().unwrap();
+    assert_eq!(mapped_chunks(&pool.backing().inner), 4);
+}
+
+#[test]
+fn a_wake_whose_rollback_cannot_unmap_stays_asleep_with_its_host_copy() {
+    let (mut pool, expected) = flaky_pool(256 * KIB, 64 * KIB, 9);
+    pool.sleep(SleepMode::Offload).unwrap();
+    pool.backing().fail_chunk.set(Some(3));
+    pool.backing().fail_unmap.set(Some(1));
+    let err = pool.wake().unwrap_err();
+    assert!(matches!(err, VmmError::Os { .. }), "{err:?}");
+    assert_eq!(pool.state(), PoolState::AsleepOffloaded);
+    // Chunk 1 could not be unmapped: it stays mapped, and the failure was recorded, not lost.
+    assert_eq!(mapped_chunks(&pool.backing().inner), 1);
+    let recorded = pagedkv::device::cuda::driver::teardown::take();
+    assert!(
+        recorded.iter().any(|e| e.to_string().contains("munmap")),
+        "{recorded:?}"
+    );
+    assert!(pool.host_copy() == Some(expected.as_slice()));
+    pool.wake().unwrap();
+    assert!(contents_of(&pool) == expected);
+}
+
+fn contents_of(pool: &SleepPool<FlakyBacking>) -> Vec<u8> {
+    let mut got = vec![0u8; pool.size()];
+    pool.read(0, &mut got).unwrap();
+    got
 }
 
 fn tagged_set(seed: u64) -> (PoolSet<HostBacking>, Vec<u8>, Vec<u8>) {

@@ -120,6 +120,7 @@ pub struct Faults {
 impl Faults {
     /// Counts a call of `symbol`; the code to fail it with when a fault is armed for this call.
     pub fn on_call(&mut self, symbol: &str) -> Option<CUresult> {
+        count_call(symbol);
         let spec = std::env::var("PAGEDKV_EMU_FAULTS").ok();
         if spec != self.spec {
             self.faults = match spec.as_deref().map(parse).transpose() {
@@ -144,6 +145,47 @@ impl Faults {
             .iter()
             .find(|f| f.function == name && f.call == n)
             .map(|f| f.code)
+    }
+}
+
+/// Where `PAGEDKV_EMU_CALLS` asks the calls to be counted, read once.
+fn calls_file() -> Option<&'static std::path::Path> {
+    static FILE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let path = std::env::var_os("PAGEDKV_EMU_CALLS").map(std::path::PathBuf::from);
+        if path.is_some() {
+            // SAFETY: registers a plain function with no captured state.
+            unsafe { libc::atexit(write_calls) };
+        }
+        path
+    })
+    .as_deref()
+}
+
+/// Every call of every entry point since the process started, by the names faults take.
+static CALLS: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// With `PAGEDKV_EMU_CALLS=FILE`, counts a call of `symbol` (the same count a fault's `@N`
+/// meets), for a fault sweep to learn which calls a run makes, and how many of each.
+fn count_call(symbol: &str) {
+    if calls_file().is_some() {
+        let mut calls = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+        *calls.entry(base_name(symbol).to_string()).or_insert(0) += 1;
+    }
+}
+
+/// At exit: `FUNCTION COUNT` lines into the file (also called by the leak report, which ends
+/// the process before this handler would run).
+pub(crate) extern "C" fn write_calls() {
+    let Some(path) = calls_file() else { return };
+    let calls = CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    let text: String = calls.iter().map(|(f, n)| format!("{f} {n}\n")).collect();
+    if let Err(e) = std::fs::write(path, text) {
+        eprintln!(
+            "pagedkv emulated driver: PAGEDKV_EMU_CALLS={}: {e}",
+            path.display()
+        );
     }
 }
 

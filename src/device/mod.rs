@@ -25,11 +25,13 @@ pub enum DeviceError {
     NoGpu(String),
     #[error("GPU kernels were not built into this binary (run scripts/install-cuda-compiler, then rebuild)")]
     NoKernels,
-    #[error("CUDA error: {0}")]
-    Driver(#[from] cudarc::driver::DriverError),
-    #[error("launching {kernel}: CUDA error: {source}")]
-    Launch {
-        kernel: String,
+    /// A driver call failed: which function, and what it was doing to which object. The code is
+    /// printed by name (formatting cudarc's error would call the driver again).
+    #[error("{doing}: CUDA {op} failed: {}", cuda::driver::code(source))]
+    Driver {
+        op: &'static str,
+        doing: String,
+        #[source]
         source: cudarc::driver::DriverError,
     },
     #[error("{0}")]

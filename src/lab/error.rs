@@ -17,12 +17,9 @@ pub enum LabError {
         #[source]
         source: std::io::Error,
     },
-    #[error("CUDA {op} failed: {source}")]
-    Driver {
-        op: &'static str,
-        #[source]
-        source: cudarc::driver::DriverError,
-    },
+    /// A CUDA driver call failed (the error names the function and the object).
+    #[error(transparent)]
+    Device(crate::device::DeviceError),
     /// A GPU pool operation failed after the GPU was found (a real failure, not a skip).
     #[error(transparent)]
     Vmm(crate::vmm::VmmError),
@@ -43,9 +40,18 @@ impl LabError {
     pub(crate) fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> LabError {
         move |source| LabError::Os { op, source }
     }
+}
 
-    pub(crate) fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> LabError {
-        move |source| LabError::Driver { op, source }
+/// No GPU or no kernels is a skip; a failed driver call a failure.
+impl From<crate::device::DeviceError> for LabError {
+    fn from(e: crate::device::DeviceError) -> Self {
+        use crate::device::DeviceError as D;
+        match e {
+            D::NoGpu(why) => LabError::Unavailable(format!("no usable CUDA GPU: {why}")),
+            D::NoKernels => LabError::Unavailable(D::NoKernels.to_string()),
+            D::Invalid(why) => LabError::Invalid(why),
+            e @ D::Driver { .. } => LabError::Device(e),
+        }
     }
 }
 

@@ -10,9 +10,11 @@
 
 use super::gpu_mem::DeviceMemory;
 use super::{Check, LabError, Spread, GIB, MIB};
+use crate::device::cuda::driver::failed;
+use crate::device::cuda::Gpu;
 use crate::vmm::cuda::{self as vcuda, CudaBacking};
 use crate::vmm::{Backing, VmmError};
-use cudarc::driver::{result, CudaContext};
+use cudarc::driver::result;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,13 +64,9 @@ pub struct GpuAllocReport {
 /// No GPU is a skip; any other failure is one.
 pub(crate) fn vmm_error(e: VmmError) -> LabError {
     match e {
-        VmmError::NoGpu(why) => LabError::Unavailable(format!("no usable CUDA GPU: {why}")),
+        VmmError::Device(d) => d.into(),
         e => LabError::Vmm(e),
     }
-}
-
-fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> LabError {
-    LabError::driver(op)
 }
 
 pub fn run(cfg: &GpuAllocConfig) -> Result<GpuAllocReport, LabError> {
@@ -77,9 +75,9 @@ pub fn run(cfg: &GpuAllocConfig) -> Result<GpuAllocReport, LabError> {
     if cfg.chunk_bytes.contains(&0) {
         return Err(LabError::Invalid("chunk sizes must be positive".into()));
     }
-    let ctx = vcuda::open_context(0).map_err(vmm_error)?;
-    let granularity = vcuda::granularity(&ctx).map_err(vmm_error)?;
-    let (free, _) = vcuda::device_memory(&ctx).map_err(vmm_error)?;
+    let gpu = Gpu::open(0)?;
+    let granularity = vcuda::granularity(&gpu).map_err(vmm_error)?;
+    let (free, _) = gpu.memory_info()?;
     if cfg.bytes > free / 10 * 9 {
         return Err(LabError::Invalid(format!(
             "{} asked for, {} free on the GPU",
@@ -87,7 +85,7 @@ pub fn run(cfg: &GpuAllocConfig) -> Result<GpuAllocReport, LabError> {
             super::machine::bytes(free as u64)
         )));
     }
-    let mut rows = vec![plain(&ctx, cfg)?];
+    let mut rows = vec![plain(&gpu, cfg)?];
     let mut chunks: Vec<usize> = cfg
         .chunk_bytes
         .iter()
@@ -99,7 +97,7 @@ pub fn run(cfg: &GpuAllocConfig) -> Result<GpuAllocReport, LabError> {
     chunks.sort_unstable();
     chunks.dedup();
     for chunk in chunks {
-        rows.push(mapped(&ctx, cfg, chunk)?);
+        rows.push(mapped(&gpu, cfg, chunk)?);
     }
     let broken: Vec<String> = rows
         .iter()
@@ -116,7 +114,7 @@ pub fn run(cfg: &GpuAllocConfig) -> Result<GpuAllocReport, LabError> {
         },
     )];
     Ok(GpuAllocReport {
-        device: ctx.name().map_err(driver("cuDeviceGetName"))?,
+        device: gpu.name()?,
         bytes: cfg.bytes,
         granularity_bytes: granularity,
         rows,
@@ -132,29 +130,30 @@ fn probe_offsets(len: usize) -> [usize; 2] {
 }
 
 /// `cuMemAlloc` then `cuMemFree`, `reps` times, host wall clock (both calls are synchronous).
-fn plain(ctx: &Arc<CudaContext>, cfg: &GpuAllocConfig) -> Result<AllocRow, LabError> {
+fn plain(gpu: &Arc<Gpu>, cfg: &GpuAllocConfig) -> Result<AllocRow, LabError> {
     let (mut alloc, mut free) = (Vec::new(), Vec::new());
     let mut intact = true;
     for _ in 0..cfg.reps {
-        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-        ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
+        gpu.synchronize(|| "before timing cuMemAlloc".into())?;
         let t = Instant::now();
-        let mem = DeviceMemory::alloc(ctx, cfg.bytes).map_err(driver("cuMemAlloc"))?;
+        let mem = DeviceMemory::alloc(gpu, cfg.bytes)?;
         alloc.push(t.elapsed().as_secs_f64() * 1e3);
         for off in probe_offsets(cfg.bytes) {
+            let doing = || format!("writing the probe at byte {off}");
             // SAFETY: `off + PROBE.len() <= bytes`, inside the allocation.
             unsafe { result::memcpy_htod_sync(mem.ptr + off as u64, &PROBE) }
-                .map_err(driver("cuMemcpyHtoD"))?;
+                .map_err(failed("cuMemcpyHtoD", doing))?;
         }
         for off in probe_offsets(cfg.bytes) {
             let mut back = [0u8; PROBE.len()];
+            let doing = || format!("reading the probe at byte {off}");
             // SAFETY: as above.
             unsafe { result::memcpy_dtoh_sync(&mut back, mem.ptr + off as u64) }
-                .map_err(driver("cuMemcpyDtoH"))?;
+                .map_err(failed("cuMemcpyDtoH", doing))?;
             intact &= back == PROBE;
         }
         let t = Instant::now();
-        mem.free().map_err(driver("cuMemFree"))?;
+        mem.free()?;
         free.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(row("cuMemAlloc", None, 1, &alloc, &free, cfg.bytes, intact))
@@ -162,12 +161,8 @@ fn plain(ctx: &Arc<CudaContext>, cfg: &GpuAllocConfig) -> Result<AllocRow, LabEr
 
 /// Every chunk created, mapped and opened, then unmapped and released, `reps` times over one
 /// reservation (the backing releases everything on drop, error paths included).
-fn mapped(
-    ctx: &Arc<CudaContext>,
-    cfg: &GpuAllocConfig,
-    chunk: usize,
-) -> Result<AllocRow, LabError> {
-    let mut backing = CudaBacking::reserve(ctx, cfg.bytes, Some(chunk)).map_err(vmm_error)?;
+fn mapped(gpu: &Arc<Gpu>, cfg: &GpuAllocConfig, chunk: usize) -> Result<AllocRow, LabError> {
+    let mut backing = CudaBacking::reserve(gpu, cfg.bytes, Some(chunk)).map_err(vmm_error)?;
     let layout = *backing.layout();
     let count = layout.count();
     let (mut alloc, mut free) = (Vec::new(), Vec::new());

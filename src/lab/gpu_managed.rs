@@ -11,11 +11,10 @@
 
 use super::gpu_mem::DeviceMemory;
 use super::{Check, LabError, GIB, MIB};
+use crate::device::cuda::driver::{failed, DeviceBuffer, Function, PinnedBuffer};
 use crate::device::cuda::CudaDevice;
-use crate::device::cuda::LaunchNamed;
 use crate::device::DeviceError;
-use crate::vmm::cuda::PinnedBuffer;
-use cudarc::driver::{result, sys, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, sys, LaunchConfig};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy)]
@@ -59,26 +58,6 @@ pub struct ManagedReport {
     pub checks: Vec<Check>,
 }
 
-fn device_error(e: DeviceError) -> LabError {
-    match e {
-        DeviceError::NoGpu(why) => LabError::Unavailable(format!("no usable CUDA GPU: {why}")),
-        DeviceError::NoKernels => LabError::Unavailable(DeviceError::NoKernels.to_string()),
-        DeviceError::Driver(source) => LabError::Driver {
-            op: "a CUDA call",
-            source,
-        },
-        DeviceError::Launch { source, .. } => LabError::Driver {
-            op: "cuLaunchKernel (stream_read)",
-            source,
-        },
-        DeviceError::Invalid(s) => LabError::Invalid(s),
-    }
-}
-
-fn driver(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> LabError {
-    LabError::driver(op)
-}
-
 /// The bytes every pass moves: a 32-bit hash of each word's index, never all zeros.
 fn pattern(bytes: usize) -> Vec<u8> {
     (0..bytes / 4)
@@ -99,19 +78,23 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         .bytes
         .checked_next_multiple_of(MIB)
         .ok_or_else(|| LabError::Invalid(format!("a buffer of {} bytes", cfg.bytes)))?;
-    let dev = CudaDevice::open(0).map_err(device_error)?;
-    let ctx = dev.ctx.clone();
-    let attr = |a| ctx.attribute(a).map_err(driver("cuDeviceGetAttribute"));
-    if attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? == 0 {
+    let dev = CudaDevice::open(0)?;
+    let gpu = dev.gpu.clone();
+    use sys::CUdevice_attribute as A;
+    if gpu.attribute(A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "MANAGED_MEMORY")? == 0 {
         return Err(LabError::Unavailable(
             "the device does not support managed memory".into(),
         ));
     }
-    let concurrent =
-        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)? != 0;
-    let pageable = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)? != 0;
-    ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-    let (free, _) = result::mem_get_info().map_err(driver("cuMemGetInfo"))?;
+    let concurrent = gpu.attribute(
+        A::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+        "CONCURRENT_MANAGED_ACCESS",
+    )? != 0;
+    let pageable = gpu.attribute(
+        A::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+        "PAGEABLE_MEMORY_ACCESS",
+    )? != 0;
+    let (free, _) = gpu.memory_info()?;
     // Device memory and two managed buffers may all sit on the GPU at once.
     if bytes.saturating_mul(3) > free / 10 * 9 {
         return Err(LabError::Invalid(format!(
@@ -140,23 +123,28 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
     };
 
     // The explicit way: copy into cuMemAlloc'd memory, then read it there.
-    let device = DeviceMemory::alloc(&ctx, bytes).map_err(driver("cuMemAlloc"))?;
+    let device = DeviceMemory::alloc(&gpu, bytes)?;
     // Each copy lands on zeroed memory, so a copy that did nothing fails the fold.
-    let poison = || {
+    let poison = || -> Result<(), DeviceError> {
+        let doing = || "zeroing the device copy's destination".to_string();
+        gpu.bind(doing)?;
         // SAFETY: `device` holds `bytes` bytes; the memset is ordered before the timed copy on
         // the same stream.
-        unsafe { result::memset_d8_async(device.ptr, 0, bytes, dev.stream.cu_stream()) }
-            .map_err(driver("cuMemsetD8"))
+        unsafe { result::memset_d8_async(device.ptr, 0, bytes, dev.stream.raw()) }
+            .map_err(failed("cuMemsetD8Async", doing))
     };
     poison()?;
-    let copy_pageable_ms = dev
-        .time_total_ms(1, || {
-            // SAFETY: `device` holds `bytes` bytes; `host` lives until the copy is synchronised
-            // (time_total_ms waits for its end event).
-            unsafe { result::memcpy_htod_async(device.ptr, &host, dev.stream.cu_stream()) }?;
-            Ok(())
+    // SAFETY (both copies): `device` holds `bytes` bytes; the source lives until the copy is
+    // synchronised (time_total_ms waits for its end event).
+    let copy = |src: &[u8], what: &'static str| {
+        dev.time_total_ms(1, || {
+            let doing = || format!("copying {what} to the device");
+            gpu.bind(doing)?;
+            unsafe { result::memcpy_htod_async(device.ptr, src, dev.stream.raw()) }
+                .map_err(failed("cuMemcpyHtoDAsync", doing))
         })
-        .map_err(device_error)?;
+    };
+    let copy_pageable_ms = copy(&host, "pageable memory")?;
     let (ms, sum) = reader.read(device.ptr, bytes)?;
     let kernel_device_ms = pass(
         "kernel over device memory (after the copy)",
@@ -168,18 +156,10 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         copy_pageable_ms,
         sum == expected,
     );
-    let mut pinned = PinnedBuffer::new(&ctx, bytes).map_err(super::gpu_alloc::vmm_error)?;
+    let mut pinned = PinnedBuffer::new(&gpu, "the pinned copy source", bytes)?;
     pinned.as_mut().copy_from_slice(&host);
     poison()?;
-    let copy_pinned_ms = dev
-        .time_total_ms(1, || {
-            // SAFETY: as above; the pinned buffer outlives the synchronised copy.
-            unsafe {
-                result::memcpy_htod_async(device.ptr, pinned.as_ref(), dev.stream.cu_stream())
-            }?;
-            Ok(())
-        })
-        .map_err(device_error)?;
+    let copy_pinned_ms = copy(pinned.as_ref(), "pinned memory")?;
     let (_, sum_pinned) = reader.read(device.ptr, bytes)?;
     pass(
         "copy from pinned memory",
@@ -187,14 +167,12 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         sum_pinned == expected,
     );
     drop(pinned);
-    device.free().map_err(driver("cuMemFree"))?;
+    device.free()?;
 
     // The managed way: the host writes (pages on the host), the GPU's first read migrates them.
-    let mut managed = DeviceMemory::managed(&ctx, bytes).map_err(driver("cuMemAllocManaged"))?;
+    let mut managed = DeviceMemory::managed(&gpu, bytes)?;
     // SAFETY: managed memory, no GPU work uses it yet.
-    unsafe { managed.host_mut() }
-        .map_err(driver("cuCtxSynchronize"))?
-        .copy_from_slice(&host);
+    unsafe { managed.host_mut() }?.copy_from_slice(&host);
     let (first_touch_ms, first_sum) = reader.read(managed.ptr, bytes)?;
     pass(
         "managed: first GPU touch (faults, migration)",
@@ -207,26 +185,24 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         second_touch_ms,
         second_sum == expected,
     );
-    managed.free().map_err(driver("cuMemFree"))?;
+    managed.free()?;
 
     let prefetch_ms = if concurrent {
-        let mut managed =
-            DeviceMemory::managed(&ctx, bytes).map_err(driver("cuMemAllocManaged"))?;
+        let mut managed = DeviceMemory::managed(&gpu, bytes)?;
         // SAFETY: as above.
-        unsafe { managed.host_mut() }
-            .map_err(driver("cuCtxSynchronize"))?
-            .copy_from_slice(&host);
+        unsafe { managed.host_mut() }?.copy_from_slice(&host);
         let location = sys::CUmemLocation {
             type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: ctx.cu_device(),
+            id: gpu.cu_device(),
         };
         let (ms, sum) = reader.read_after(managed.ptr, bytes, || {
+            let doing = || "prefetching the managed memory to the GPU".to_string();
+            gpu.bind(doing)?;
             // SAFETY: the whole managed range, to this context's device, on the reader's stream.
-            unsafe {
-                result::mem_prefetch_async(managed.ptr, bytes, location, dev.stream.cu_stream())
-            }
+            unsafe { result::mem_prefetch_async(managed.ptr, bytes, location, dev.stream.raw()) }
+                .map_err(failed("cuMemPrefetchAsync", doing))
         })?;
-        managed.free().map_err(driver("cuMemFree"))?;
+        managed.free()?;
         Some(pass("managed: prefetch then read", ms, sum == expected))
     } else {
         None
@@ -284,16 +260,14 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
 /// `stream_read` over raw device addresses, timed with events on the device's stream.
 struct Reader<'a> {
     dev: &'a CudaDevice,
-    function: cudarc::driver::CudaFunction,
-    out: CudaSlice<u32>,
+    function: Function,
+    out: DeviceBuffer<u32>,
     cfg: LaunchConfig,
 }
 
 impl<'a> Reader<'a> {
     fn new(dev: &'a CudaDevice) -> Result<Self, LabError> {
-        let function = dev
-            .function("stream", "stream_read")
-            .map_err(device_error)?;
+        let function = dev.function("stream", "stream_read")?;
         let cfg = LaunchConfig {
             grid_dim: (dev.info.multiprocessors.max(1) as u32 * 8, 1, 1),
             block_dim: (256, 1, 1),
@@ -301,8 +275,7 @@ impl<'a> Reader<'a> {
         };
         let out = dev
             .stream
-            .alloc_zeros::<u32>(cfg.grid_dim.0 as usize)
-            .map_err(driver("cuMemAlloc"))?;
+            .alloc_zeros::<u32>("stream_read's folds", cfg.grid_dim.0 as usize)?;
         Ok(Reader {
             dev,
             function,
@@ -321,7 +294,7 @@ impl<'a> Reader<'a> {
         &mut self,
         src: u64,
         bytes: usize,
-        before: impl Fn() -> Result<(), cudarc::driver::DriverError>,
+        before: impl Fn() -> Result<(), DeviceError>,
     ) -> Result<(f64, u32), LabError> {
         let vectors = (bytes / 16) as i64;
         let Reader {
@@ -331,28 +304,16 @@ impl<'a> Reader<'a> {
             cfg,
         } = self;
         // Zeroed first: a kernel that did not run leaves a fold of 0, not the last one.
-        dev.stream
-            .memset_zeros(&mut *out)
-            .map_err(driver("cuMemsetD8"))?;
-        let ms = dev
-            .time_total_ms(1, || {
-                before()?;
-                let mut b = dev.stream.launch_builder(function);
-                b.arg(&mut *out).arg(&src).arg(&vectors);
-                // SAFETY: stream_read(out [grid], src [vectors * 16 bytes], n): `src` holds
-                // `bytes` readable bytes on this device (device or managed memory) and `out` one
-                // u32 per CTA.
-                unsafe { b.launch_named("stream_read", *cfg) }?;
-                Ok(())
-            })
-            .map_err(device_error)?;
-        let folds = dev
-            .stream
-            .clone_dtoh(&*out)
-            .map_err(driver("cuMemcpyDtoH"))?;
-        dev.stream
-            .synchronize()
-            .map_err(driver("cuStreamSynchronize"))?;
+        dev.stream.memset(out, 0)?;
+        let ms = dev.time_total_ms(1, || {
+            before()?;
+            let mut b = function.launch(&dev.stream);
+            b.arg(&*out).arg(&src).arg(&vectors);
+            // SAFETY: stream_read(out [grid], src [vectors * 16 bytes], n): `src` holds `bytes`
+            // readable bytes on this device (device or managed memory) and `out` one u32 per CTA.
+            unsafe { b.launch(*cfg) }
+        })?;
+        let folds = dev.stream.download(out)?;
         Ok((ms, folds.iter().fold(0, |a, &f| a ^ f)))
     }
 }

@@ -6,7 +6,8 @@ use super::{ChunkLayout, VmmError};
 /// A reserved address range whose chunks can be backed (mapped) and released one by one.
 ///
 /// A backing only knows which chunks are mapped; it never checks states. Dropping it releases the
-/// chunks still mapped and then the reservation.
+/// chunks still mapped and then the reservation; what it cannot release goes to the teardown log
+/// (`device::cuda::driver::teardown`).
 pub trait Backing {
     /// Host memory for offloaded contents: pinned on CUDA, a plain `Vec` on the CPU.
     type HostBuffer: AsRef<[u8]> + AsMut<[u8]>;
@@ -21,6 +22,9 @@ pub trait Backing {
     fn map_chunk(&mut self, i: usize) -> Result<(), VmmError>;
 
     /// Unmaps chunk `i` and gives its physical memory back; the address range stays reserved.
+    /// When the unmap fails the chunk stays mapped (a later `map_chunk` keeps it as it is); when
+    /// only giving the memory back fails, the chunk is unmapped and the backing keeps the memory
+    /// to give back when dropped.
     fn unmap_chunk(&mut self, i: usize) -> Result<(), VmmError>;
 
     /// Waits for outstanding work that may touch the pool.

@@ -6,44 +6,26 @@
 //! backing is dropped, so the pool's device pointer never changes. Offloaded contents go to
 //! pinned host memory (`cuMemHostAlloc`).
 //!
-//! Nothing here calls the driver unless [`crate::device::cuda::driver_present`] said yes (cudarc
-//! panics when libcuda is missing): every entry point needs an `Arc<CudaContext>`, which only
-//! [`open_context`] (or the device layer) hands out after that check.
+//! Every driver failure names its function and the chunk; a release that fails is never lost
+//! track of: a chunk whose unmap failed stays mapped (a wake keeps it), a handle whose release
+//! failed is kept and tried again at drop, and what drop cannot release goes to the teardown log.
 
 use super::{Backing, ChunkLayout, VmmError};
-use crate::device::cuda::driver_present;
-use cudarc::driver::{result, sys, CudaContext, DriverError};
+use crate::device::cuda::driver::{bytes, failed, teardown};
+use crate::device::cuda::Gpu;
+use cudarc::driver::{result, sys};
 use std::sync::Arc;
 
-/// Sets `ctx` current on this thread without touching cudarc's stored error state.
-fn make_current(ctx: &CudaContext) -> Result<(), VmmError> {
-    // SAFETY: `cu_ctx` is the live context `ctx` owns.
-    unsafe { result::ctx::set_current(ctx.cu_ctx()) }.map_err(driver("cuCtxSetCurrent"))
-}
+pub use crate::device::cuda::driver::PinnedBuffer;
 
-fn driver(op: &'static str) -> impl FnOnce(DriverError) -> VmmError {
-    move |source| VmmError::Driver { op, source }
-}
-
-/// A context on GPU `ordinal`, or a typed error when libcuda or the device is missing.
-pub fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, VmmError> {
-    if !driver_present() {
-        return Err(VmmError::NoGpu("libcuda not found".into()));
-    }
-    let count = CudaContext::device_count()
-        .map_err(|e| VmmError::NoGpu(format!("the driver reports no device ({e})")))?;
-    if ordinal >= count.max(0) as usize {
-        return Err(VmmError::NoGpu(format!(
-            "{count} devices, asked for #{ordinal}"
-        )));
-    }
-    CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))
+/// GPU `ordinal`'s context, or a typed error when libcuda or the device is missing.
+pub fn open_context(ordinal: usize) -> Result<Arc<Gpu>, VmmError> {
+    Ok(Gpu::open(ordinal)?)
 }
 
 /// Free and total device memory, as `cuMemGetInfo` reports them.
-pub fn device_memory(ctx: &CudaContext) -> Result<(usize, usize), VmmError> {
-    ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-    result::mem_get_info().map_err(driver("cuMemGetInfo"))
+pub fn device_memory(gpu: &Gpu) -> Result<(usize, usize), VmmError> {
+    Ok(gpu.memory_info()?)
 }
 
 fn allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
@@ -65,9 +47,10 @@ fn allocation_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
 }
 
 /// The smallest unit `cuMemCreate` and `cuMemMap` accept on this device (2 MiB on current GPUs).
-pub fn granularity(ctx: &CudaContext) -> Result<usize, VmmError> {
-    ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-    let prop = allocation_prop(ctx.cu_device());
+pub fn granularity(gpu: &Gpu) -> Result<usize, VmmError> {
+    let doing = || "asking the virtual-memory granularity".to_string();
+    gpu.bind(doing)?;
+    let prop = allocation_prop(gpu.cu_device());
     let mut g = 0usize;
     // SAFETY: `prop` and `g` are valid for the call.
     unsafe {
@@ -78,108 +61,126 @@ pub fn granularity(ctx: &CudaContext) -> Result<usize, VmmError> {
         )
     }
     .result()
-    .map_err(driver("cuMemGetAllocationGranularity"))?;
+    .map_err(failed("cuMemGetAllocationGranularity", doing))?;
     Ok(g)
-}
-
-/// Page-locked host memory from `cuMemHostAlloc`: the offload buffer.
-pub struct PinnedBuffer {
-    ctx: Arc<CudaContext>,
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the buffer owns its allocation exclusively; the driver allows freeing from any thread
-// once the context is bound, which `drop` does.
-unsafe impl Send for PinnedBuffer {}
-
-impl PinnedBuffer {
-    pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, VmmError> {
-        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
-        // SAFETY: a plain allocation; cuMemHostAlloc rejects a zero size with an error.
-        let ptr =
-            unsafe { result::malloc_host(len.max(1), 0) }.map_err(driver("cuMemHostAlloc"))?;
-        Ok(PinnedBuffer {
-            ctx: ctx.clone(),
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-}
-
-impl AsRef<[u8]> for PinnedBuffer {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: `len` bytes were allocated at `ptr` and live as long as `self`. Pinned memory
-        // from cuMemHostAlloc is not zeroed, but every byte is plain data.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl AsMut<[u8]> for PinnedBuffer {
-    fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, exclusively borrowed.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for PinnedBuffer {
-    fn drop(&mut self) {
-        if make_current(&self.ctx).is_ok() {
-            // SAFETY: `ptr` came from cuMemHostAlloc and is freed once.
-            let _ = unsafe { result::free_host(self.ptr.cast()) };
-        }
-    }
 }
 
 /// A reserved device address range with chunks mapped on demand.
 pub struct CudaBacking {
-    ctx: Arc<CudaContext>,
+    gpu: Arc<Gpu>,
     layout: ChunkLayout,
     base: sys::CUdeviceptr,
     /// The physical allocation behind each mapped chunk; `None` while the chunk is released.
     handles: Vec<Option<sys::CUmemGenericAllocationHandle>>,
+    /// Chunks mapped whose `cuMemSetAccess` failed and whose unmap then failed too: mapped but
+    /// closed to the device, so no copy may touch them; a later `map_chunk` opens them.
+    closed: Vec<bool>,
+    /// Handles unmapped whose `cuMemRelease` failed: released again at drop.
+    unreleased: Vec<sys::CUmemGenericAllocationHandle>,
+}
+
+/// One driver call on a chunk: `Err` names the function and the chunk.
+fn chunk_call(
+    result: sys::CUresult,
+    op: &'static str,
+    doing: impl FnOnce() -> String,
+) -> Result<(), VmmError> {
+    result
+        .result()
+        .map_err(failed(op, doing))
+        .map_err(VmmError::from)
 }
 
 impl CudaBacking {
     /// Reserves `size` bytes in chunks of `chunk` bytes (both rounded up to the granularity; one
     /// chunk when `None`). No chunk is mapped yet (see [`super::SleepPool::new`]).
-    pub fn reserve(
-        ctx: &Arc<CudaContext>,
-        size: usize,
-        chunk: Option<usize>,
-    ) -> Result<Self, VmmError> {
-        let layout = ChunkLayout::new(size, chunk, granularity(ctx)?)?;
+    pub fn reserve(gpu: &Arc<Gpu>, size: usize, chunk: Option<usize>) -> Result<Self, VmmError> {
+        let layout = ChunkLayout::new(size, chunk, granularity(gpu)?)?;
+        let doing = || format!("reserving {} of device addresses", bytes(layout.size));
+        gpu.bind(doing)?;
         let mut base: sys::CUdeviceptr = 0;
         // Aligned to the granularity so every chunk offset is a legal mapping address.
         // SAFETY: reserves address space only; `base` receives the start.
-        unsafe { sys::cuMemAddressReserve(&mut base, layout.size, layout.granularity, 0, 0) }
-            .result()
-            .map_err(driver("cuMemAddressReserve"))?;
+        let reserved =
+            unsafe { sys::cuMemAddressReserve(&mut base, layout.size, layout.granularity, 0, 0) };
+        chunk_call(reserved, "cuMemAddressReserve", doing)?;
         Ok(CudaBacking {
-            ctx: ctx.clone(),
+            gpu: gpu.clone(),
             layout,
             base,
             handles: vec![None; layout.count()],
+            closed: vec![false; layout.count()],
+            unreleased: Vec::new(),
         })
     }
 
-    pub fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
     }
 
-    /// Makes the context current. Not `bind_to_thread`: that first returns (and clears) any
-    /// error cudarc stored from an unrelated drop, which would fail or leak this pool's work.
-    fn bind(&self) -> Result<(), VmmError> {
-        make_current(&self.ctx)
+    /// `chunk 2 of 4 (2.0 MiB)`, for messages.
+    fn chunk(&self, i: usize) -> String {
+        let (_, len) = self.layout.range(i);
+        format!("chunk {i} of {} ({})", self.layout.count(), bytes(len))
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<(), VmmError> {
         let chunks = self.layout.chunks_of(offset, len)?;
-        if self.handles[chunks].iter().all(Option::is_some) {
+        let open = |i: usize| self.handles[i].is_some() && !self.closed[i];
+        if chunks.into_iter().all(open) {
             Ok(())
         } else {
             Err(VmmError::Asleep(super::PoolState::AsleepDiscarded))
         }
+    }
+
+    /// Waits for the whole context: kernels on any stream may be reading or writing the pool.
+    fn wait(&self, before: &'static str) -> Result<(), VmmError> {
+        Ok(self
+            .gpu
+            .synchronize(|| format!("before {before} the pool"))?)
+    }
+
+    /// What drop could not release, each failure to the teardown log.
+    fn release_all(&mut self) {
+        teardown::record_err(self.gpu.synchronize(|| "before freeing a pool".into()));
+        let mut stuck = Vec::new();
+        for i in 0..self.handles.len() {
+            if let Err(e) = self.unmap_chunk(i) {
+                teardown::record(e);
+                if self.handles[i].is_some() {
+                    stuck.push(i);
+                }
+            }
+        }
+        // A failed unmap would cost the whole reservation: it gets one more try.
+        for i in stuck {
+            teardown::record_err(self.unmap_chunk(i));
+        }
+        for handle in std::mem::take(&mut self.unreleased) {
+            let doing = || "releasing a pool chunk's memory once more".to_string();
+            teardown::record_err(self.gpu.bind(doing));
+            // SAFETY: an unmapped handle of ours whose release failed before.
+            let released = unsafe { sys::cuMemRelease(handle) };
+            teardown::record_err(released.result().map_err(failed("cuMemRelease", doing)));
+        }
+        let doing = || {
+            format!(
+                "freeing a pool's {} of device addresses",
+                bytes(self.layout.size)
+            )
+        };
+        if let Some(i) = self.handles.iter().position(Option::is_some) {
+            teardown::record(format!(
+                "{}: kept, because chunk {i} is still mapped in it (cuMemUnmap failed)",
+                doing()
+            ));
+            return;
+        }
+        teardown::record_err(self.gpu.bind(doing));
+        // SAFETY: nothing is mapped in the reservation; it is freed once.
+        let freed = unsafe { sys::cuMemAddressFree(self.base, self.layout.size) };
+        teardown::record_err(freed.result().map_err(failed("cuMemAddressFree", doing)));
     }
 }
 
@@ -195,43 +196,45 @@ impl Backing for CudaBacking {
     }
 
     fn map_chunk(&mut self, i: usize) -> Result<(), VmmError> {
-        if self.handles[i].is_some() {
+        if self.handles[i].is_some() && !self.closed[i] {
             return Ok(());
         }
-        self.bind()?;
         let (offset, len) = self.layout.range(i);
         let addr = self.base + offset as u64;
-        let prop = allocation_prop(self.ctx.cu_device());
+        self.gpu.bind(|| format!("mapping {}", self.chunk(i)))?;
+        let prop = allocation_prop(self.gpu.cu_device());
+        if self.closed[i] {
+            // Mapped by an earlier call that could neither open nor unmap it: open it now.
+            self.open_chunk(i, &prop)?;
+            self.closed[i] = false;
+            return Ok(());
+        }
         let mut handle: sys::CUmemGenericAllocationHandle = 0;
         // SAFETY: `prop` describes pinned device memory on this context's device; `len` is a
         // multiple of its granularity.
-        unsafe { sys::cuMemCreate(&mut handle, len, &prop, 0) }
-            .result()
-            .map_err(driver("cuMemCreate"))?;
+        let created = unsafe { sys::cuMemCreate(&mut handle, len, &prop, 0) };
+        chunk_call(created, "cuMemCreate", || {
+            format!("creating {}", self.chunk(i))
+        })?;
         // SAFETY: [addr, addr+len) lies in our reservation and is not mapped (handles[i] is None).
-        if let Err(e) = unsafe { sys::cuMemMap(addr, len, 0, handle, 0) }.result() {
-            // SAFETY: the handle is ours and mapped nowhere.
-            let _ = unsafe { sys::cuMemRelease(handle) };
-            return Err(VmmError::Driver {
-                op: "cuMemMap",
-                source: e,
-            });
+        let mapped = unsafe { sys::cuMemMap(addr, len, 0, handle, 0) };
+        if let Err(e) = chunk_call(mapped, "cuMemMap", || format!("mapping {}", self.chunk(i))) {
+            self.release_unmapped(handle, i);
+            return Err(e);
         }
-        let access = sys::CUmemAccessDesc {
-            location: prop.location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the range was just mapped; one descriptor is passed.
-        if let Err(e) = unsafe { sys::cuMemSetAccess(addr, len, &access, 1) }.result() {
+        if let Err(e) = self.open_chunk(i, &prop) {
             // SAFETY: undo the mapping and the allocation made above.
-            unsafe {
-                let _ = sys::cuMemUnmap(addr, len);
-                let _ = sys::cuMemRelease(handle);
+            let unmapped = unsafe { sys::cuMemUnmap(addr, len) };
+            if unmapped != sys::CUresult::CUDA_SUCCESS {
+                // Still mapped: kept as a closed chunk, which drop (or a sleep) unmaps and a
+                // later map opens.
+                self.handles[i] = Some(handle);
+                self.closed[i] = true;
+                self.undo(unmapped, "cuMemUnmap", i);
+                return Err(e);
             }
-            return Err(VmmError::Driver {
-                op: "cuMemSetAccess",
-                source: e,
-            });
+            self.release_unmapped(handle, i);
+            return Err(e);
         }
         self.handles[i] = Some(handle);
         Ok(())
@@ -241,63 +244,102 @@ impl Backing for CudaBacking {
         let Some(handle) = self.handles[i] else {
             return Ok(());
         };
-        self.bind()?;
         let (offset, len) = self.layout.range(i);
+        self.gpu.bind(|| format!("unmapping {}", self.chunk(i)))?;
         // SAFETY: chunk i is mapped with `handle`; callers synchronised outstanding work.
-        unsafe { sys::cuMemUnmap(self.base + offset as u64, len) }
-            .result()
-            .map_err(driver("cuMemUnmap"))?;
+        let unmapped = unsafe { sys::cuMemUnmap(self.base + offset as u64, len) };
+        chunk_call(unmapped, "cuMemUnmap", || {
+            format!("unmapping {}", self.chunk(i))
+        })?;
         self.handles[i] = None;
-        // The mapping is gone; the handle is ours to release even if this reports an error.
+        self.closed[i] = false;
         // SAFETY: `handle` is no longer mapped anywhere.
-        unsafe { sys::cuMemRelease(handle) }
-            .result()
-            .map_err(driver("cuMemRelease"))
+        let released = unsafe { sys::cuMemRelease(handle) };
+        let doing = || format!("releasing {}'s memory", self.chunk(i));
+        chunk_call(released, "cuMemRelease", doing).inspect_err(|_| self.unreleased.push(handle))
     }
 
     fn synchronize(&self) -> Result<(), VmmError> {
-        // The whole context: kernels on any stream may be reading or writing the pool.
-        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))
+        self.wait("sleeping")
     }
 
     fn alloc_host(&self, len: usize) -> Result<PinnedBuffer, VmmError> {
-        PinnedBuffer::new(&self.ctx, len)
+        Ok(PinnedBuffer::new(
+            &self.gpu,
+            "a pool's offload buffer",
+            len,
+        )?)
     }
 
     fn copy_to_host(&self, offset: usize, dst: &mut [u8]) -> Result<(), VmmError> {
         self.check_range(offset, dst.len())?;
-        self.bind()?;
         // Work on other streams (non-blocking ones do not wait for this copy) finishes first.
-        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
+        self.wait("reading")?;
+        let n = dst.len();
+        let doing = || format!("copying {} from the pool at offset {offset}", bytes(n));
+        self.gpu.bind(doing)?;
         // SAFETY: the device range is mapped (checked above) and `dst` is a valid host slice.
         unsafe { result::memcpy_dtoh_sync(dst, self.base + offset as u64) }
-            .map_err(driver("cuMemcpyDtoH"))
+            .map_err(failed("cuMemcpyDtoH", doing))?;
+        Ok(())
     }
 
     fn copy_from_host(&mut self, offset: usize, src: &[u8]) -> Result<(), VmmError> {
         self.check_range(offset, src.len())?;
-        self.bind()?;
-        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))?;
+        self.wait("writing")?;
+        let doing = || {
+            format!(
+                "copying {} into the pool at offset {offset}",
+                bytes(src.len())
+            )
+        };
+        self.gpu.bind(doing)?;
         // SAFETY: as above.
         unsafe { result::memcpy_htod_sync(self.base + offset as u64, src) }
-            .map_err(driver("cuMemcpyHtoD"))?;
+            .map_err(failed("cuMemcpyHtoD", doing))?;
         // From pageable memory the call may return before the data reaches the device; wait, so
         // kernels on non-blocking streams launched next see it.
-        self.ctx.synchronize().map_err(driver("cuCtxSynchronize"))
+        self.wait("using what was written to")
+    }
+}
+
+impl CudaBacking {
+    /// Grants the device read and write access to mapped chunk `i` (`cuMemSetAccess`).
+    fn open_chunk(&self, i: usize, prop: &sys::CUmemAllocationProp) -> Result<(), VmmError> {
+        let (offset, len) = self.layout.range(i);
+        let access = sys::CUmemAccessDesc {
+            location: prop.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the range is mapped (by the caller); one descriptor is passed.
+        let opened = unsafe { sys::cuMemSetAccess(self.base + offset as u64, len, &access, 1) };
+        chunk_call(opened, "cuMemSetAccess", || {
+            format!("opening {} to the device", self.chunk(i))
+        })
+    }
+
+    /// The cleanup of a failed map: its own failure goes to the teardown log (the map's error
+    /// is the one returned).
+    fn undo(&self, code: sys::CUresult, op: &'static str, i: usize) {
+        let doing = || format!("undoing the mapping of {}", self.chunk(i));
+        teardown::record_err(code.result().map_err(failed(op, doing)));
+    }
+
+    /// Releases `handle` (mapped nowhere) made for chunk `i`; a failure is recorded and the
+    /// handle kept for drop to try again.
+    fn release_unmapped(&mut self, handle: sys::CUmemGenericAllocationHandle, i: usize) {
+        // SAFETY: the handle is ours and mapped nowhere.
+        let code = unsafe { sys::cuMemRelease(handle) };
+        if code != sys::CUresult::CUDA_SUCCESS {
+            self.unreleased.push(handle);
+        }
+        self.undo(code, "cuMemRelease", i);
     }
 }
 
 impl Drop for CudaBacking {
     fn drop(&mut self) {
-        if self.bind().is_err() {
-            return;
-        }
-        let _ = self.ctx.synchronize();
-        for i in 0..self.handles.len() {
-            let _ = self.unmap_chunk(i);
-        }
-        // SAFETY: every chunk is unmapped; the reservation is freed once.
-        let _ = unsafe { sys::cuMemAddressFree(self.base, self.layout.size) };
+        self.release_all();
     }
 }
 
@@ -305,12 +347,8 @@ impl Drop for CudaBacking {
 pub type CudaPool = super::SleepPool<CudaBacking>;
 
 impl CudaPool {
-    /// Reserves and maps a pool of `size` bytes on `ctx`'s device in chunks of `chunk` bytes.
-    pub fn create(
-        ctx: &Arc<CudaContext>,
-        size: usize,
-        chunk: Option<usize>,
-    ) -> Result<Self, VmmError> {
-        super::SleepPool::new(CudaBacking::reserve(ctx, size, chunk)?)
+    /// Reserves and maps a pool of `size` bytes on `gpu` in chunks of `chunk` bytes.
+    pub fn create(gpu: &Arc<Gpu>, size: usize, chunk: Option<usize>) -> Result<Self, VmmError> {
+        super::SleepPool::new(CudaBacking::reserve(gpu, size, chunk)?)
     }
 }

@@ -18,8 +18,6 @@ pub enum VmmError {
     NotAsleep,
     #[error("the pool is asleep ({0:?}): its memory is not mapped")]
     Asleep(PoolState),
-    #[error("the pool is broken by an earlier failed release: {0}")]
-    Broken(String),
     #[error("access [{offset}, {offset}+{len}) is outside the pool of {size} bytes")]
     OutOfRange {
         offset: usize,
@@ -46,14 +44,20 @@ pub enum VmmError {
         #[source]
         source: std::io::Error,
     },
-    #[error("CUDA {op} failed: {source}")]
-    Driver {
-        op: &'static str,
+    /// A CUDA driver call failed (the error names the function and the object).
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
+    /// A sleep released every chunk it could; these stayed mapped or unreleased. The pool is
+    /// asleep all the same: its contents are in host memory (offload) or were discarded as asked,
+    /// and a wake maps what is missing.
+    #[error("could not release chunk(s) {chunks:?} of {count} ({source}); the pool is asleep, {contents}")]
+    NotReleased {
+        chunks: Vec<usize>,
+        count: usize,
         #[source]
-        source: cudarc::driver::DriverError,
+        source: Box<VmmError>,
+        contents: &'static str,
     },
-    #[error("no usable CUDA GPU: {0}")]
-    NoGpu(String),
     /// A sleep or wake failed mid-cycle and the pool was brought back: what failed, and whether
     /// the pool then worked with its contents intact (checked, not assumed).
     #[error("cycle {cycle}: {step} failed ({source}); {outcome}")]

@@ -3,7 +3,7 @@
 //! same run, address and data checks), and the chunk-size sweep.
 
 use super::checksum::{fill_random, Checksum, FILL_BLOCK};
-use super::{Backing, SleepMode, SleepPool, VmmError};
+use super::{Backing, PoolState, SleepMode, SleepPool, VmmError};
 use crate::progress::{phase, Progress};
 use crate::stats::median;
 use crate::timing::timed;
@@ -194,7 +194,7 @@ fn cycles_in_phase<B: Backing>(
         let (copy_gbps, copy_h2d_gbps) = probe.measure(pool)?;
         let before = in_use()? as i64;
         let (s, sleep) = timed(|| pool.sleep(mode));
-        let s = s.map_err(|e| after_failed_sleep(pool, e, cycle, sum))?;
+        let s = s.map_err(|e| after_failed_sleep(pool, e, cycle, mode, sum))?;
         let asleep = in_use()? as i64;
         let (w, wake) = timed(|| pool.wake());
         let w = w.map_err(|e| after_failed_wake(pool, e, cycle, mode, sum))?;
@@ -257,21 +257,44 @@ fn cycles_in_phase<B: Backing>(
     })
 }
 
-/// A sleep failed: the pool must still be awake with the contents it had (`sum`); says whether
-/// it is.
+/// A sleep failed. Before releasing anything it must leave the pool awake with the contents it
+/// had (`sum`); while releasing, asleep with them in host memory (offload), a wake bringing them
+/// back. Says which, checked, not assumed.
 fn after_failed_sleep<B: Backing>(
-    pool: &SleepPool<B>,
+    pool: &mut SleepPool<B>,
     e: VmmError,
     cycle: usize,
+    mode: SleepMode,
     sum: u64,
 ) -> VmmError {
-    let outcome = match (pool.state(), checksum(pool)) {
-        (super::PoolState::Awake, Ok(now)) if now == sum => {
-            "the pool stayed awake with its contents intact".to_string()
+    let outcome = match (pool.state(), mode) {
+        (PoolState::Awake, _) => match checksum(pool) {
+            Ok(now) if now == sum => "the pool stayed awake with its contents intact".to_string(),
+            Ok(_) => "the pool is awake but its contents CHANGED".into(),
+            Err(check) => format!("the pool is awake but unreadable ({check})"),
+        },
+        (PoolState::AsleepOffloaded, _) => {
+            let kept = pool
+                .host_copy()
+                .is_some_and(|copy| super::checksum::checksum(copy) == sum);
+            match (kept, pool.wake()) {
+                (false, _) => "the pool is asleep and its host copy CHANGED".into(),
+                (true, Err(again)) => format!(
+                    "the pool is asleep with its contents intact in host memory; a wake failed ({again})"
+                ),
+                (true, Ok(_)) => match checksum(pool) {
+                    Ok(now) if now == sum => "the pool is asleep with its contents intact in host memory; a wake restored them \
+                         intact"
+                        .into(),
+                    Ok(_) => "a wake from the intact host copy CHANGED the contents".into(),
+                    Err(check) => format!("after a wake the pool is unreadable ({check})"),
+                },
+            }
         }
-        (super::PoolState::Awake, Ok(_)) => "the pool is awake but its contents CHANGED".into(),
-        (state, Err(check)) => format!("the pool is {state:?} and unreadable ({check})"),
-        (state, _) => format!("the pool is {state:?}"),
+        (state, _) => match pool.wake() {
+            Ok(_) => format!("the pool is {state:?} (as asked); a wake succeeded"),
+            Err(again) => format!("the pool is {state:?} (as asked); a wake failed ({again})"),
+        },
     };
     VmmError::CycleFailed {
         cycle,
@@ -291,10 +314,7 @@ fn after_failed_wake<B: Backing>(
     sum: u64,
 ) -> VmmError {
     let state = pool.state();
-    let outcome = if !matches!(
-        state,
-        super::PoolState::AsleepOffloaded | super::PoolState::AsleepDiscarded
-    ) {
+    let outcome = if state == PoolState::Awake {
         format!("it did not roll back: the pool is {state:?}")
     } else {
         match (pool.wake(), mode) {

@@ -7,9 +7,14 @@
 //!            sleep(Discard)                 wake (map)
 //! ```
 //! Sleeping twice, waking while awake and touching a sleeping pool are errors. A wake that fails
-//! half-way unmaps what it mapped and leaves the pool asleep with its host copy intact.
+//! half-way unmaps what it mapped and leaves the pool asleep with its host copy intact. A sleep
+//! that cannot release a chunk still puts the pool to sleep (its contents are in host memory, or
+//! discarded as asked) and says which chunks it kept; a later wake maps only what is missing. No
+//! failure of the driver loses an offloaded pool's contents: the host copy stays readable
+//! ([`SleepPool::host_copy`]) until a wake has restored it.
 
 use super::{Backing, VmmError};
+use crate::device::cuda::driver::teardown;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -27,8 +32,6 @@ pub enum PoolState {
     Awake,
     AsleepOffloaded,
     AsleepDiscarded,
-    /// A release failed half-way: some chunks may still be mapped. Every operation is refused.
-    Broken,
 }
 
 /// Where an injected wake failure strikes (tests of the rollback path).
@@ -71,7 +74,6 @@ pub struct SleepPool<B: Backing> {
     spare: Option<B::HostBuffer>,
     keep_host_buffer: bool,
     fault: Option<WakeFault>,
-    broken_reason: String,
 }
 
 impl<B: Backing> SleepPool<B> {
@@ -85,7 +87,6 @@ impl<B: Backing> SleepPool<B> {
             spare: None,
             keep_host_buffer: false,
             fault: None,
-            broken_reason: String::new(),
         })
     }
 
@@ -145,6 +146,14 @@ impl<B: Backing> SleepPool<B> {
         self.backing.copy_to_host(offset, dst)
     }
 
+    /// The offloaded contents while the pool sleeps offloaded: what a wake will restore.
+    pub fn host_copy(&self) -> Option<&[u8]> {
+        match self.state {
+            PoolState::AsleepOffloaded => self.backup.as_ref().map(AsRef::as_ref),
+            _ => None,
+        }
+    }
+
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<(), VmmError> {
         self.require_awake()?;
         self.check_range(offset, src.len())?;
@@ -159,10 +168,8 @@ impl<B: Backing> SleepPool<B> {
     /// First half of sleep: synchronises and, when offloading, copies the contents to host
     /// memory. Nothing is released; on failure the pool is awake and whole.
     pub(crate) fn sleep_prepare(&mut self, mode: SleepMode) -> Result<SleepReport, VmmError> {
-        match self.state {
-            PoolState::Awake => {}
-            PoolState::Broken => return Err(VmmError::Broken(self.broken_reason.clone())),
-            asleep => return Err(VmmError::AlreadyAsleep(asleep)),
+        if self.state != PoolState::Awake {
+            return Err(VmmError::AlreadyAsleep(self.state));
         }
         let mut report = SleepReport::default();
         let t = Instant::now();
@@ -197,18 +204,21 @@ impl<B: Backing> SleepPool<B> {
         }
     }
 
-    /// Second half of sleep: releases every chunk, keeping the reservation.
+    /// Second half of sleep: releases every chunk, keeping the reservation. The pool is asleep
+    /// afterwards even when a chunk could not be released: the error names those kept.
     pub(crate) fn sleep_release(
         &mut self,
         mode: SleepMode,
         mut report: SleepReport,
     ) -> Result<SleepReport, VmmError> {
         let t = Instant::now();
-        for i in 0..self.backing.layout().count() {
+        let count = self.backing.layout().count();
+        let mut kept = Vec::new();
+        let mut first = None;
+        for i in 0..count {
             if let Err(e) = self.backing.unmap_chunk(i) {
-                self.state = PoolState::Broken;
-                self.broken_reason = format!("releasing chunk {i}: {e}");
-                return Err(e);
+                kept.push(i);
+                first.get_or_insert(e);
             }
         }
         report.release = t.elapsed();
@@ -216,7 +226,18 @@ impl<B: Backing> SleepPool<B> {
             SleepMode::Offload => PoolState::AsleepOffloaded,
             SleepMode::Discard => PoolState::AsleepDiscarded,
         };
-        Ok(report)
+        match first {
+            None => Ok(report),
+            Some(e) => Err(VmmError::NotReleased {
+                chunks: kept,
+                count,
+                source: Box::new(e),
+                contents: match mode {
+                    SleepMode::Offload => "its contents safe in host memory",
+                    SleepMode::Discard => "its contents discarded as asked",
+                },
+            }),
+        }
     }
 
     pub fn wake(&mut self) -> Result<WakeReport, VmmError> {
@@ -228,10 +249,8 @@ impl<B: Backing> SleepPool<B> {
 
     /// First half of wake: maps every chunk, all or nothing; the state stays asleep.
     pub(crate) fn wake_map(&mut self) -> Result<Duration, VmmError> {
-        match self.state {
-            PoolState::Awake => return Err(VmmError::NotAsleep),
-            PoolState::Broken => return Err(VmmError::Broken(self.broken_reason.clone())),
-            _ => {}
+        if self.state == PoolState::Awake {
+            return Err(VmmError::NotAsleep);
         }
         let t = Instant::now();
         let fault = match self.fault {
@@ -242,13 +261,12 @@ impl<B: Backing> SleepPool<B> {
         Ok(t.elapsed())
     }
 
-    /// Undoes [`Self::wake_map`] when a later step of a wake fails.
+    /// Undoes [`Self::wake_map`] when a later step of a wake fails. A chunk that cannot be
+    /// unmapped stays mapped, which a later wake keeps: the pool stays asleep with its host copy
+    /// either way. The error returned is the wake's, so an unmap's own goes to the teardown log.
     pub(crate) fn wake_unmap(&mut self) {
         for i in 0..self.backing.layout().count() {
-            if let Err(e) = self.backing.unmap_chunk(i) {
-                self.state = PoolState::Broken;
-                self.broken_reason = format!("rolling back chunk {i}: {e}");
-            }
+            teardown::record_err(self.backing.unmap_chunk(i));
         }
     }
 
@@ -290,7 +308,6 @@ impl<B: Backing> SleepPool<B> {
     fn require_awake(&self) -> Result<(), VmmError> {
         match self.state {
             PoolState::Awake => Ok(()),
-            PoolState::Broken => Err(VmmError::Broken(self.broken_reason.clone())),
             asleep => Err(VmmError::Asleep(asleep)),
         }
     }
@@ -312,8 +329,9 @@ fn map_all<B: Backing>(backing: &mut B, fail_at: Option<usize>) -> Result<(), Vm
         };
         if let Err(e) = result {
             for j in (0..i).rev() {
-                // Best effort: the original error is the one worth reporting.
-                let _ = backing.unmap_chunk(j);
+                // A chunk that cannot be unmapped stays mapped (a later wake keeps it); the error
+                // returned is the map's, so the unmap's goes to the teardown log.
+                teardown::record_err(backing.unmap_chunk(j));
             }
             return Err(e);
         }

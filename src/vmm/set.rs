@@ -95,12 +95,8 @@ impl<B: Backing> PoolSet<B> {
     /// before any memory is released, so a failed copy leaves every pool awake.
     pub fn sleep(&mut self, offload_tags: &[&str]) -> Result<Vec<SleepReport>, VmmError> {
         for (tag, pool) in &self.pools {
-            match pool.state() {
-                PoolState::Awake => {}
-                PoolState::Broken => {
-                    return Err(VmmError::Broken("see earlier error".into()).in_pool(tag))
-                }
-                s => return Err(VmmError::AlreadyAsleep(s).in_pool(tag)),
+            if pool.state() != PoolState::Awake {
+                return Err(VmmError::AlreadyAsleep(pool.state()).in_pool(tag));
             }
         }
         let modes: Vec<SleepMode> = self
@@ -129,14 +125,19 @@ impl<B: Backing> PoolSet<B> {
                 }
             }
         }
+        // Every pool goes to sleep even when one cannot release a chunk (it says which): the
+        // first such error is returned once all are asleep.
         let mut reports = Vec::with_capacity(self.pools.len());
+        let mut first = None;
         for (i, (tag, pool)) in self.pools.iter_mut().enumerate() {
-            reports.push(
-                pool.sleep_release(modes[i], prepared[i])
-                    .map_err(|e| e.in_pool(tag))?,
-            );
+            match pool.sleep_release(modes[i], prepared[i]) {
+                Ok(r) => reports.push(r),
+                Err(e) => {
+                    first.get_or_insert(e.in_pool(tag));
+                }
+            }
         }
-        Ok(reports)
+        first.map_or(Ok(reports), Err)
     }
 
     /// Wakes the pools tagged with one of `tags` (every pool when `None`). Refused without change
@@ -153,12 +154,8 @@ impl<B: Backing> PoolSet<B> {
             .collect();
         for &i in &selected {
             let (tag, pool) = &self.pools[i];
-            match pool.state() {
-                PoolState::Awake => return Err(VmmError::NotAsleep.in_pool(tag)),
-                PoolState::Broken => {
-                    return Err(VmmError::Broken("see earlier error".into()).in_pool(tag))
-                }
-                _ => {}
+            if pool.state() == PoolState::Awake {
+                return Err(VmmError::NotAsleep.in_pool(tag));
             }
         }
         let mut map_times = Vec::with_capacity(selected.len());

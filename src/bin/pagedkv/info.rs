@@ -124,10 +124,13 @@ pub fn run(args: Args) -> CmdResult {
     if args.check_occupancy {
         return check_occupancy(&report);
     }
-    let gpus = device::gpus();
+    let gpus = device::cuda::list_gpus().unwrap_or_else(|e| {
+        warn_unless_absent(&e);
+        Vec::new()
+    });
     let availability = static_report::availability();
     let info = Info {
-        device: device::Device::detect(device::DeviceChoice::Auto)?.name(),
+        device: auto_device(),
         gpus,
         kernels_built: kernels::KERNELS_BUILT,
         nvcc_version: kernels::NVCC_VERSION,
@@ -199,6 +202,26 @@ pub fn run(args: Args) -> CmdResult {
         print_reference_split(&report);
     }
     Ok(())
+}
+
+/// A GPU that fails (not one that is absent) is said on stderr: `info` still reports the rest.
+fn warn_unless_absent(e: &device::DeviceError) {
+    if !matches!(e, device::DeviceError::NoGpu(_)) {
+        eprintln!("pagedkv: warning: {e}");
+    }
+}
+
+/// What `--device auto` picks: the GPU when it opens with kernels, else the CPU.
+fn auto_device() -> String {
+    match device::Device::detect(device::DeviceChoice::Cuda) {
+        Ok(d) => d.name(),
+        Err(e) => {
+            if !matches!(e, device::DeviceError::NoKernels) {
+                warn_unless_absent(&e);
+            }
+            device::Device::Cpu.name()
+        }
+    }
 }
 
 /// Which engine runs which decode-attention shapes, in a few lines (`--json`: every shape).

@@ -80,6 +80,26 @@ impl std::error::Error for CheckFailed {}
 
 pub type CmdResult = Result<(), Box<dyn std::error::Error>>;
 
+/// The GPU objects released when the command's values were dropped, where no caller could be told
+/// of a failure (`driver::teardown` recorded each as it failed): each is said, and a command that
+/// otherwise succeeded fails as a check does (exit 1): it could not release what it took.
+fn with_teardown(result: CmdResult) -> CmdResult {
+    let failures: Vec<String> = pagedkv::device::cuda::driver::teardown::take()
+        .iter()
+        .map(|e| e.to_string().replace('\n', " "))
+        .collect();
+    match result {
+        _ if failures.is_empty() => result,
+        Ok(()) => Err(CheckFailed(failures.join("; ")).into()),
+        Err(e) => {
+            for f in &failures {
+                eprintln!("pagedkv: {f}");
+            }
+            Err(e)
+        }
+    }
+}
+
 /// The parser of a count option limited to `range` (`1..`, `1..=64`): out of it (negative numbers
 /// included), clap's error names the option and says `must be at least 1` or `must be 1 to 64`.
 pub fn count<R>(range: R) -> impl TypedValueParser<Value = usize>
@@ -163,7 +183,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(*args),
         Command::Lab(args) => lab::run(args),
     };
-    match result {
+    match with_teardown(result) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = e.to_string().replace('\n', " ");

@@ -3,8 +3,8 @@
 //! and address and data checks; optionally the chunk-size table.
 
 use crate::{count, count_u64, CheckFailed, CmdResult};
-use cudarc::driver::CudaContext;
-use pagedkv::device::{Device, DeviceChoice, DeviceError};
+use pagedkv::device::cuda::Gpu;
+use pagedkv::device::{DeviceChoice, DeviceError};
 use pagedkv::host_memory;
 use pagedkv::progress::StderrProgress;
 use pagedkv::report::Table;
@@ -67,23 +67,16 @@ struct Output {
 
 enum Target {
     Cpu,
-    Cuda(Arc<CudaContext>),
+    Cuda(Arc<Gpu>),
 }
 
 /// The device for the pools. Virtual memory needs no kernels, so a GPU without built kernels
-/// is still used.
-fn target(choice: DeviceChoice) -> Result<Target, Box<dyn std::error::Error>> {
-    match (choice, Device::detect(choice)) {
-        (_, Ok(Device::Cuda(d))) => Ok(Target::Cuda(d.ctx.clone())),
-        (DeviceChoice::Cpu, _) => Ok(Target::Cpu),
-        (DeviceChoice::Auto, _) => Ok(vcuda::open_context(0).map_or(Target::Cpu, Target::Cuda)),
-        (DeviceChoice::Cuda, Err(DeviceError::NoKernels)) => {
-            Ok(Target::Cuda(vcuda::open_context(0)?))
-        }
-        (DeviceChoice::Cuda, Err(e)) => Err(e.into()),
-        (DeviceChoice::Cuda, Ok(Device::Cpu)) => {
-            Err(DeviceError::NoGpu("none found".into()).into())
-        }
+/// is still used; `auto` takes the CPU when no GPU is usable.
+fn target(choice: DeviceChoice) -> Result<Target, DeviceError> {
+    match choice {
+        DeviceChoice::Cpu => Ok(Target::Cpu),
+        DeviceChoice::Cuda => Gpu::open(0).map(Target::Cuda),
+        DeviceChoice::Auto => Ok(Gpu::open(0).map_or(Target::Cpu, Target::Cuda)),
     }
 }
 
@@ -131,7 +124,7 @@ pub fn run(args: Args) -> CmdResult {
                 .map_err(|e| format!("cannot build a {} MiB pool on the GPU: {e}", size / MIB))?;
             let in_use = || vcuda::device_memory(ctx).map(|(free, total)| (total - free) as u64);
             let make = |c| CudaPool::create(ctx, sweep_size, Some(c));
-            let name = ctx.name().unwrap_or_else(|_| "cuda".into());
+            let name = ctx.name()?;
             measure_all(
                 &args,
                 name,

@@ -2,16 +2,13 @@
 //! `launch::attention` plans them: this file uploads the buffers and binds them, in the order of
 //! the kernels' signatures (kernels/attention.cuh), to the plan's kernel, grid and scalars.
 
-use super::LaunchNamed;
+use super::driver::{DeviceBuffer, Function, Launch};
 use super::{CudaDevice, DeviceError};
 use crate::kv::KvElem;
 use crate::launch::attention::{check_engine, dispatched, kernel_name, module, Engine};
 use crate::launch::{split_plan, AttentionData, AttentionLaunch, KernelLaunch, Layout, Scalar};
 use crate::launch::{LaunchError, SplitPlan};
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{
-    CudaFunction, CudaSlice, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{DeviceRepr, LaunchConfig, ValidAsZeroBits};
 
 impl From<LaunchError> for DeviceError {
     fn from(e: LaunchError) -> Self {
@@ -21,38 +18,34 @@ impl From<LaunchError> for DeviceError {
 
 /// A problem's buffers on the device, and its two launches; the output is poisoned with NaN before
 /// every checked launch.
-pub struct DeviceProblem<T: DeviceRepr, KV: DeviceRepr = T> {
+pub struct DeviceProblem<T, KV = T> {
     pub plan: SplitPlan,
     /// What computes the products (both layouts run on the same engine).
     pub engine: Engine,
     paged: AttentionLaunch,
     contiguous: AttentionLaunch,
-    q: CudaSlice<T>,
-    k: CudaSlice<KV>,
-    v: CudaSlice<KV>,
-    k_contiguous: CudaSlice<KV>,
-    v_contiguous: CudaSlice<KV>,
-    k_scale: CudaSlice<f32>,
-    v_scale: CudaSlice<f32>,
-    table: CudaSlice<i32>,
-    lens: CudaSlice<i32>,
-    pub out: CudaSlice<T>,
-    part_out: CudaSlice<f32>,
-    part_max: CudaSlice<f32>,
-    part_sum: CudaSlice<f32>,
+    q: DeviceBuffer<T>,
+    k: DeviceBuffer<KV>,
+    v: DeviceBuffer<KV>,
+    k_contiguous: DeviceBuffer<KV>,
+    v_contiguous: DeviceBuffer<KV>,
+    k_scale: DeviceBuffer<f32>,
+    v_scale: DeviceBuffer<f32>,
+    table: DeviceBuffer<i32>,
+    lens: DeviceBuffer<i32>,
+    pub out: DeviceBuffer<T>,
+    part_out: DeviceBuffer<f32>,
+    part_max: DeviceBuffer<f32>,
+    part_sum: DeviceBuffer<f32>,
 }
 
 impl CudaDevice {
     /// An attention kernel, opted in to the dynamic shared memory it needs (more than the 48 KiB a
     /// launch gets without asking). Done at upload, not per launch: a launch should cost nothing
     /// but the launch.
-    pub fn attention_function(&self, launch: &KernelLaunch) -> Result<CudaFunction, DeviceError> {
+    pub fn attention_function(&self, launch: &KernelLaunch) -> Result<Function, DeviceError> {
         let f = self.function(launch.module, &launch.kernel)?;
-        self.ctx.bind_to_thread()?;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            launch.smem_bytes as i32,
-        )?;
+        f.set_max_dynamic_shared(launch.smem_bytes)?;
         Ok(f)
     }
 
@@ -137,38 +130,27 @@ impl CudaDevice {
         Ok(DeviceProblem {
             plan,
             engine,
-            q: st.clone_htod(data.q)?,
-            k: st.clone_htod(data.k)?,
-            v: st.clone_htod(data.v)?,
-            k_contiguous: st.clone_htod(data.k_contiguous)?,
-            v_contiguous: st.clone_htod(data.v_contiguous)?,
-            k_scale: st.clone_htod(data.k_scale)?,
-            v_scale: st.clone_htod(data.v_scale)?,
-            table: st.clone_htod(&data.table.entries)?,
-            lens: st.clone_htod(data.lens)?,
-            out: st.alloc_zeros(paged.out_elems.max(1))?,
-            part_out: st.alloc_zeros(partial * data.shape.head_dim)?,
-            part_max: st.alloc_zeros(partial)?,
-            part_sum: st.alloc_zeros(partial)?,
+            q: st.upload("q", data.q)?,
+            k: st.upload("the paged K pool", data.k)?,
+            v: st.upload("the paged V pool", data.v)?,
+            k_contiguous: st.upload("the contiguous K", data.k_contiguous)?,
+            v_contiguous: st.upload("the contiguous V", data.v_contiguous)?,
+            k_scale: st.upload("the K scales", data.k_scale)?,
+            v_scale: st.upload("the V scales", data.v_scale)?,
+            table: st.upload("the block table", &data.table.entries)?,
+            lens: st.upload("the sequence lengths", data.lens)?,
+            out: st.alloc_zeros("the attention output", paged.out_elems.max(1))?,
+            part_out: st.alloc_zeros("the partial outputs", partial * data.shape.head_dim)?,
+            part_max: st.alloc_zeros("the partial maxima", partial)?,
+            part_sum: st.alloc_zeros("the partial sums", partial)?,
             paged,
             contiguous,
         })
     }
 
     /// Fills the output with NaN (all bits set), so an element the kernel misses shows.
-    pub fn poison_output<T: DeviceRepr, KV: DeviceRepr>(
-        &self,
-        dp: &mut DeviceProblem<T, KV>,
-    ) -> Result<(), DeviceError> {
-        use cudarc::driver::DevicePtrMut;
-        let bytes = dp.out.num_bytes();
-        self.ctx.bind_to_thread()?;
-        let (ptr, _sync) = dp.out.device_ptr_mut(&self.stream);
-        // SAFETY: ptr covers `bytes` bytes of a live allocation, written on this stream.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, self.stream.cu_stream())?
-        };
-        Ok(())
+    pub fn poison_output<T, KV>(&self, dp: &mut DeviceProblem<T, KV>) -> Result<(), DeviceError> {
+        self.stream.memset(&mut dp.out, 0xFF)
     }
 
     /// Launches decode attention (and the merge when split) on the device stream.
@@ -182,11 +164,11 @@ impl CudaDevice {
             Layout::Contiguous => &dp.contiguous,
         };
         let f = self.function(l.attention.module, &l.attention.kernel)?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&mut dp.out)
-            .arg(&mut dp.part_out)
-            .arg(&mut dp.part_max)
-            .arg(&mut dp.part_sum)
+        let mut b = f.launch(&self.stream);
+        b.arg(&dp.out)
+            .arg(&dp.part_out)
+            .arg(&dp.part_max)
+            .arg(&dp.part_sum)
             .arg(&dp.q);
         match layout {
             Layout::Paged => b.arg(&dp.k).arg(&dp.v),
@@ -201,27 +183,27 @@ impl CudaDevice {
         // SAFETY: the buffers follow the kernel's signature (kernels/attention.cuh) and the plan
         // gives its scalars; the table was validated against the pool at upload and the outputs
         // hold the plan's sizes.
-        unsafe { b.launch_named(&l.attention.kernel, config(&l.attention))? };
+        unsafe { b.launch(config(&l.attention))? };
         if let Some(m) = &l.merge {
             let f = self.function(m.module, &m.kernel)?;
-            let mut b = self.stream.launch_builder(&f);
-            b.arg(&mut dp.out)
+            let mut b = f.launch(&self.stream);
+            b.arg(&dp.out)
                 .arg(&dp.part_out)
                 .arg(&dp.part_max)
                 .arg(&dp.part_sum);
             push_scalars(&mut b, &m.scalars);
             // SAFETY: merge_partitions_*'s signature (kernels/attention.cuh); the partial buffers
             // hold the plan's num_seqs * num_heads * num_partitions entries.
-            unsafe { b.launch_named(&m.kernel, config(m))? };
+            unsafe { b.launch(config(m))? };
         }
         Ok(())
     }
 
     pub fn download<T: DeviceRepr + Default + Clone>(
         &self,
-        buf: &CudaSlice<T>,
+        buf: &DeviceBuffer<T>,
     ) -> Result<Vec<T>, DeviceError> {
-        Ok(self.stream.clone_dtoh(buf)?)
+        self.stream.download(buf)
     }
 }
 
@@ -233,7 +215,7 @@ fn config(k: &KernelLaunch) -> LaunchConfig {
     }
 }
 
-fn push_scalars<'a>(b: &mut LaunchArgs<'a>, scalars: &'a [Scalar]) {
+fn push_scalars<'a>(b: &mut Launch<'a>, scalars: &'a [Scalar]) {
     for s in scalars {
         match s {
             Scalar::I32(v) => b.arg(v),

@@ -5,16 +5,12 @@
 //! `cudaMemcpyAsync` per block; [`CudaDevice::copy_blocks_per_memcpy`] does it vLLM's way, to
 //! compare. Pairs and slots are checked against the buffers before anything is launched.
 
-use super::LaunchNamed;
+use super::driver::{failed, DeviceBuffer, PinnedBuffer};
 use super::{CudaDevice, DeviceError};
 use crate::device::cpu::cache_ops::{check_pairs, check_slots};
 use crate::kv::{KvElem, KvSpec};
 use crate::launch::cache_ops::{BlockCopies, SlotWrites};
-use cudarc::driver::{
-    sys, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PinnedHostSlice,
-    PushKernelArg,
-};
-use std::sync::Arc;
+use cudarc::driver::{sys, DeviceRepr, LaunchConfig};
 
 /// Where a block buffer lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,28 +21,18 @@ pub enum BlockMemory {
 }
 
 enum Storage {
-    Device(CudaSlice<u8>),
-    Pinned(PinnedHostSlice<u8>),
+    Device(DeviceBuffer<u8>),
+    /// `cuMemFreeHost` waits for the copies still using it.
+    Pinned(PinnedBuffer),
 }
 
 /// `num_blocks` blocks of `block_bytes` each, on the device or in mapped pinned host memory.
 pub struct BlockBuffer {
     storage: Storage,
-    /// The stream its copies run on: pinned memory is freed only after it drains (cudarc's own
-    /// tracking cannot see raw launches and copies).
-    stream: Arc<CudaStream>,
     /// The address kernels and copies use (for pinned memory, its device mapping).
     device_ptr: u64,
     pub num_blocks: usize,
     pub block_bytes: usize,
-}
-
-impl Drop for BlockBuffer {
-    fn drop(&mut self) {
-        if matches!(self.storage, Storage::Pinned(_)) {
-            let _ = self.stream.synchronize();
-        }
-    }
 }
 
 impl BlockBuffer {
@@ -83,30 +69,21 @@ impl CudaDevice {
         })?;
         let (storage, device_ptr) = match memory {
             BlockMemory::Device => {
-                let mut slice = self.stream.alloc_zeros::<u8>(bytes.max(1))?;
-                let ptr = slice.device_ptr_mut(&self.stream).0;
-                (Storage::Device(slice), ptr)
+                let name = format!("{num_blocks} blocks of {block_bytes} bytes on the device");
+                let buf = self.stream.alloc_zeros::<u8>(&name, bytes.max(1))?;
+                let ptr = buf.ptr();
+                (Storage::Device(buf), ptr)
             }
             BlockMemory::PinnedHost => {
-                // SAFETY: the memory is zeroed below, before anything reads it.
-                let mut pinned = unsafe {
-                    self.ctx.alloc_pinned_with_flags::<u8>(
-                        bytes.max(1),
-                        sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
-                    )?
-                };
-                pinned.as_mut_slice()?.fill(0);
-                let host = pinned.as_mut_ptr()?;
-                let mut dev: sys::CUdeviceptr = 0;
-                self.ctx.bind_to_thread()?;
-                // SAFETY: `host` is the start of a live DEVICEMAP allocation of this context.
-                unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0) }.result()?;
+                let name = format!("{num_blocks} blocks of {block_bytes} bytes on the host");
+                let mut pinned = PinnedBuffer::mapped(&self.gpu, &name, bytes.max(1))?;
+                pinned.as_mut().fill(0);
+                let dev = pinned.device_ptr()?;
                 (Storage::Pinned(pinned), dev)
             }
         };
         Ok(BlockBuffer {
             storage,
-            stream: self.stream.clone(),
             device_ptr,
             num_blocks,
             block_bytes,
@@ -123,13 +100,11 @@ impl CudaDevice {
             )));
         }
         match &mut buf.storage {
-            Storage::Device(slice) => {
-                let mut view = slice.slice_mut(..bytes.len());
-                self.stream.memcpy_htod(bytes, &mut view)?;
-            }
+            Storage::Device(dev) => self.stream.write(dev, bytes)?,
             Storage::Pinned(pinned) => {
-                self.stream.synchronize()?;
-                pinned.as_mut_slice()?[..bytes.len()].copy_from_slice(bytes);
+                self.stream
+                    .synchronize(|| "before writing a pinned block buffer".into())?;
+                pinned.as_mut()[..bytes.len()].copy_from_slice(bytes);
             }
         }
         Ok(())
@@ -139,15 +114,15 @@ impl CudaDevice {
     pub fn download_blocks(&self, buf: &BlockBuffer) -> Result<Vec<u8>, DeviceError> {
         let n = buf.bytes();
         match &buf.storage {
-            Storage::Device(slice) => {
-                let mut out = vec![0u8; n];
-                self.stream.memcpy_dtoh(&slice.slice(..n), &mut out)?;
-                self.stream.synchronize()?;
+            Storage::Device(dev) => {
+                let mut out = self.stream.download(dev)?;
+                out.truncate(n);
                 Ok(out)
             }
             Storage::Pinned(pinned) => {
-                self.stream.synchronize()?;
-                Ok(pinned.as_slice()?[..n].to_vec())
+                self.stream
+                    .synchronize(|| "before reading a pinned block buffer".into())?;
+                Ok(pinned.as_ref()[..n].to_vec())
             }
         }
     }
@@ -165,27 +140,25 @@ impl CudaDevice {
             return Ok(());
         }
         let flat: Vec<i32> = pairs.iter().flatten().copied().collect();
-        let pairs_dev = self.stream.clone_htod(&flat)?;
+        let pairs_dev = self.stream.upload("copy_blocks' block pairs", &flat)?;
         let f = self.function("cache_ops", "copy_blocks")?;
         let plan = BlockCopies::new(src.block_bytes, pairs.len())?;
-        let (pairs_ptr, _sync) = pairs_dev.device_ptr(&self.stream);
         for range in &plan.launches {
-            let chunk_ptr = pairs_ptr + (range.start * 2 * std::mem::size_of::<i32>()) as u64;
+            let chunk_ptr = pairs_dev.ptr() + (range.start * 2 * std::mem::size_of::<i32>()) as u64;
             let cfg = LaunchConfig {
                 grid_dim: (plan.ctas_per_block, range.len() as u32, 1),
                 block_dim: (plan.threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = self.stream.launch_builder(&f);
+            let mut b = f.launch(&self.stream);
             b.arg(&dst.device_ptr)
                 .arg(&src.device_ptr)
                 .arg(&chunk_ptr)
                 .arg(&plan.block_vecs);
             // SAFETY: the signature is copy_blocks(dst, src, pairs, block_vecs); every pair was
             // checked against both buffers, which stay alive (borrowed) while the stream runs it:
-            // `pairs_dev` is dropped only after the stream has used it (cudarc frees on the
-            // stream).
-            unsafe { b.launch_named("copy_blocks", cfg)? };
+            // `pairs_dev` is freed on the stream, after the launches.
+            unsafe { b.launch(cfg)? };
         }
         Ok(())
     }
@@ -198,21 +171,18 @@ impl CudaDevice {
         pairs: &[[i32; 2]],
     ) -> Result<(), DeviceError> {
         check_copy(src, dst, pairs)?;
-        // Raw driver calls need the context current on this thread.
-        self.ctx.bind_to_thread()?;
         let bytes = src.block_bytes;
         for &[s, d] in pairs {
-            // SAFETY: both ranges were checked to lie inside their live buffers; unified
-            // addressing lets one call copy in any direction.
+            let (from, to) = (s as usize * bytes, d as usize * bytes);
+            // SAFETY: both ranges were checked to lie inside their live buffers.
             unsafe {
-                sys::cuMemcpyAsync(
-                    dst.device_ptr + (d as usize * bytes) as u64,
-                    src.device_ptr + (s as usize * bytes) as u64,
+                self.memcpy(
+                    src.device_ptr + from as u64,
+                    dst.device_ptr + to as u64,
                     bytes,
-                    self.stream.cu_stream(),
+                    || format!("copying block {s} to block {d} ({bytes} bytes)"),
                 )
-            }
-            .result()?;
+            }?;
         }
         Ok(())
     }
@@ -232,19 +202,31 @@ impl CudaDevice {
                 dst.bytes()
             )));
         }
-        self.ctx.bind_to_thread()?;
-        // SAFETY: both ranges lie inside live buffers (checked above); the unified copy works out
-        // the direction itself (either side may be mapped pinned host memory).
+        // SAFETY: both ranges lie inside live buffers (checked above).
         unsafe {
-            sys::cuMemcpyAsync(
-                dst.device_ptr,
-                src.device_ptr,
-                bytes,
-                self.stream.cu_stream(),
-            )
+            self.memcpy(src.device_ptr, dst.device_ptr, bytes, || {
+                format!("copying {bytes} bytes between block buffers")
+            })
         }
-        .result()?;
-        Ok(())
+    }
+
+    /// One `cuMemcpyAsync` of `bytes` on the device stream; unified addressing lets it copy in
+    /// any direction (either side may be mapped pinned host memory).
+    ///
+    /// # Safety
+    /// Both ranges lie inside live allocations.
+    unsafe fn memcpy(
+        &self,
+        src: u64,
+        dst: u64,
+        bytes: usize,
+        doing: impl Fn() -> String,
+    ) -> Result<(), DeviceError> {
+        self.gpu.bind(&doing)?;
+        // SAFETY: per the caller.
+        unsafe { sys::cuMemcpyAsync(dst, src, bytes, self.stream.raw()) }
+            .result()
+            .map_err(failed("cuMemcpyAsync", doing))
     }
 
     /// Writes token `i`'s K and V (`k_new`, `v_new`: `[num_tokens, num_kv_heads, head_dim]`)
@@ -255,10 +237,10 @@ impl CudaDevice {
         &self,
         spec: &KvSpec,
         num_blocks: usize,
-        k_cache: &mut CudaSlice<T>,
-        v_cache: &mut CudaSlice<T>,
-        k_new: &CudaSlice<T>,
-        v_new: &CudaSlice<T>,
+        k_cache: &mut DeviceBuffer<T>,
+        v_cache: &mut DeviceBuffer<T>,
+        k_new: &DeviceBuffer<T>,
+        v_new: &DeviceBuffer<T>,
         slots: &[i64],
     ) -> Result<(), DeviceError> {
         let pools = (k_cache, v_cache);
@@ -274,12 +256,12 @@ impl CudaDevice {
         &self,
         spec: &KvSpec,
         num_blocks: usize,
-        k_cache: &mut CudaSlice<KV>,
-        v_cache: &mut CudaSlice<KV>,
-        k_new: &CudaSlice<T>,
-        v_new: &CudaSlice<T>,
+        k_cache: &mut DeviceBuffer<KV>,
+        v_cache: &mut DeviceBuffer<KV>,
+        k_new: &DeviceBuffer<T>,
+        v_new: &DeviceBuffer<T>,
         slots: &[i64],
-        scales: (&CudaSlice<f32>, &CudaSlice<f32>),
+        scales: (&DeviceBuffer<f32>, &DeviceBuffer<f32>),
     ) -> Result<(), DeviceError> {
         if KV::DTYPE.fp8().is_none() || T::DTYPE.fp8().is_some() {
             return Err(DeviceError::Invalid(format!(
@@ -305,10 +287,10 @@ impl CudaDevice {
         &self,
         spec: &KvSpec,
         num_blocks: usize,
-        (k_cache, v_cache): (&mut CudaSlice<KV>, &mut CudaSlice<KV>),
-        (k_new, v_new): (&CudaSlice<T>, &CudaSlice<T>),
+        (k_cache, v_cache): (&mut DeviceBuffer<KV>, &mut DeviceBuffer<KV>),
+        (k_new, v_new): (&DeviceBuffer<T>, &DeviceBuffer<T>),
         slots: &[i64],
-        scales: Option<(&CudaSlice<f32>, &CudaSlice<f32>)>,
+        scales: Option<(&DeviceBuffer<f32>, &DeviceBuffer<f32>)>,
     ) -> Result<(), DeviceError> {
         if spec.dtype != KV::DTYPE {
             return Err(DeviceError::Invalid(format!(
@@ -339,16 +321,16 @@ impl CudaDevice {
             return Ok(());
         }
         let plan = SlotWrites::new(spec, T::DTYPE, slots.len())?;
-        let slots_dev = self.stream.clone_htod(slots)?;
+        let slots_dev = self.stream.upload("the slot mapping", slots)?;
         let f = self.function("cache_ops", &plan.kernel)?;
         let cfg = LaunchConfig {
             grid_dim: (plan.grid, 1, 1),
             block_dim: (plan.threads, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(k_cache)
-            .arg(v_cache)
+        let mut b = f.launch(&self.stream);
+        b.arg(&*k_cache)
+            .arg(&*v_cache)
             .arg(k_new)
             .arg(v_new)
             .arg(&slots_dev);
@@ -362,7 +344,7 @@ impl CudaDevice {
         // num_kv_heads, head_dim, log2_block_size), or quantize_kv_slots_<dtype>_to_<fp8> with
         // (k_scale, v_scale) after the slots (kernels/cache_ops.cu; the plan picked the kernel from
         // the same dtypes); slots (in range, none twice), sizes and scales were checked above.
-        unsafe { b.launch_named(&plan.kernel, cfg)? };
+        unsafe { b.launch(cfg)? };
         Ok(())
     }
 }

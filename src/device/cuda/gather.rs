@@ -5,14 +5,12 @@
 //! The pools are uploaded once ([`GatherPool`]); a table is uploaded per block size
 //! ([`DeviceGather`]) after it is validated against the pool, so no launch reads outside it.
 
-use super::LaunchNamed;
+use super::driver::DeviceBuffer;
 use super::{CudaDevice, DeviceError};
 use crate::kv::{BlockTable, KvElem, KvSpec, TableError};
 use crate::launch::gather::{GatherGeometry, GatherPlan, MERGE_THREADS};
 use crate::launch::LaunchError;
-use cudarc::driver::{
-    CudaSlice, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
-};
+use cudarc::driver::{DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use std::sync::atomic::{AtomicU64, Ordering};
 use thiserror::Error;
 
@@ -28,12 +26,6 @@ pub enum GatherError {
     Device(#[from] DeviceError),
 }
 
-impl From<cudarc::driver::DriverError> for GatherError {
-    fn from(e: cudarc::driver::DriverError) -> Self {
-        GatherError::Device(e.into())
-    }
-}
-
 /// A launch of `grid` CTAs of `threads` threads (one-dimensional) with no dynamic shared memory.
 fn launch_config(grid: (u32, u32, u32), threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -47,32 +39,32 @@ static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(0);
 
 /// K and V pools `[num_blocks, num_kv_heads, block_size, head_dim]` on the device. The same bytes
 /// serve every block size: only the table's reading of them changes.
-pub struct GatherPool<T: DeviceRepr> {
+pub struct GatherPool<T> {
     id: u64,
     elems: usize,
-    pub k: CudaSlice<T>,
-    pub v: CudaSlice<T>,
+    pub k: DeviceBuffer<T>,
+    pub v: DeviceBuffer<T>,
 }
 
-impl<T: DeviceRepr> GatherPool<T> {
+impl<T> GatherPool<T> {
     pub fn elems(&self) -> usize {
         self.elems
     }
 }
 
 /// One block table on the device with its launch plan and output buffers.
-pub struct DeviceGather<T: DeviceRepr> {
+pub struct DeviceGather<T> {
     pub plan: GatherPlan,
     pool_id: u64,
-    table: CudaSlice<i32>,
-    lens: CudaSlice<i32>,
-    out_offsets: CudaSlice<i32>,
+    table: DeviceBuffer<i32>,
+    lens: DeviceBuffer<i32>,
+    out_offsets: DeviceBuffer<i32>,
     /// `[num_kv_heads, total_tokens, head_dim]`
-    pub copy_out: CudaSlice<T>,
+    pub copy_out: DeviceBuffer<T>,
     /// `[num_seqs, num_kv_heads, chunks]`
-    partials: CudaSlice<f32>,
+    partials: DeviceBuffer<f32>,
     /// `[num_seqs, num_kv_heads]`
-    pub sums: CudaSlice<f32>,
+    pub sums: DeviceBuffer<f32>,
 }
 
 impl CudaDevice {
@@ -92,8 +84,8 @@ impl CudaDevice {
         Ok(GatherPool {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             elems: k.len(),
-            k: self.stream.clone_htod(k)?,
-            v: self.stream.clone_htod(v)?,
+            k: self.stream.upload("the gather's K pool", k)?,
+            v: self.stream.upload("the gather's V pool", v)?,
         })
     }
 
@@ -147,41 +139,31 @@ impl CudaDevice {
         let st = &self.stream;
         Ok(DeviceGather {
             pool_id: pool.id,
-            table: st.clone_htod(&table.entries)?,
-            lens: st.clone_htod(&table.lens)?,
-            out_offsets: st.clone_htod(&plan.out_offsets)?,
+            table: st.upload("the gather's block table", &table.entries)?,
+            lens: st.upload("the gather's sequence lengths", &table.lens)?,
+            out_offsets: st.upload("the gather's output offsets", &plan.out_offsets)?,
             // At least one element each: empty device allocations are not portable.
-            copy_out: st.alloc_zeros(plan.copy_elems.max(1))?,
-            partials: st.alloc_zeros(plan.partial_elems.max(1))?,
-            sums: st.alloc_zeros(plan.sum_elems.max(1))?,
+            copy_out: st.alloc_zeros("the gathered K", plan.copy_elems.max(1))?,
+            partials: st.alloc_zeros("the gather's partial sums", plan.partial_elems.max(1))?,
+            sums: st.alloc_zeros("the gather's sums", plan.sum_elems.max(1))?,
             plan,
         })
     }
 
     /// Fills every output (copy-out, partials, sums) with NaN, so an element no kernel writes
     /// shows in the results.
-    pub fn poison_gather<T: DeviceRepr>(&self, g: &mut DeviceGather<T>) -> Result<(), GatherError> {
+    pub fn poison_gather<T>(&self, g: &mut DeviceGather<T>) -> Result<(), GatherError> {
         self.poison(&mut g.copy_out)?;
         self.poison(&mut g.partials)?;
         self.poison(&mut g.sums)?;
         Ok(())
     }
 
-    fn poison<U: DeviceRepr>(&self, buf: &mut CudaSlice<U>) -> Result<(), GatherError> {
-        let bytes = buf.num_bytes();
-        self.ctx.bind_to_thread()?;
-        let (ptr, _sync) = buf.device_ptr_mut(&self.stream);
-        // SAFETY: ptr covers `bytes` bytes of a live allocation, written on this stream.
-        unsafe {
-            cudarc::driver::result::memset_d8_async(ptr, 0xFF, bytes, self.stream.cu_stream())?
-        };
-        Ok(())
+    fn poison<U>(&self, buf: &mut DeviceBuffer<U>) -> Result<(), GatherError> {
+        Ok(self.stream.memset(buf, 0xFF)?)
     }
 
-    fn check_pool<T: DeviceRepr>(
-        pool: &GatherPool<T>,
-        g: &DeviceGather<T>,
-    ) -> Result<(), GatherError> {
+    fn check_pool<T>(pool: &GatherPool<T>, g: &DeviceGather<T>) -> Result<(), GatherError> {
         if pool.id == g.pool_id {
             Ok(())
         } else {
@@ -206,18 +188,18 @@ impl CudaDevice {
         let f = self.function("paged_gather", &name)?;
         let cfg = launch_config(p.grid, p.threads);
         let scalars = p.copy_scalars();
-        let mut b = self.stream.launch_builder(&f);
+        let mut b = f.launch(&self.stream);
         b.arg(&pool.k)
             .arg(&g.table)
             .arg(&g.lens)
             .arg(&g.out_offsets)
-            .arg(&mut g.copy_out);
+            .arg(&g.copy_out);
         for s in &scalars {
             b.arg(s);
         }
         // SAFETY: the arguments match paged_gather_copy's signature; the table was validated
         // against this pool at upload and copy_out holds plan.copy_elems elements.
-        unsafe { b.launch_named(&name, cfg)? };
+        unsafe { b.launch(cfg)? };
         Ok(())
     }
 
@@ -237,28 +219,28 @@ impl CudaDevice {
             let f = self.function("paged_gather", &name)?;
             let cfg = launch_config(p.grid, p.threads);
             let scalars = p.sum_scalars();
-            let mut b = self.stream.launch_builder(&f);
+            let mut b = f.launch(&self.stream);
             b.arg(&pool.k)
                 .arg(&pool.v)
                 .arg(&g.table)
                 .arg(&g.lens)
-                .arg(&mut g.partials);
+                .arg(&g.partials);
             for s in &scalars {
                 b.arg(s);
             }
             // SAFETY: as for the copy; partials holds num_seqs * num_kv_heads * chunks floats.
-            unsafe { b.launch_named(&name, cfg)? };
+            unsafe { b.launch(cfg)? };
         }
         let f = self.function("paged_gather", "paged_gather_sum_merge")?;
         let cfg = launch_config((p.merge_grid, 1, 1), MERGE_THREADS);
         let scalars = p.merge_scalars();
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(&g.partials).arg(&g.lens).arg(&mut g.sums);
+        let mut b = f.launch(&self.stream);
+        b.arg(&g.partials).arg(&g.lens).arg(&g.sums);
         for s in &scalars {
             b.arg(s);
         }
         // SAFETY: the merge reads chunks partials per (sequence, head) and writes sum_elems floats.
-        unsafe { b.launch_named("paged_gather_sum_merge", cfg)? };
+        unsafe { b.launch(cfg)? };
         Ok(())
     }
 }

@@ -2,40 +2,21 @@
 
 mod attention;
 pub mod cache_ops;
+pub mod driver;
 pub mod gather;
 mod stream;
 mod timing;
 
 pub use crate::launch::Layout;
 pub use attention::DeviceProblem;
+pub use driver::{DeviceBuffer, Gpu, Stream};
 
 use super::{DeviceError, GpuInfo};
 use crate::kernels;
-use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig,
-};
+use cudarc::driver::sys;
+use driver::{Function, Module};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// A launch that names its kernel when the driver refuses it (cudarc's error carries only the
-/// code, and a failed launch must say which kernel failed).
-pub trait LaunchNamed {
-    /// # Safety
-    /// As [`cudarc::driver::LaunchArgs::launch`]: the arguments match `kernel`'s signature.
-    unsafe fn launch_named(&mut self, kernel: &str, cfg: LaunchConfig) -> Result<(), DeviceError>;
-}
-
-impl LaunchNamed for LaunchArgs<'_> {
-    unsafe fn launch_named(&mut self, kernel: &str, cfg: LaunchConfig) -> Result<(), DeviceError> {
-        // SAFETY: per the caller.
-        unsafe { self.launch(cfg) }
-            .map(|_| ())
-            .map_err(|source| DeviceError::Launch {
-                kernel: kernel.to_string(),
-                source,
-            })
-    }
-}
 
 /// True when libcuda can be loaded; the only safe first question to ask cudarc.
 pub fn driver_present() -> bool {
@@ -43,73 +24,63 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// Every GPU the driver reports; [`DeviceError::NoGpu`] without a driver or a device.
 pub fn list_gpus() -> Result<Vec<GpuInfo>, DeviceError> {
-    if !driver_present() {
-        return Err(DeviceError::NoGpu("libcuda not found".into()));
-    }
-    let count = CudaContext::device_count()?;
-    (0..count as usize)
-        .map(|i| {
-            let ctx = CudaContext::new(i)?;
-            gpu_info(&ctx)
-        })
+    (0..Gpu::count()?)
+        .map(|i| gpu_info(&*Gpu::open(i)?))
         .collect()
 }
 
-fn gpu_info(ctx: &Arc<CudaContext>) -> Result<GpuInfo, DeviceError> {
-    let (major, minor) = ctx.compute_capability()?;
-    let name = ctx.name()?;
+fn gpu_info(gpu: &Gpu) -> Result<GpuInfo, DeviceError> {
+    use sys::CUdevice_attribute as A;
+    let name = gpu.name()?;
+    let major = gpu.attribute(
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        "COMPUTE_CAPABILITY_MAJOR",
+    )?;
+    let minor = gpu.attribute(
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        "COMPUTE_CAPABILITY_MINOR",
+    )?;
     Ok(GpuInfo {
-        ordinal: ctx.ordinal(),
+        ordinal: gpu.ordinal(),
         emulated: name == super::EMULATED_GPU_NAME,
         name,
-        total_memory_bytes: ctx.total_mem()?,
+        total_memory_bytes: gpu.total_memory()?,
         compute_capability: format!("{major}.{minor}"),
-        multiprocessors: ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
-        l2_cache_bytes: ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
+        multiprocessors: gpu.attribute(
+            A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            "MULTIPROCESSOR_COUNT",
+        )?,
+        l2_cache_bytes: gpu
+            .attribute(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE")?
             .max(0) as usize,
     })
 }
 
-/// One GPU with its context, a stream, and the kernel modules loaded so far. Every buffer it
-/// allocates is used on `stream` only (cudarc's cross-stream event tracking is off); raw addresses
-/// may be used on other streams, as tests/vmm_cuda.rs does, with explicit synchronisation.
+/// One GPU with its context, a stream, and the kernel modules loaded so far. Everything it
+/// allocates and launches goes through `stream`, in order; raw addresses may be used on other
+/// streams, as tests/vmm_cuda.rs does, with explicit synchronisation. Dropped, it unloads its
+/// modules and destroys its stream; the context goes with the last object made on it.
 pub struct CudaDevice {
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
+    pub gpu: Arc<Gpu>,
+    pub stream: Arc<Stream>,
     pub info: GpuInfo,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
+    modules: Mutex<HashMap<&'static str, Arc<Module>>>,
+    functions: Mutex<HashMap<String, Function>>,
 }
 
 impl CudaDevice {
     /// Opens GPU `ordinal`; a typed error (never a panic) when there is none or no kernels.
     pub fn open(ordinal: usize) -> Result<CudaDevice, DeviceError> {
-        if !driver_present() {
-            return Err(DeviceError::NoGpu("libcuda not found".into()));
-        }
-        let count = CudaContext::device_count()
-            .map_err(|e| DeviceError::NoGpu(format!("the driver reports no device ({e})")))?;
-        if ordinal >= count.max(0) as usize {
-            return Err(DeviceError::NoGpu(format!(
-                "{count} devices, asked for #{ordinal}"
-            )));
-        }
+        let gpu = Gpu::open(ordinal)?;
         if !kernels::KERNELS_BUILT {
             return Err(DeviceError::NoKernels);
         }
-        let ctx = CudaContext::new(ordinal)?;
-        // Everything a CudaDevice allocates and launches goes through its one stream, in order,
-        // so cudarc's cross-stream events (about twenty driver calls around every launch) buy
-        // nothing and would make the host, not the GPU, the limit of microsecond kernels.
-        // SAFETY: no slice of this context is used on another stream (see the struct's doc).
-        unsafe { ctx.disable_event_tracking() };
-        let info = gpu_info(&ctx)?;
-        let stream = ctx.new_stream()?;
+        let info = gpu_info(&gpu)?;
+        let stream = Stream::new(&gpu)?;
         Ok(CudaDevice {
-            ctx,
+            gpu,
             stream,
             info,
             modules: Mutex::new(HashMap::new()),
@@ -127,18 +98,14 @@ impl CudaDevice {
         dynamic_smem: u32,
     ) -> Result<u32, DeviceError> {
         let f = self.function(module, name)?;
-        self.ctx.bind_to_thread()?;
         if dynamic_smem > 48 * 1024 {
-            f.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                dynamic_smem as i32,
-            )?;
+            f.set_max_dynamic_shared(dynamic_smem)?;
         }
-        Ok(f.occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem as usize, None)?)
+        f.occupancy(threads, dynamic_smem)
     }
 
     /// The kernel `name` from the embedded `kernels/{module}.cu`, loading the module on first use.
-    pub fn function(&self, module: &'static str, name: &str) -> Result<CudaFunction, DeviceError> {
+    pub fn function(&self, module: &'static str, name: &str) -> Result<Function, DeviceError> {
         if let Some(f) = self
             .functions
             .lock()
@@ -152,14 +119,12 @@ impl CudaDevice {
             Some(m) => m.clone(),
             None => {
                 let image = kernels::module(module).ok_or(DeviceError::NoKernels)?;
-                let m = self
-                    .ctx
-                    .load_module(cudarc::nvrtc::Ptx::from_binary(image.fatbin.to_vec()))?;
+                let m = Module::load(&self.gpu, module, image.fatbin)?;
                 loaded.insert(module, m.clone());
                 m
             }
         };
-        let f = m.load_function(name)?;
+        let f = m.function(name)?;
         self.functions
             .lock()
             .expect("function cache poisoned")
