@@ -180,7 +180,7 @@ fn sizes_beyond_the_memory_available_are_refused_before_allocating() {
     // available is refused before it is tried.
     for args in [
         &["sim", "sched", "--jobs", "4000000000"][..],
-        &["sim", "radix", "--requests", "4000000000"],
+        &["attention", "--device", "cpu", "--batch", "1099511627776"],
     ] {
         let err = own_error(&pagedkv_limited(args, LIMIT));
         assert!(

@@ -78,7 +78,7 @@ fn parse_trace(input: impl BufRead, name: &str) -> Result<Vec<Request>, TraceErr
             path: name.into(),
             source,
         },
-        e @ ReadError::NotUtf8 { line } => TraceError::Field {
+        e @ (ReadError::NotUtf8 { line } | ReadError::Incomplete { line }) => TraceError::Field {
             path: name.into(),
             line,
             detail: e.to_string(),

@@ -146,6 +146,24 @@ pub fn id_ranks(requests: &[ServingRequest]) -> Vec<u32> {
     rank
 }
 
+/// The latest arrival a step clock takes: 2^52, so that every step index up to twice that is
+/// counted exactly in the clock's f64 (and a u64 step counter never wraps).
+pub const LAST_STEP_ARRIVAL: f64 = (1u64 << 52) as f64;
+
+/// Under a step clock, an arrival the clock can count to.
+fn check_step_arrival(clock: &Clock, r: &ServingRequest) -> Result<(), EngineError> {
+    if matches!(clock, Clock::Steps) && r.arrival > LAST_STEP_ARRIVAL {
+        return Err(EngineError::Request {
+            id: r.id.clone(),
+            detail: format!(
+                "arrival {} is beyond the step clock's last arrival, step 2^52",
+                r.arrival
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Checks that every request can run to completion in this engine.
 fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineError> {
     let bad = |detail: String| {
@@ -220,6 +238,7 @@ impl Engine {
         }
         for r in requests {
             check_request(&e.sched.cfg, r)?;
+            check_step_arrival(&e.clock, r)?;
         }
         check_unique_ids(requests)?;
         let mut order: Vec<u32> = (0..requests.len() as u32).collect();
@@ -296,6 +315,7 @@ impl Engine {
         hashes: Vec<BlockHash>,
     ) -> Result<u32, EngineError> {
         check_request(&self.sched.cfg, r)?;
+        check_step_arrival(&self.clock, r)?;
         if let Some(&last) = self.order.last() {
             if r.arrival < self.sched.reqs[last as usize].arrival {
                 return Err(EngineError::Request {
@@ -418,7 +438,8 @@ impl Engine {
     /// One step of vLLM's engine core (`EngineCore.step`, or `step_with_batch_queue` under async
     /// scheduling): add arrivals; if the scheduler holds requests, schedule a batch; process the
     /// output of a batch (this one when synchronous; the oldest of the two in flight when async).
-    /// A step clock logs idle steps too; in seconds the clock jumps to the next arrival instead.
+    /// A step clock logs idle steps too, the first and the last of a spell (the ones between are
+    /// skipped: [`Engine::skip_idle_steps_to`]); in seconds the clock jumps to the next arrival.
     /// Returns false once every request has finished.
     pub fn step(&mut self) -> Result<bool, EngineError> {
         if self.done == self.sched.reqs.len() {
@@ -434,6 +455,7 @@ impl Engine {
         self.admit_arrivals();
         let index = self.next_index;
         let steps = matches!(self.clock, Clock::Steps);
+        let idle = steps && self.is_idle();
         let mut record = self.recording.steps.then(|| StepRecord {
             step: index,
             time: self.now,
@@ -512,6 +534,12 @@ impl Engine {
             self.now = index as f64 + 1.0;
         }
         self.next_index += 1;
+        if idle {
+            if let Some(arrival) = self.next_arrival() {
+                // The last idle step is the one before the arrival's (arrival <= step index).
+                self.skip_idle_steps_to(arrival.ceil() as u64 - 1);
+            }
+        }
         if let Some(mut rec) = record {
             let reqs = &self.sched.reqs;
             rec.finished = self
@@ -523,6 +551,28 @@ impl Engine {
             self.record = Some(rec);
         }
         Ok(true)
+    }
+
+    /// Whether this engine has nothing to schedule and nothing in flight: its next step is idle
+    /// unless a request arrives for it.
+    pub fn is_idle(&self) -> bool {
+        !self.sched.has_requests() && self.queue.is_empty()
+    }
+
+    /// Under a step clock, while [`Engine::is_idle`]: makes `step` the next step when it lies
+    /// beyond the next one, skipping the idle steps between. vLLM's loop takes every idle step,
+    /// and each changes nothing but the step index, so skipping them changes no state, no
+    /// time and no request's figures; the step index stays the step clock's time (an arrival at
+    /// `a` enters at the first step whose index >= `a`). So an idle spell shows in the step log
+    /// as its first step and its last (the one before the arrival), and the gap between their
+    /// indices is the steps skipped: a spell of one or two idle steps, as in vLLM's recordings,
+    /// is logged whole, and a distant arrival costs two lines instead of a line per step.
+    pub fn skip_idle_steps_to(&mut self, step: u64) {
+        debug_assert!(matches!(self.clock, Clock::Steps) && self.is_idle());
+        if step > self.next_index {
+            self.next_index = step;
+            self.now = step as f64;
+        }
     }
 
     /// Processes a batch's output at time `at` and accounts for its time on the GPU.

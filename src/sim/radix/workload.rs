@@ -30,6 +30,12 @@ pub enum WorkloadError {
     Read { path: String, reason: String },
     #[error("{0}: no requests (every line is empty)")]
     Empty(String),
+    #[error("{path}, line {line}: {reason}")]
+    Line {
+        path: String,
+        line: u64,
+        reason: &'static str,
+    },
 }
 
 /// Requests as token ids, and the words behind the ids when the input was text.
@@ -110,6 +116,23 @@ impl MultiTurnConfig {
     }
 }
 
+impl MultiTurnConfig {
+    /// The fewest tokens `n` generated requests hold in all (saturating): each holds at least the
+    /// system prompt, a few-shot prefix and half a user message; the generator also keeps every
+    /// few-shot prefix and popular question.
+    pub fn least_tokens(&self, n: usize) -> u64 {
+        let each = (self.system_tokens as u64)
+            .saturating_add(self.fewshot_tokens as u64)
+            .saturating_add(self.user_tokens as u64 / 2);
+        let shared = (self.apps as u64)
+            .saturating_mul(self.fewshot_tokens as u64)
+            .saturating_add(
+                (self.popular_questions as u64).saturating_mul(self.user_tokens as u64 / 2),
+            );
+        each.saturating_mul(n as u64).saturating_add(shared)
+    }
+}
+
 struct Conversation {
     history: Vec<u32>,
     turns_left: usize,
@@ -186,6 +209,15 @@ pub fn multiturn(
 /// One request per non-empty line. If every field of the text is a number that fits in `u32`,
 /// fields are token ids; otherwise every field is a word, numbered in order of first appearance.
 pub fn parse_requests(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
+    use crate::workload::text_input::{strip_bom, unterminated_last_line, INCOMPLETE};
+    let text = strip_bom(text);
+    if let Some(line) = unterminated_last_line(text) {
+        return Err(WorkloadError::Line {
+            path: origin.to_string(),
+            line,
+            reason: INCOMPLETE,
+        });
+    }
     let lines: Vec<Vec<&str>> = text
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
