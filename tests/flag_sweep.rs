@@ -72,10 +72,13 @@ fn options(cmd: &[&str]) -> Vec<String> {
         .lines()
         .filter_map(|l| {
             let l = l.trim_start();
-            let l = l
-                .strip_prefix("-")
-                .and_then(|l| l.split_once(", "))
-                .map_or(l, |(_, r)| r);
+            // `-s, --long <VALUE>`: the long name, after the short one.
+            let l = match l.strip_prefix('-') {
+                Some(short) if !short.starts_with('-') => {
+                    short.split_once(", ").map_or(l, |(_, long)| long)
+                }
+                _ => l,
+            };
             let (name, rest) = l.strip_prefix("--")?.split_once(' ')?;
             rest.starts_with('<').then(|| format!("--{name}"))
         })

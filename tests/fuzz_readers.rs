@@ -378,7 +378,7 @@ fn cut_inside(t: &Target, keep: usize) -> bool {
             !(prefix.is_empty() || prefix.ends_with(b"\n") || prefix.ends_with(b"}"))
         }
         Shape::Json => !prefix.trim_ascii_end().ends_with(b"}"),
-        Shape::Records => keep % 24 != 0 || keep == 0,
+        Shape::Records => !keep.is_multiple_of(24) || keep == 0,
         Shape::Free => false,
     }
 }

@@ -311,21 +311,24 @@ fn an_idle_spell_is_skipped_to_its_last_step() {
             req("b", gap, Prompt::Tokens(vec![1, 2, 3, 4, 5, 6]), 2),
         ]
     };
-    let near = step_records(c(), &reqs(8.0)).unwrap();
-    let far = step_records(c(), &reqs(1e15)).unwrap();
-    // "a" runs in steps 0..=2; step 3 reports its finish (vLLM's has_requests() is still true);
-    // steps 4 to 7 are idle; "b" enters at step 8 and finishes in step 9.
     let steps = |log: &[pagedkv::sim::engine::StepRecord]| -> Vec<u64> {
         log.iter().map(|r| r.step).collect()
     };
-    assert_eq!(steps(&near), (0..=9).collect::<Vec<u64>>());
+    // "a" runs in steps 0..=2; step 3 reports its finish (vLLM's has_requests() is still true);
+    // an arrival at 6 leaves two idle steps, 4 and 5, both logged; "b" finishes in step 7.
+    let short = step_records(c(), &reqs(6.0)).unwrap();
+    assert_eq!(steps(&short), (0..=7).collect::<Vec<u64>>());
+    // At 8, the spell is steps 4 to 7: its first and last are logged, 5 and 6 skipped.
+    let near = step_records(c(), &reqs(8.0)).unwrap();
+    assert_eq!(steps(&near), [0, 1, 2, 3, 4, 7, 8, 9]);
     // Far: the same first idle step, then the step before the arrival; none between.
+    let far = step_records(c(), &reqs(1e15)).unwrap();
     let shift = 1e15 as u64 - 8;
     assert_eq!(
         steps(&far),
         [0, 1, 2, 3, 4, 7 + shift, 8 + shift, 9 + shift]
     );
-    for (n, f) in near.iter().filter(|r| !(5..=6).contains(&r.step)).zip(&far) {
+    for (n, f) in near.iter().zip(&far) {
         let mut moved = n.clone();
         if n.step >= 7 {
             moved.step += shift;

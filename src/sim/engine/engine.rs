@@ -445,17 +445,25 @@ impl Engine {
         if self.done == self.sched.reqs.len() {
             return Ok(false);
         }
-        self.advance()
+        let steps = matches!(self.clock, Clock::Steps);
+        let idle = steps && self.is_idle() && self.next_arrival().is_some_and(|a| a > self.now);
+        let stepped = self.advance()?;
+        if idle {
+            if let Some(arrival) = self.next_arrival() {
+                // The last idle step is the one before the arrival's (arrival <= step index).
+                self.skip_idle_steps_to(arrival.ceil() as u64 - 1);
+            }
+        }
+        Ok(stepped)
     }
 
-    /// One step as [`Engine::step`], also when every request has finished (a cluster's replicas
+    /// One step as [`Engine::step`], idle steps all taken, also when every request has finished (a cluster's replicas
     /// step together under a step clock, idle or not). In seconds, with nothing to run and no
     /// arrival ahead, it does nothing and returns false.
     pub fn advance(&mut self) -> Result<bool, EngineError> {
         self.admit_arrivals();
         let index = self.next_index;
         let steps = matches!(self.clock, Clock::Steps);
-        let idle = steps && self.is_idle();
         let mut record = self.recording.steps.then(|| StepRecord {
             step: index,
             time: self.now,
@@ -534,12 +542,6 @@ impl Engine {
             self.now = index as f64 + 1.0;
         }
         self.next_index += 1;
-        if idle {
-            if let Some(arrival) = self.next_arrival() {
-                // The last idle step is the one before the arrival's (arrival <= step index).
-                self.skip_idle_steps_to(arrival.ceil() as u64 - 1);
-            }
-        }
         if let Some(mut rec) = record {
             let reqs = &self.sched.reqs;
             rec.finished = self

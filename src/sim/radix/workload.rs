@@ -30,6 +30,8 @@ pub enum WorkloadError {
     Read { path: String, reason: String },
     #[error("{0}: no requests (every line is empty)")]
     Empty(String),
+    #[error("the requests would hold more than {max} tokens")]
+    TooManyTokens { max: u64 },
     #[error("{path}, line {line}: {reason}")]
     Line {
         path: String,
@@ -156,7 +158,23 @@ pub fn multiturn(
     n: usize,
     seed: u64,
 ) -> Result<Vec<Vec<u32>>, WorkloadError> {
+    multiturn_within(cfg, n, seed, u64::MAX)
+}
+
+/// [`multiturn`], refused (before the tokens past it are drawn) once the requests would hold
+/// more than `max_tokens` tokens in all: how long conversations grow depends on the draws, so
+/// no bound computed beforehand is both safe and tight.
+pub fn multiturn_within(
+    cfg: &MultiTurnConfig,
+    n: usize,
+    seed: u64,
+    max_tokens: u64,
+) -> Result<Vec<Vec<u32>>, WorkloadError> {
     cfg.validate()?;
+    let too_many = || WorkloadError::TooManyTokens { max: max_tokens };
+    if cfg.least_tokens(n) > max_tokens {
+        return Err(too_many());
+    }
     if n == 0 {
         return Err(WorkloadError::Zero("requests"));
     }
@@ -174,6 +192,11 @@ pub fn multiturn(
     let rank = Zipf::new(cfg.popular_questions as f64, 1.0).expect("pool is not empty");
     let mut open: Vec<Option<Conversation>> = (0..cfg.active).map(|_| None).collect();
     let mut requests = Vec::with_capacity(n);
+    // Tokens of the requests so far; a request is checked before its history grows.
+    let mut held = cfg.least_tokens(0);
+    let fits = |held: u64, len: usize, more: usize| {
+        held.saturating_add(len as u64).saturating_add(more as u64) <= max_tokens
+    };
     while requests.len() < n {
         let slot = rng.random_range(0..open.len());
         let conv = open[slot].get_or_insert_with(|| {
@@ -187,19 +210,27 @@ pub fn multiturn(
                 opening,
             }
         });
+        let user_len = match conv.opening {
+            Some(q) => popular[q].len(),
+            None => around(&mut rng, cfg.user_tokens),
+        };
+        if !fits(held, conv.history.len(), user_len) {
+            return Err(too_many());
+        }
         match conv.opening.take() {
             Some(q) => conv.history.extend_from_slice(&popular[q]),
-            None => {
-                let user_len = around(&mut rng, cfg.user_tokens);
-                conv.history.extend(tokens(&mut rng, user_len, cfg.vocab));
-            }
+            None => conv.history.extend(tokens(&mut rng, user_len, cfg.vocab)),
         }
+        held += conv.history.len() as u64;
         requests.push(conv.history.clone());
         conv.turns_left -= 1;
         if conv.turns_left == 0 {
             open[slot] = None;
         } else {
             let reply_len = around(&mut rng, cfg.reply_tokens);
+            if !fits(held, conv.history.len(), reply_len) {
+                return Err(too_many());
+            }
             conv.history.extend(tokens(&mut rng, reply_len, cfg.vocab));
         }
     }
