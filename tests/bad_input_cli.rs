@@ -68,7 +68,7 @@ fn sizes_from_files_and_flags_are_range_checked_once() {
         );
         let err = own_error(&pagedkv(&["sim", "engine", "--scenario", &f]));
         assert!(
-            err.contains(&format!("--block-size {bs} is more than")),
+            err.contains(&format!("block size {bs} is more than")),
             "{err}"
         );
         let err = own_error(&pagedkv(&[
@@ -82,7 +82,7 @@ fn sizes_from_files_and_flags_are_range_checked_once() {
             bs,
         ]));
         assert!(
-            err.contains(&format!("--block-size {bs} is more than")),
+            err.contains(&format!("block size {bs} is more than")),
             "{err}"
         );
     }
@@ -305,6 +305,22 @@ fn memory_is_refused_from_what_the_input_asks_before_it_is_built() {
             "{args:?}: {err}"
         );
     }
+    // Was: killed by the OOM killer. Replies of 2^32 tokens pass no bound computed beforehand
+    // (a conversation of one turn has none): the generator stops where its tokens pass the memory.
+    let args = [
+        "sim",
+        "radix",
+        "--requests",
+        "20",
+        "--reply-tokens",
+        "4294967296",
+    ];
+    let err = own_error(&pagedkv_limited(&args));
+    assert!(
+        err.contains("sim radix with 20 multiturn requests: the prompts grew past")
+            && err.contains("need more than the"),
+        "{err}"
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -323,6 +339,7 @@ fn a_full_disk_is_one_line_and_exit_code_1() {
         &["info", "--json"],
         &["sim", "engine", "--scenario", &f, "--clock", "steps"],
         &["sim", "sched", "--jobs", "100"],
+        &["sim", "cluster", "--poisson", "2", "--requests", "10"],
         &["translate", "x86", "0x7f0012345678"],
     ] {
         let full = std::fs::OpenOptions::new()
@@ -366,12 +383,17 @@ fn scales_that_are_not_numbers_are_bad_input() {
             "--context",
             "16",
         ];
-        args.extend(["--values", "activations", flag, value]);
-        let err = own_error(&pagedkv(&args));
-        assert!(
-            err.contains("is not a positive finite number"),
-            "{flag} {value}: {err}"
-        );
+        args.extend([flag, value]);
+        // Refused where the flag is parsed: with the values it shapes drawn or not.
+        for values in ["activations", "uniform"] {
+            let mut args = args.clone();
+            args.extend(["--values", values]);
+            let err = bad_input(&pagedkv(&args));
+            assert!(
+                err.contains("is not a positive finite number"),
+                "{flag} {value}: {err}"
+            );
+        }
     }
 }
 

@@ -63,14 +63,14 @@ pub struct Args {
     /// times larger).
     #[arg(long, value_enum, default_value_t = ValuesArg::Uniform)]
     values: ValuesArg,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = positive_scale)]
     activation_scale: f32,
     #[arg(long, default_value_t = 2, value_parser = count(0..))]
     outlier_channels: usize,
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = positive_scale)]
     outlier_magnitude: f32,
     /// Softmax scale; default 1/sqrt(head dim).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_scale)]
     scale: Option<f32>,
     /// Timed runs (median reported).
     #[arg(long, value_parser = count(0..))]

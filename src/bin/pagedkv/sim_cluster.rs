@@ -211,11 +211,11 @@ pub fn run(args: Args) -> CmdResult {
         output::write_all(dir, &json, &outcomes)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        outln!("{}", serde_json::to_string_pretty(&json)?)?;
     } else {
         print_text(&resolved, &name, &requests, &outcomes, &without_tier)?;
         if let Some(dir) = &args.out {
-            println!("wrote {}", dir.join("cluster.json and SVG plots").display());
+            outln!("wrote {}", dir.join("cluster.json and SVG plots").display())?;
         }
     }
     Ok(())
@@ -254,18 +254,18 @@ fn print_text(
 ) -> Result<(), BoxError> {
     let s = &resolved.settings;
     let e = &s.engine;
-    println!(
+    outln!(
         "cluster: replicas of the vLLM 0.33 V1 engine (preset {}: max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, block size {}), each with its own pool",
         resolved.preset_name,
         e.max_num_seqs,
         e.max_num_batched_tokens,
         if e.enable_prefix_caching { "on" } else { "off" },
         resolved.block_size,
-    );
+    )?;
     if s.clock_steps {
-        println!("clock: steps (every step one unit)");
+        outln!("clock: steps (every step one unit)")?;
     } else {
-        println!(
+        outln!(
             "model: {} on {} × {} per replica; attention efficiency from {}{}",
             s.model.name,
             s.tp,
@@ -276,12 +276,12 @@ fn print_text(
             } else {
                 " (an assumption)"
             }
-        );
+        )?;
     }
     for line in describe_limits(resolved) {
-        println!("{line}");
+        outln!("{line}")?;
     }
-    println!("{}", workload_line(name, requests));
+    outln!("{}", workload_line(name, requests))?;
     let unit = outcomes[0].total.time_unit;
     let (scale, lat) = latency_unit(unit);
     let mut t = Table::new([
@@ -322,7 +322,7 @@ fn print_text(
             ),
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     if let [o] = outcomes {
         let mut t = Table::new([
             "replica".to_string(),
@@ -349,13 +349,13 @@ fn print_text(
                 format!("{:.0}", 100.0 * rr.busy_fraction),
             ]);
         }
-        print!("{t}");
+        out!("{t}")?;
         let rs = &o.router_stats;
         if o.router == RouterKind::PrefixAware {
-            println!(
+            outln!(
                 "prefix-aware decisions: {} by the best match, {} by the smallest tree, {} by load (imbalanced)",
                 rs.by_match, rs.by_smallest_tree, rs.by_balance
-            );
+            )?;
         }
     }
     for o in outcomes {
@@ -370,7 +370,7 @@ fn print_text(
                 r.rejected, e.max_model_len
             );
         }
-        println!("{line}");
+        outln!("{line}")?;
         if let Some(plain) = without_tier
             .iter()
             .find(|p| p.router == o.router && p.replicas == o.replicas)
@@ -380,7 +380,7 @@ fn print_text(
                 stats.stored_blocks += t.stored_blocks;
                 stats.loaded_blocks += t.loaded_blocks;
             }
-            println!("  {}", tier_line(r, stats, &plain.total));
+            outln!("  {}", tier_line(r, stats, &plain.total))?;
         }
     }
     Ok(())

@@ -147,24 +147,22 @@ fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
             };
             let n = args.requests.unwrap_or(2000);
             let what = format!("sim radix with {n} multiturn requests");
-            // The tokens whose run needs all the memory available, at most.
+            ensure_fits(cfg.least_tokens(n), args.page_size, &what)?;
+            // How long conversations grow depends on the draws: the generator stops at the
+            // tokens whose run would need all the memory available.
             let available = host_memory::available_bytes();
             let page = args.page_size as u64;
-            let max_tokens =
-                available.map_or(u64::MAX, |a| a / bytes_needed(page, 1).div_ceil(page));
-            let requests = workload::multiturn_within(&cfg, n, args.seed, max_tokens).map_err(
-                |e| match e {
-                    workload::WorkloadError::TooManyTokens { max } => {
-                        let tokens = max + 1;
-                        Box::<dyn std::error::Error>::from(TooLarge {
-                            what: format!("{what} (more than {max} prompt tokens)"),
-                            need: bytes_needed(tokens, tokens.div_ceil(page)),
-                            available: available.unwrap_or(u64::MAX),
-                        })
-                    }
-                    e => e.into(),
-                },
-            )?;
+            let per_token = bytes_needed(page, 1).div_ceil(page);
+            let max_tokens = available.map_or(u64::MAX, |a| a / per_token);
+            let requests = workload::multiturn_within(&cfg, n, args.seed, max_tokens)
+                .map_err(|e| match e {
+                    workload::WorkloadError::TooManyTokens { max } => format!(
+                        "{what}: the prompts grew past {max} tokens, which at {per_token} bytes a token need more than the {} available",
+                        host_memory::bytes(available.unwrap_or(u64::MAX))
+                    )
+                    .into(),
+                    e => Box::<dyn std::error::Error>::from(e),
+                })?;
             let w = Workload {
                 requests,
                 words: None,

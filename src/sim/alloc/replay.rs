@@ -37,7 +37,7 @@ pub enum ReplayError {
     ZeroReservation,
     #[error("request {index}: arrival {arrival_s} s is not a finite time after the previous one")]
     BadArrival { index: usize, arrival_s: f64 },
-    #[error("request {index}: arrival {arrival_s:e} s is step {steps:.3e} of {step_s:e} s, beyond the last step counted (2^52); raise the step or shorten the trace")]
+    #[error("request {index}: arrival {arrival_s:.4e} s is step {steps:.3e} of {step_s:.3e} s, beyond the last step counted (2^52); raise the step or shorten the trace")]
     TooManySteps {
         index: usize,
         arrival_s: f64,

@@ -194,9 +194,9 @@ pub fn preset(name: &str) -> Option<Preset> {
 /// it, and again by [`EngineConfig::validate`]).
 pub fn check_block_size(block_size: usize) -> Result<(), ConfigError> {
     match block_size as u64 {
-        0 => Err(ConfigError("--block-size must be at least 1".into())),
+        0 => Err(ConfigError("the block size must be at least 1".into())),
         b if b > MAX_POOL_TOKENS => Err(ConfigError(format!(
-            "--block-size {b} is more than the 2^31 tokens a pool may hold"
+            "block size {b} is more than the 2^31 tokens a pool may hold"
         ))),
         _ => Ok(()),
     }

@@ -226,7 +226,7 @@ pub fn multiturn_within(
         conv.turns_left -= 1;
         if conv.turns_left == 0 {
             open[slot] = None;
-        } else {
+        } else if requests.len() < n {
             let reply_len = around(&mut rng, cfg.reply_tokens);
             if !fits(held, conv.history.len(), reply_len) {
                 return Err(too_many());
@@ -333,6 +333,20 @@ mod tests {
             })
             .count();
         assert!(follow_ups > 0);
+    }
+
+    #[test]
+    fn generation_stops_where_its_tokens_pass_the_budget() {
+        let cfg = MultiTurnConfig::default();
+        let reqs = multiturn(&cfg, 300, 7).unwrap();
+        let total = cfg.least_tokens(0) + reqs.iter().map(|r| r.len() as u64).sum::<u64>();
+        assert_eq!(multiturn_within(&cfg, 300, 7, total).unwrap(), reqs);
+        for short in [total - 1, total / 2, cfg.least_tokens(300) - 1] {
+            assert!(matches!(
+                multiturn_within(&cfg, 300, 7, short),
+                Err(WorkloadError::TooManyTokens { max }) if max == short
+            ));
+        }
     }
 
     #[test]
