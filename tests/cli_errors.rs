@@ -143,6 +143,9 @@ fn sizes_beyond_the_memory_available_are_refused_before_allocating() {
                 "--chunk-sweep",
                 "--sweep-pool-mib",
                 "100000000",
+                // A pool of its own that fits in the limit, so that the sweep's is the one refused.
+                "--pool-mib",
+                "64",
             ],
             "sleep-wake --sweep-pool-mib 100000000 needs",
         ),
