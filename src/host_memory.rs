@@ -13,11 +13,26 @@ pub struct TooLarge {
     pub available: u64,
 }
 
-/// Memory the kernel can give now without swapping: `MemAvailable` of /proc/meminfo (bytes), or
-/// `None` where it does not say.
+/// Memory the kernel can give now without swapping: `MemAvailable` of /proc/meminfo (bytes), no
+/// more than the process's address-space limit (`ulimit -v`, past which an allocation fails
+/// however much is free), or `None` where neither says.
 pub fn available_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    meminfo_field(&text, "MemAvailable")
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| meminfo_field(&text, "MemAvailable"));
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit struct, which `limit` is.
+    let address_space = match unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } {
+        0 if limit.rlim_cur != libc::RLIM_INFINITY => Some(limit.rlim_cur),
+        _ => None,
+    };
+    match (meminfo, address_space) {
+        (Some(m), Some(a)) => Some(m.min(a)),
+        (m, a) => m.or(a),
+    }
 }
 
 /// A `/proc/meminfo` field in bytes (`MemAvailable:  22611596 kB`).

@@ -21,6 +21,7 @@ pub mod lab;
 pub mod launch;
 pub mod mix;
 pub mod progress;
+pub mod quote;
 pub mod report;
 pub mod sim;
 pub mod stats;

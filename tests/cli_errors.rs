@@ -143,6 +143,9 @@ fn sizes_beyond_the_memory_available_are_refused_before_allocating() {
                 "--chunk-sweep",
                 "--sweep-pool-mib",
                 "100000000",
+                // A pool of its own that fits in the limit, so that the sweep's is the one refused.
+                "--pool-mib",
+                "64",
             ],
             "sleep-wake --sweep-pool-mib 100000000 needs",
         ),
@@ -180,7 +183,7 @@ fn sizes_beyond_the_memory_available_are_refused_before_allocating() {
     // available is refused before it is tried.
     for args in [
         &["sim", "sched", "--jobs", "4000000000"][..],
-        &["sim", "radix", "--requests", "4000000000"],
+        &["attention", "--device", "cpu", "--batch", "1099511627776"],
     ] {
         let err = own_error(&pagedkv_limited(args, LIMIT));
         assert!(

@@ -299,3 +299,48 @@ fn beyond_vllm_admission_orders_rank_the_waiting_queue() {
     assert_eq!(order(Policy::Aging, &reqs), ["x", "z", "y"]);
     assert_eq!(order(Policy::Fcfs, &reqs), ["x", "y", "z"]);
 }
+
+/// A distant arrival under a step clock: the idle spell before it is logged as its first and last
+/// step, and everything else is the run with a short gap, shifted by the gap's difference.
+#[test]
+fn an_idle_spell_is_skipped_to_its_last_step() {
+    let c = || cfg(4, 20, 32, true);
+    let reqs = |gap: f64| {
+        vec![
+            req("a", 0.0, Prompt::Tokens(vec![1, 2, 3, 4, 5]), 3),
+            req("b", gap, Prompt::Tokens(vec![1, 2, 3, 4, 5, 6]), 2),
+        ]
+    };
+    let steps = |log: &[pagedkv::sim::engine::StepRecord]| -> Vec<u64> {
+        log.iter().map(|r| r.step).collect()
+    };
+    // "a" runs in steps 0..=2; step 3 reports its finish (vLLM's has_requests() is still true);
+    // an arrival at 6 leaves two idle steps, 4 and 5, both logged; "b" finishes in step 7.
+    let short = step_records(c(), &reqs(6.0)).unwrap();
+    assert_eq!(steps(&short), (0..=7).collect::<Vec<u64>>());
+    // At 8, the spell is steps 4 to 7: its first and last are logged, 5 and 6 skipped.
+    let near = step_records(c(), &reqs(8.0)).unwrap();
+    assert_eq!(steps(&near), [0, 1, 2, 3, 4, 7, 8, 9]);
+    // Far: the same first idle step, then the step before the arrival; none between.
+    let far = step_records(c(), &reqs(1e15)).unwrap();
+    let shift = 1e15 as u64 - 8;
+    assert_eq!(
+        steps(&far),
+        [0, 1, 2, 3, 4, 7 + shift, 8 + shift, 9 + shift]
+    );
+    for (n, f) in near.iter().zip(&far) {
+        let mut moved = n.clone();
+        if n.step >= 7 {
+            moved.step += shift;
+            moved.time += shift as f64;
+        }
+        assert_eq!(&moved, f);
+    }
+    // The requests' times are the near run's: TTFT and end to end count from each arrival.
+    let (times, _) = run(c(), &reqs(1e15));
+    let (near_times, _) = run(c(), &reqs(8.0));
+    assert_eq!(times, near_times);
+    // Past the clock's last countable step: refused, not wrapped round.
+    let e = step_records(c(), &reqs(1e300)).unwrap_err().to_string();
+    assert!(e.contains("request b") && e.contains("2^52"), "{e}");
+}

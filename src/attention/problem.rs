@@ -36,6 +36,8 @@ pub enum ProblemError {
     QueryDtype(crate::kv::Dtype),
     #[error("scale {0} is not a positive finite number")]
     Scale(f32),
+    #[error("{what} {value} is not a positive finite number")]
+    NotPositive { what: &'static str, value: f32 },
     #[error(transparent)]
     TooLarge(#[from] crate::host_memory::TooLarge),
 }
@@ -108,6 +110,18 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
         }
         if T::DTYPE.fp8().is_some() {
             return Err(ProblemError::QueryDtype(T::DTYPE));
+        }
+        let positive = |what, value: f32| match value.is_finite() && value > 0.0 {
+            true => Ok(()),
+            false => Err(ProblemError::NotPositive { what, value }),
+        };
+        positive("the softmax scale", shape.scale)?;
+        if let Values::Activations {
+            scale, magnitude, ..
+        } = opts.values
+        {
+            positive("the activation scale", scale)?;
+            positive("the outlier magnitude", magnitude)?;
         }
         if let Scales::Fixed(k, v) = opts.scales {
             if let Some(bad) = [k, v].into_iter().find(|s| !(s.is_finite() && *s > 0.0)) {

@@ -26,7 +26,7 @@ use super::gpu_probe::GpuProbe;
 use crate::device::cpu::pages::{thp_available, thp_mode, Pages};
 use crate::device::cuda::gather::GatherError;
 use crate::device::{Device, DeviceError};
-use crate::kv::{KvSpec, SpecError, TableError};
+use crate::kv::{KvSpec, SpecError, TableError, MAX_BLOCK_SIZE};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -87,6 +87,25 @@ pub struct ProbeOptions {
     pub seed: u64,
     /// The decode batch paged attention is measured on; `None`: attention is not measured.
     pub attention: Option<AttentionBatch>,
+}
+
+/// One pool's bytes (K or V) in a probe of `pool_bytes`: half, in whole 4-byte words (the copy-out
+/// buffer takes another half).
+pub fn half_pool_bytes(pool_bytes: usize) -> usize {
+    pool_bytes / 2 / 4 * 4
+}
+
+/// Checks, before any probe runs, that each pool of a probe of `pool_bytes` holds one block of
+/// the largest block size of tokens of `token_bytes` (what every probe's block table needs).
+pub fn check_pool_size(pool_bytes: usize, token_bytes: usize) -> Result<(), ProbeError> {
+    let block_bytes = token_bytes.saturating_mul(MAX_BLOCK_SIZE);
+    match half_pool_bytes(pool_bytes) {
+        half if half < block_bytes => Err(ProbeError::PoolTooSmall {
+            pool_bytes: half,
+            block_bytes,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Probes for a device, first the one the table's main columns show, and notes about the choice.

@@ -343,6 +343,8 @@ impl SweepConfig {
         if rounds == 0 || rounds > 100 {
             return Err(invalid(format!("--rounds must be 1 to 100, got {rounds}")));
         }
+        let token_bytes = m.kv_heads * m.head_dim * m.dtype.bytes();
+        super::bandwidth::check_pool_size(probe_mib << 20, token_bytes)?;
         if !gpu {
             let what = format!(
                 "the CPU bandwidth probe of {}",

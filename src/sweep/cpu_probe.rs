@@ -63,7 +63,7 @@ impl CpuProbe {
 
     fn half_bytes(&self) -> usize {
         // Whole 2-byte and 4-byte elements.
-        self.opts.pool_bytes / 2 / 4 * 4
+        super::bandwidth::half_pool_bytes(self.opts.pool_bytes)
     }
 
     /// The buffers, mapped and filled with random `dtype` values.

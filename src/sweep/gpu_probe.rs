@@ -84,7 +84,7 @@ impl GpuProbe {
 
     /// One pool's bytes: half the probe's, as on the CPU.
     fn half_bytes(&self) -> usize {
-        self.opts.pool_bytes / 2 / 4 * 4
+        super::bandwidth::half_pool_bytes(self.opts.pool_bytes)
     }
 
     /// The pools for `spec`'s dtype and token size, uploaded on first use.

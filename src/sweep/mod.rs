@@ -42,7 +42,7 @@ pub use capacity::{SearchLimits, SloTargets};
 pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
 pub use model::ModelShape;
 pub use replay::DurationModel;
-pub use run::{run_sweep, NoProgress, Phase, Progress};
+pub use run::{run_plan, run_sweep, NoProgress, Phase, Progress, SweepPlan};
 pub use summary::{kv_dtype_summary, limit_medians, KvDtypeSummary, LimitMedians, SweepReport};
 
 use crate::device::DeviceError;

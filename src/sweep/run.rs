@@ -4,7 +4,8 @@
 
 use super::{
     apply_end_to_end, apply_proxy, end_to_end, measure_bandwidth, memory_rows, probes_for,
-    proxy_banded, recommend, SweepConfig, SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
+    proxy_banded, recommend, MemoryConfig, ModelShape, ProbeOptions, SearchLimits, SloTargets,
+    SweepConfig, SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
 };
 use crate::device::Device;
 use crate::workload::azure::Request;
@@ -43,20 +44,75 @@ impl Progress for NoProgress {
 /// What the throughput proxy computes, for the report.
 const PROXY: &str = "concurrent_requests × min(1, attention (else read-only gather) fraction of stream), normalised to the best";
 
-/// Runs the sweep `config` asks for. Settings are checked in the order the CLI lists its errors:
-/// the model, the pool, the workload, the replay, the SLOs, the device, the probes.
-pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
-    let m = config.model.shape()?;
-    let (pool_bytes, pool_source) = config.pool(&m)?;
-    let (requests, workload_name) = config.workload()?;
-    let memory = config.memory_config(&m, pool_bytes)?;
-    let slo = config.slo()?;
-    let search = config.search_limits();
-    let window = config.capacity_requests()?;
-    let mut rows = memory_rows(&requests, &memory)?;
+/// A sweep whose every setting has been checked, in the order the CLI lists its errors (the
+/// model, the pool, the workload, the replay, the SLOs, the device, the probes), before anything
+/// is measured or simulated.
+pub struct SweepPlan {
+    config: SweepConfig,
+    m: ModelShape,
+    pool_bytes: u64,
+    pool_source: String,
+    requests: Vec<Request>,
+    workload_name: String,
+    memory: MemoryConfig,
+    slo: SloTargets,
+    search: SearchLimits,
+    window: usize,
+    device: Device,
+    opts: ProbeOptions,
+}
 
-    let device = Device::detect(config.device)?;
-    let opts = config.probe_options(&m, &requests, device.is_cuda())?;
+impl SweepPlan {
+    pub fn new(config: &SweepConfig) -> Result<SweepPlan, SweepError> {
+        let m = config.model.shape()?;
+        let (pool_bytes, pool_source) = config.pool(&m)?;
+        let (requests, workload_name) = config.workload()?;
+        let memory = config.memory_config(&m, pool_bytes)?;
+        let slo = config.slo()?;
+        let search = config.search_limits();
+        let window = config.capacity_requests()?;
+        let device = Device::detect(config.device)?;
+        let opts = config.probe_options(&m, &requests, device.is_cuda())?;
+        Ok(SweepPlan {
+            config: config.clone(),
+            m,
+            pool_bytes,
+            pool_source,
+            requests,
+            workload_name,
+            memory,
+            slo,
+            search,
+            window,
+            device,
+            opts,
+        })
+    }
+}
+
+/// Runs the sweep `config` asks for, once [`SweepPlan::new`] has checked every setting.
+pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
+    run_plan(SweepPlan::new(config)?, progress)
+}
+
+/// Runs a checked sweep.
+pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
+    let SweepPlan {
+        config,
+        m,
+        pool_bytes,
+        pool_source,
+        requests,
+        workload_name,
+        memory,
+        slo,
+        search,
+        window,
+        device,
+        opts,
+    } = plan;
+    let config = &config;
+    let mut rows = memory_rows(&requests, &memory)?;
     let rounds = opts.rounds;
     let mut notes = Vec::new();
     let mut probe = None;

@@ -78,7 +78,7 @@ fn parse_trace(input: impl BufRead, name: &str) -> Result<Vec<Request>, TraceErr
             path: name.into(),
             source,
         },
-        e @ ReadError::NotUtf8 { line } => TraceError::Field {
+        e @ (ReadError::NotUtf8 { line } | ReadError::Incomplete { line }) => TraceError::Field {
             path: name.into(),
             line,
             detail: e.to_string(),
@@ -202,7 +202,9 @@ fn parse_time(s: &str) -> Option<f64> {
     let hour: i64 = c.next()?.parse().ok()?;
     let minute: i64 = c.next()?.parse().ok()?;
     let second: f64 = c.next()?.parse().ok()?;
-    let valid = (1..=12).contains(&month)
+    // Four-digit years, as the format writes them (a longer one overflows the day count).
+    let valid = (0..=9999).contains(&year)
+        && (1..=12).contains(&month)
         && (1..=31).contains(&day)
         && (0..24).contains(&hour)
         && (0..60).contains(&minute)

@@ -17,6 +17,7 @@
 use super::csv_lines::{self, line_of, next_record, ReadError};
 use super::dense_keys::{DenseIds, DenseKeys};
 use super::keys::{KeyTrace, KeyTraceError};
+use super::text_input;
 use csv::StringRecord;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read, Write};
@@ -303,18 +304,25 @@ fn for_each_line(
 ) -> Result<(), KeyTraceError> {
     let mut buf = Vec::new();
     let mut line_no = 0u64;
+    let io = |source| KeyTraceError::Io {
+        path: name.into(),
+        source,
+    };
+    text_input::skip_bom(&mut r).map_err(io)?;
     loop {
         buf.clear();
-        let n = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| KeyTraceError::Io {
-                path: name.into(),
-                source,
-            })?;
+        let n = r.read_until(b'\n', &mut buf).map_err(io)?;
         if n == 0 {
             return Ok(());
         }
         line_no += 1;
+        if !buf.ends_with(b"\n") {
+            return Err(KeyTraceError::Parse {
+                path: name.into(),
+                line: line_no,
+                msg: text_input::INCOMPLETE.into(),
+            });
+        }
         let line = std::str::from_utf8(&buf).map_err(|_| KeyTraceError::Parse {
             path: name.into(),
             line: line_no,
@@ -392,6 +400,7 @@ pub fn read_csv(
         msg,
     };
     // The first non-blank line decides the delimiter and the header; it is read again as csv.
+    text_input::skip_bom(&mut r).map_err(io)?;
     let mut head = Vec::new();
     let first = loop {
         let start = head.len();
@@ -417,6 +426,7 @@ pub fn read_csv(
             e @ ReadError::NotUtf8 { line } => {
                 perr(line, format!("{e} (a binary trace needs --format oracle)"))
             }
+            e @ ReadError::Incomplete { line } => perr(line, e.to_string()),
         })
     };
     if !next(&mut record)? {
@@ -530,11 +540,14 @@ mod tests {
         let e = csv("1,2\n3,4\n", "").unwrap_err().to_string();
         assert!(e.contains("obj-id-col"), "{e}");
         let e = csv("1,2\n3\n", "obj-id-col=2").unwrap_err().to_string();
-        assert!(e.contains("t.csv:2"), "{e}");
+        assert!(e.contains("t.csv, line 2"), "{e}");
         let e = csv("1,2\n3,abc\n", "obj-id-col=2, has-header=false")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("t.csv:2") && e.contains("not a number"), "{e}");
+        assert!(
+            e.contains("t.csv, line 2") && e.contains("not a number"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! empty and comment lines but then reports the next record at the line where the skipping
 //! began, and counts CRLF endings oddly; so [`lines`] hands it a stream in which every line is a
 //! record (blank and comment lines become a single space, CRs before newlines are dropped), and
-//! [`next_record`] passes over the blank ones. Fields are trimmed; any number per line.
+//! [`next_record`] passes over the blank ones. Fields are trimmed; any number per line. A byte-order
+//! mark is skipped and a last line without a newline refused ([`super::text_input`]).
 
 use csv::StringRecord;
 use std::io::{self, BufRead, Read};
@@ -24,6 +25,8 @@ pub fn lines<R: BufRead>(
             comment,
             line: Vec::new(),
             served: 0,
+            lines: 0,
+            unterminated: None,
         })
 }
 
@@ -33,16 +36,23 @@ pub enum ReadError {
     Io(io::Error),
     #[error("not UTF-8 text")]
     NotUtf8 { line: u64 },
+    #[error("{}", super::text_input::INCOMPLETE)]
+    Incomplete { line: u64 },
 }
 
 /// Reads the next record that is not a blank (or comment) line into `record`; false at the end.
-pub fn next_record<R: Read>(
-    rows: &mut csv::Reader<R>,
+pub fn next_record<R: BufRead>(
+    rows: &mut csv::Reader<EveryLine<R>>,
     record: &mut StringRecord,
 ) -> Result<bool, ReadError> {
     loop {
         match rows.read_record(record) {
-            Ok(false) => return Ok(false),
+            Ok(false) => {
+                return match rows.get_ref().unterminated {
+                    Some(line) => Err(ReadError::Incomplete { line }),
+                    None => Ok(false),
+                }
+            }
             Ok(true) if record.len() == 1 && record[0].is_empty() => {}
             Ok(true) => return Ok(true),
             Err(e) => {
@@ -68,6 +78,10 @@ pub struct EveryLine<R> {
     comment: Option<u8>,
     line: Vec<u8>,
     served: usize,
+    /// Lines read so far.
+    lines: u64,
+    /// The last line, if it ended without a newline.
+    unterminated: Option<u64>,
 }
 
 impl<R: BufRead> Read for EveryLine<R> {
@@ -75,8 +89,15 @@ impl<R: BufRead> Read for EveryLine<R> {
         if self.served == self.line.len() {
             self.line.clear();
             self.served = 0;
+            if self.lines == 0 {
+                super::text_input::skip_bom(&mut self.input)?;
+            }
             if self.input.read_until(b'\n', &mut self.line)? == 0 {
                 return Ok(0);
+            }
+            self.lines += 1;
+            if !self.line.ends_with(b"\n") {
+                self.unterminated = Some(self.lines);
             }
             let text = self.line.trim_ascii();
             if text.is_empty() || text.first() == self.comment.as_ref() {
@@ -115,7 +136,7 @@ mod tests {
 
     #[test]
     fn records_keep_their_lines_past_blank_crlf_and_comment_lines() {
-        let text = b"a,b\n\n  \r\nc, d \r\n\r\n # x,\"y\n\"e,f\",g\nh";
+        let text = b"\xef\xbb\xbfa,b\n\n  \r\nc, d \r\n\r\n # x,\"y\n\"e,f\",g\nh\n";
         assert_eq!(
             records(text, Some(b'#')),
             [
@@ -128,6 +149,19 @@ mod tests {
         // Without a comment byte, `#` is data.
         assert_eq!(records(b"\n#a\n", None), [row(2, &["#a"])]);
         assert!(records(b"\n \r\n", None).is_empty());
+    }
+
+    #[test]
+    fn a_last_line_without_its_newline_is_an_error_at_its_line() {
+        let mut rows = lines(&b"a,1\n\nb,37"[..], b',', None);
+        let mut record = StringRecord::new();
+        assert!(next_record(&mut rows, &mut record).unwrap());
+        assert!(next_record(&mut rows, &mut record).unwrap());
+        assert_eq!(&record[1], "37");
+        assert!(matches!(
+            next_record(&mut rows, &mut record),
+            Err(ReadError::Incomplete { line: 3 })
+        ));
     }
 
     #[test]

@@ -232,7 +232,7 @@ fn class_by_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Class>, D::Er
         .map(Some)
         .map_err(|_| {
             D::Error::custom(format!(
-                "class `{}` is not interactive/batch (or 0/1)",
+                "class {:?} is not interactive/batch (or 0/1)",
                 name.to_ascii_lowercase()
             ))
         })
@@ -245,9 +245,12 @@ pub fn parse_jobs_csv(text: &str) -> Result<Vec<Job>, JobsError> {
     let mut rows = csv_lines::lines(text.as_bytes(), b',', Some(b'#'));
     let mut record = StringRecord::new();
     let mut jobs = Vec::new();
-    // Text in memory is UTF-8 and cannot fail to read: no error here names a line of its own.
+    // Text in memory is UTF-8 and cannot fail to read; only its last line can be cut short.
     let read_error = |e: csv_lines::ReadError| JobsError::Csv {
-        line: 0,
+        line: match e {
+            csv_lines::ReadError::Incomplete { line } => line as usize,
+            _ => 0,
+        },
         msg: e.to_string(),
     };
     while next_record(&mut rows, &mut record).map_err(read_error)? {
@@ -298,7 +301,7 @@ fn why(e: &csv::Error, record: &StringRecord) -> String {
     match (err.kind(), err.field()) {
         (DeserializeErrorKind::Message(msg), _) => msg.clone(),
         (_, Some(i)) => format!(
-            "{} `{}` is not a number",
+            "{} {:?} is not a number",
             JOB_COLUMNS[i as usize], &record[i as usize]
         ),
         _ => err.to_string(),

@@ -32,7 +32,7 @@ pub enum KeyTraceError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path}:{line}: {msg}")]
+    #[error("{path}, line {line}: {msg}")]
     Parse {
         path: String,
         line: u64,

@@ -10,5 +10,7 @@ pub mod keys;
 pub mod mooncake;
 pub mod scenario;
 pub mod serving;
+pub mod strict_json;
 pub mod synthetic;
+pub mod text_input;
 pub mod trace;

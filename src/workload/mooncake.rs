@@ -36,7 +36,14 @@ pub fn block_token(hash_id: u64, offset: u32) -> u32 {
 }
 
 /// Reads a Mooncake trace from `input` (named `name` in errors, which give the line).
-pub fn parse_mooncake(input: impl BufRead, name: &str) -> Result<Vec<MooncakeRequest>, TraceError> {
+pub fn parse_mooncake(
+    mut input: impl BufRead,
+    name: &str,
+) -> Result<Vec<MooncakeRequest>, TraceError> {
+    super::text_input::skip_bom(&mut input).map_err(|source| TraceError::Io {
+        path: name.into(),
+        source,
+    })?;
     let mut out: Vec<MooncakeRequest> = Vec::new();
     for (i, line) in input.lines().enumerate() {
         let line_no = i as u64 + 1;

@@ -91,6 +91,7 @@ pub fn parse_scenario(text: &str, name: &str) -> Result<Scenario, ScenarioError>
         path: name.into(),
         detail,
     };
+    let text = super::text_input::strip_bom(text);
     let file: ScenarioFile = serde_json::from_str(text).map_err(|e| err(e.to_string()))?;
     if file.requests.is_empty() {
         return Err(err("no requests".into()));

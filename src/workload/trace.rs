@@ -30,11 +30,13 @@ fn io_error(path: &Path, source: std::io::Error) -> TraceError {
     }
 }
 
-/// The format of the file at `path`, from its first non-blank byte.
+/// The format of the file at `path`, from its first non-blank byte after any byte-order mark.
 pub fn detect(path: &Path) -> Result<TraceFormat, TraceError> {
     let f = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
     let mut first = None;
-    for b in BufReader::new(f).bytes().take(1 << 16) {
+    let mut input = BufReader::new(f);
+    super::text_input::skip_bom(&mut input).map_err(|e| io_error(path, e))?;
+    for b in input.bytes().take(1 << 16) {
         let b = b.map_err(|e| io_error(path, e))?;
         if !b.is_ascii_whitespace() {
             first = Some(b);

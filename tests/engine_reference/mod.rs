@@ -400,9 +400,11 @@ impl Reference {
         }
     }
 
-    /// The whole step log, under a step clock.
+    /// The whole step log, under a step clock, with the idle steps between the first and the
+    /// last of an idle spell left out (the engine skips them).
     pub fn run(mut self) -> Vec<StepRecord> {
         let mut log = vec![];
+        let mut idle = vec![];
         let mut step = 0u64;
         while self.reqs.iter().any(|r| r.st != St::Done) {
             for i in 0..self.reqs.len() {
@@ -416,6 +418,7 @@ impl Reference {
                 time: step as f64,
                 ..Default::default()
             };
+            idle.push(!self.has_requests() && self.queue.is_empty());
             let mut to_process = None;
             if self.has_requests() {
                 let (sched, preempted, admitted) = self.schedule();
@@ -455,6 +458,12 @@ impl Reference {
             log.push(rec);
             step += 1;
         }
-        log
+        let inside_spell =
+            |i: usize| i > 0 && i + 1 < idle.len() && idle[i - 1..=i + 1] == [true; 3];
+        log.into_iter()
+            .enumerate()
+            .filter(|&(i, _)| !inside_spell(i))
+            .map(|(_, rec)| rec)
+            .collect()
     }
 }

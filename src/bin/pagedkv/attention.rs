@@ -63,14 +63,14 @@ pub struct Args {
     /// times larger).
     #[arg(long, value_enum, default_value_t = ValuesArg::Uniform)]
     values: ValuesArg,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = positive_scale)]
     activation_scale: f32,
     #[arg(long, default_value_t = 2, value_parser = count(0..))]
     outlier_channels: usize,
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = positive_scale)]
     outlier_magnitude: f32,
     /// Softmax scale; default 1/sqrt(head dim).
-    #[arg(long)]
+    #[arg(long, value_parser = positive_scale)]
     scale: Option<f32>,
     /// Timed runs (median reported).
     #[arg(long, value_parser = count(0..))]
@@ -175,9 +175,9 @@ pub fn run(args: Args) -> CmdResult {
         &StderrProgress::new(),
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_report(&report);
+        print_report(&report)?;
     }
     // Against the oracle over the stored values the kernels round as q's dtype does; NaN errors
     // fail too: only a finite error within the bound passes.
@@ -216,18 +216,18 @@ pub fn run(args: Args) -> CmdResult {
     Ok(())
 }
 
-fn print_report(r: &AttentionReport) {
+fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> {
     let kv = if r.kv_dtype == r.dtype {
         String::new()
     } else {
         format!(", K/V {}", r.kv_dtype)
     };
-    println!(
+    outln!(
         "{}: batch {}, {} query / {} KV heads, head dim {}, {}{kv}, block size {}, longest context {}, {} partition(s)",
         r.device, r.batch, r.num_heads, r.num_kv_heads, r.head_dim, r.dtype, r.block_size, r.max_context, r.partitions
-    );
+    )?;
     if r.emulated {
-        println!("emulated GPU: the kernels ran on the CPU; times are not measurements of a GPU");
+        outln!("emulated GPU: the kernels ran on the CPU; times are not measurements of a GPU")?;
     }
     if r.kv_dtype.fp8().is_some() {
         let range = |s: &[f32]| {
@@ -240,12 +240,12 @@ fn print_report(r: &AttentionReport) {
                 format!("{lo:.4e} .. {hi:.4e}")
             }
         };
-        println!(
+        outln!(
             "K scale {}, V scale {}; relative error against the unquantised values {:.3e}",
             range(&r.k_scale),
             range(&r.v_scale),
             r.quantised_rel_error
-        );
+        )?;
     }
     let mut t = Table::new([
         "kernel",
@@ -288,18 +288,19 @@ fn print_report(r: &AttentionReport) {
             ]);
         }
     }
-    print!("{t}");
-    println!(
+    out!("{t}")?;
+    outln!(
         "KV bytes read {:.1} MiB; limits in this run: copy {:.1} GB/s, read-only stream {:.1} GB/s; paged / contiguous time {:.3}",
         r.kv_bytes as f64 / (1 << 20) as f64,
         r.copy_gbps,
         r.stream_gbps,
         r.paged_over_contiguous
-    );
+    )?;
     if r.copies_rotated > 1 {
-        println!(
+        outln!(
             "timed runs took turns over {} copies of the problem, so that they read memory, not the L2 cache",
             r.copies_rotated
-        );
+        )?;
     }
+    Ok(())
 }

@@ -149,33 +149,33 @@ pub fn run(args: Args) -> CmdResult {
         memory_bytes: memory_bytes(),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        outln!("{}", serde_json::to_string_pretty(&info)?)?;
         return Ok(());
     }
-    println!("device (auto): {}", info.device);
+    outln!("device (auto): {}", info.device)?;
     if info.gpus.is_empty() {
-        println!("gpus: none usable");
+        outln!("gpus: none usable")?;
     }
     for g in &info.gpus {
-        println!(
+        outln!(
             "gpu {}: {} — {:.1} GiB, compute capability {}, {} SMs",
             g.ordinal,
             g.name,
             g.total_memory_bytes as f64 / (1u64 << 30) as f64,
             g.compute_capability,
             g.multiprocessors
-        );
+        )?;
     }
-    println!(
+    outln!(
         "cpu: {} cores, {:.1} GiB memory",
         info.cpu_cores,
         info.memory_bytes as f64 / (1u64 << 30) as f64
-    );
+    )?;
     match info.nvcc_version {
-        Some(v) => println!("kernels: built by nvcc ({v})"),
-        None => println!(
-            "kernels: not built (no nvcc at build time; see scripts/install-cuda-compiler)"
-        ),
+        Some(v) => outln!("kernels: built by nvcc ({v})")?,
+        None => {
+            outln!("kernels: not built (no nvcc at build time; see scripts/install-cuda-compiler)")?
+        }
     }
     if !info.kernels.is_empty() {
         // The module (kernels/*.cu file) is in --json; the kernel's name says it, and leaving it
@@ -194,12 +194,12 @@ pub fn run(args: Args) -> CmdResult {
                 r.stack_bytes.to_string(),
             ]);
         }
-        print!("{t}");
+        out!("{t}")?;
     }
-    print_dispatch(&info.dispatch);
+    print_dispatch(&info.dispatch)?;
     if info.kernels_built {
-        print_static_report(&info.static_report, &report);
-        print_reference_split(&report);
+        print_static_report(&info.static_report, &report)?;
+        print_reference_split(&report)?;
     }
     Ok(())
 }
@@ -225,7 +225,7 @@ fn auto_device() -> String {
 }
 
 /// Which engine runs which decode-attention shapes, in a few lines (`--json`: every shape).
-fn print_dispatch(table: &[Dispatch]) {
+fn print_dispatch(table: &[Dispatch]) -> Result<(), crate::stdout::StdoutFailed> {
     let on = |e: Engine| table.iter().filter(move |d| d.engine == e);
     let list = |v: Vec<String>| {
         let mut v = v;
@@ -235,8 +235,8 @@ fn print_dispatch(table: &[Dispatch]) {
     };
     let tc: Vec<&Dispatch> = on(Engine::TensorCores).collect();
     if tc.is_empty() {
-        println!("attention dispatch: CUDA cores for every shape (no tensor-core kernel built)");
-        return;
+        outln!("attention dispatch: CUDA cores for every shape (no tensor-core kernel built)")?;
+        return Ok(());
     }
     let pairs = list(
         tc.iter()
@@ -255,12 +255,13 @@ fn print_dispatch(table: &[Dispatch]) {
         "attention dispatch: tensor cores (paged_attention_tc_*) for head dim {dims}, groups \
          {groups}, q/KV {pairs}; CUDA cores for the other {} shapes built (--json: dispatch)",
         on(Engine::CudaCores).count()
-    ));
+    ))?;
+    Ok(())
 }
 
 /// How the reference shape is split on an H200 with the static report's occupancy: issue 14 asks
 /// that it runs without a merge.
-fn print_reference_split(report: &[StaticKernel]) {
+fn print_reference_split(report: &[StaticKernel]) -> Result<(), crate::stdout::StdoutFailed> {
     let sms = H200.sms as usize;
     let kernel = "paged_attention_f16_d128_g4";
     if let Some(per_sm) = split::static_ctas_per_sm(report, kernel) {
@@ -269,8 +270,9 @@ fn print_reference_split(report: &[StaticKernel]) {
             "split-K at batch 64 x 8 KV heads x 4096 tokens ({kernel}) on {sms} SMs: {per_sm} \
              CTAs per SM (static report) -> {} partition(s) of {} tokens",
             plan.num_partitions, plan.partition_size
-        ));
+        ))?;
     }
+    Ok(())
 }
 
 /// One kernel's CTAs per SM: the static report's and the driver's.
@@ -313,7 +315,7 @@ fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
         .iter()
         .filter(|r| r.static_ctas_per_sm != r.driver_ctas_per_sm)
         .collect();
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({
             "gpu": dev.info.name,
@@ -321,7 +323,7 @@ fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
             "kernels": rows,
             "differ": differ.len(),
         }))?
-    );
+    )?;
     if rows.is_empty() {
         return Err("no static report in this build: nothing to check".into());
     }
@@ -336,16 +338,20 @@ fn check_occupancy(report: &[StaticKernel]) -> CmdResult {
     Ok(())
 }
 
-fn print_static_report(about: &StaticReportInfo, report: &[StaticKernel]) {
+fn print_static_report(
+    about: &StaticReportInfo,
+    report: &[StaticKernel],
+) -> Result<(), crate::stdout::StdoutFailed> {
     let Some(tool) = about.analysed_by else {
-        println!("static report: {}", about.missing.unwrap_or("unavailable"));
-        return;
+        outln!("static report: {}", about.missing.unwrap_or("unavailable"))?;
+        return Ok(());
     };
-    println!("static report ({}, read by {tool}):", about.arch);
-    print!(
+    outln!("static report ({}, read by {tool}):", about.arch)?;
+    out!(
         "{}",
         info_sass::static_tables(report, |_, k| k.kernel.clone())
-    );
-    info_sass::print_wrapped(about.method);
-    info_sass::print_aims();
+    )?;
+    info_sass::print_wrapped(about.method)?;
+    info_sass::print_aims()?;
+    Ok(())
 }

@@ -108,14 +108,14 @@ pub fn run(file: &Path, args: &ForeignArgs, json: bool) -> CmdResult {
         kernels,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
     print_wrapped(&format!(
         "static report of {} (sm_90, read by {}):",
         file.display(),
         report.analysed_by
-    ));
+    ))?;
     print_wrapped(&format!(
         "assumed: threads per CTA {} without __launch_bounds__, dynamic shared memory {} B, bytes \
          per token {}, group {} with {} query head(s) per CTA",
@@ -124,16 +124,16 @@ pub fn run(file: &Path, args: &ForeignArgs, json: bool) -> CmdResult {
         bytes_per_token.map_or("from the name, else unknown".into(), |b| b.to_string()),
         args.group,
         heads_per_cta
-    ));
+    ))?;
     // Mangled names run to 150 characters: the tables number them, the list below names them.
-    print!(
+    out!(
         "{}",
         static_tables(&report.kernels, |i, _| format!("#{}", i + 1))
-    );
+    )?;
     for (i, k) in report.kernels.iter().enumerate() {
-        println!("#{} {}", i + 1, k.kernel);
+        outln!("#{} {}", i + 1, k.kernel)?;
     }
-    print_aims();
+    print_aims()?;
     Ok(())
 }
 
@@ -200,14 +200,15 @@ pub fn static_tables(
 }
 
 /// `text` in lines of at most 100 characters.
-pub fn print_wrapped(text: &str) {
+pub fn print_wrapped(text: &str) -> Result<(), crate::stdout::StdoutFailed> {
     for line in wrap(text, 100) {
-        println!("{line}");
+        outln!("{line}")?;
     }
+    Ok(())
 }
 
 /// What the figures are measured against.
-pub fn print_aims() {
+pub fn print_aims() -> Result<(), crate::stdout::StdoutFailed> {
     print_wrapped(&format!(
         "aims: bytes in flight per SM >= {:.1} KiB ({} bandwidth x DRAM latency / {} SMs; 32 KiB for \
          decode attention); issue/budget <= 0.7, budget = {} SMs x {} schedulers x {:.2} GHz / \
@@ -219,5 +220,6 @@ pub fn print_aims() {
         H200.schedulers_per_sm,
         H200.clock_hz / 1e9,
         H200.stream_bytes_per_s / 1e12
-    ));
+    ))?;
+    Ok(())
 }

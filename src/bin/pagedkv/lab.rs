@@ -80,32 +80,33 @@ pub fn emit<T: Serialize>(
     report: &T,
     facts: &MachineFacts,
     checks: &[Check],
-    text: impl FnOnce(),
+    text: impl FnOnce() -> Result<(), crate::stdout::StdoutFailed>,
 ) -> CmdResult {
     if json {
         let out = WithFacts {
             report,
             machine: facts,
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
-        println!("machine: {}", facts.summary());
-        text();
-        print_checks(checks);
+        outln!("machine: {}", facts.summary())?;
+        text()?;
+        print_checks(checks)?;
     }
     verdict(checks)
 }
 
-fn print_checks(checks: &[Check]) {
-    println!("checks:");
+fn print_checks(checks: &[Check]) -> Result<(), crate::stdout::StdoutFailed> {
+    outln!("checks:")?;
     for c in checks {
         let tag = match c.status {
             CheckStatus::Holds => "holds",
             CheckStatus::Contradicted => "CONTRADICTED",
             CheckStatus::Skipped => "skipped",
         };
-        println!("  [{tag}] {}: {}", c.expectation, c.detail);
+        outln!("  [{tag}] {}: {}", c.expectation, c.detail)?;
     }
+    Ok(())
 }
 
 /// Exit 1 (`CheckFailed`) when a measurement contradicts what the machine claims.
@@ -137,9 +138,9 @@ pub fn skipped_or<T>(
         Err(LabError::Unavailable(reason)) => {
             if json {
                 let v = serde_json::json!({ "lab": lab, "skipped": true, "reason": reason });
-                println!("{}", serde_json::to_string_pretty(&v)?);
+                outln!("{}", serde_json::to_string_pretty(&v)?)?;
             } else {
-                println!("lab {lab}: skipped: {reason}");
+                outln!("lab {lab}: skipped: {reason}")?;
             }
             Ok(None)
         }

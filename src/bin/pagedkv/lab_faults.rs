@@ -33,13 +33,13 @@ pub fn run(args: Args) -> CmdResult {
     };
     let r = faults::run(&cfg, &facts)?;
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "one byte written (read, for the file) per 4 KiB page of {} pages; THP enabled={} \
              defrag={}",
             r.pages,
             r.thp_enabled.as_deref().unwrap_or("?"),
             r.thp_defrag.as_deref().unwrap_or("?")
-        );
+        )?;
         let mut t = Table::new([
             "pass", "pages", "minor", "major", "ms", "ns/fault", "ns/page", "rss", "in-huge",
         ]);
@@ -66,21 +66,22 @@ pub fn run(args: Args) -> CmdResult {
             row("file, cold (cache dropped)", &f.cold);
             row("file, warm", &f.warm);
         }
-        print!("{t}");
-        println!(
+        out!("{t}")?;
+        outln!(
             "MAP_POPULATE: the mmap call itself took {} faults in {} ms. THP share {:.1}%: \
              a 2 MiB page is one fault for 512 pages. A file fault maps the cached neighbours \
              too (fault-around), and a cold one reads ahead: fewer faults than pages.",
             r.populate.mmap_faults.minor,
             num(Some(r.populate.mmap_ns / 1e6), 1),
             100.0 * r.thp_share
-        );
+        )?;
         if let Some(f) = &r.file {
-            println!(
+            outln!(
                 "file {}: {:.1}% of it still cached after posix_fadvise(DONTNEED).",
                 show_bytes(Some(f.bytes as u64)),
                 100.0 * f.cached_share_after_drop
-            );
+            )?;
         }
+        Ok(())
     })
 }

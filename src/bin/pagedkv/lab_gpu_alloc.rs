@@ -34,13 +34,13 @@ pub fn run(args: Args) -> CmdResult {
         return Ok(());
     };
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "{}: {} per allocation, granularity {}; host wall clock, median of {}",
             r.device,
             show_bytes(Some(r.bytes as u64)),
             show_bytes(Some(r.granularity_bytes as u64)),
             cfg.reps
-        );
+        )?;
         let mut t = Table::new([
             "method",
             "chunk",
@@ -63,6 +63,7 @@ pub fn run(args: Args) -> CmdResult {
                 row.data_intact.to_string(),
             ]);
         }
-        print!("{t}");
+        out!("{t}")?;
+        Ok(())
     })
 }

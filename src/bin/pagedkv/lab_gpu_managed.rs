@@ -24,13 +24,13 @@ pub fn run(args: Args) -> CmdResult {
         return Ok(());
     };
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "{}: {} per pass; concurrent managed access: {}, pageable memory access: {}",
             r.device,
             show_bytes(Some(r.bytes as u64)),
             r.concurrent_managed_access,
             r.pageable_memory_access
-        );
+        )?;
         let mut t = Table::new(["pass", "ms", "GB/s", "intact"]);
         for p in &r.passes {
             t.row([
@@ -40,8 +40,8 @@ pub fn run(args: Args) -> CmdResult {
                 p.data_intact.to_string(),
             ]);
         }
-        print!("{t}");
-        println!(
+        out!("{t}")?;
+        outln!(
             "explicit: copy {} ms (pageable) / {} ms (pinned) + read {} ms, against managed: \
              first touch {} ms, prefetch + read {} ms",
             num(Some(r.copy_pageable_ms), 2),
@@ -49,6 +49,7 @@ pub fn run(args: Args) -> CmdResult {
             num(Some(r.kernel_device_ms), 2),
             num(Some(r.first_touch_ms), 2),
             num(r.prefetch_ms, 2)
-        );
+        )?;
+        Ok(())
     })
 }

@@ -38,13 +38,13 @@ pub fn run(args: Args) -> CmdResult {
     let r = mmap_share::run(&cfg, &facts)?;
     let b = |n: u64| show_bytes(Some(n));
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "{} processes map a {} file; each reads the shared first {} and its own slice of {}",
             r.processes,
             b(r.file_bytes as u64),
             b(r.shared_bytes as u64),
             b(r.slice_bytes as u64)
-        );
+        )?;
         let mut t = Table::new([
             "process",
             "slice at",
@@ -67,15 +67,15 @@ pub fn run(args: Args) -> CmdResult {
                 p.major_faults.to_string(),
             ]);
         }
-        print!("{t}");
-        println!(
+        out!("{t}")?;
+        outln!(
             "sum of RSS {} (each shared page counted in every process), sum of PSS {} (each \
              page counted once), distinct bytes read {}",
             b(r.sum_rss_bytes),
             b(r.sum_pss_bytes),
             b(r.distinct_bytes as u64)
-        );
-        println!(
+        )?;
+        outln!(
             "the file in the page cache (mincore): {} after dropping it, {} while mapped; \
              Cached in /proc/meminfo grew by {} (system-wide, so other processes' I/O makes \
              it noisy)",
@@ -86,6 +86,7 @@ pub fn run(args: Args) -> CmdResult {
             } else {
                 b(g as u64)
             })
-        );
+        )?;
+        Ok(())
     })
 }

@@ -30,38 +30,38 @@ pub fn run(args: Args) -> CmdResult {
     )?;
     let b = |n: u64| show_bytes(Some(n));
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "vm.overcommit_memory = {} (0 heuristic, 1 always, 2 strict), overcommit_ratio = {}; \
              RAM {}, swap {}",
             r.overcommit_memory.map_or("?".into(), |m| m.to_string()),
             r.overcommit_ratio.map_or("?".into(), |m| m.to_string()),
             show_bytes(r.mem_total_bytes),
             show_bytes(r.swap_total_bytes)
-        );
+        )?;
         if r.reservation_granted {
-            println!(
+            outln!(
                 "reserved {} with MAP_NORESERVE: virtual size {} -> {}, resident in it: {}",
                 b(r.reserved_bytes as u64),
                 show_bytes(r.virtual_before_bytes),
                 show_bytes(r.virtual_after_bytes),
                 b(r.mapping_rss_reserved_bytes)
-            );
-            println!(
+            )?;
+            outln!(
                 "wrote {} in {:.1} ms: resident in it {}; process RSS {} -> {}",
                 b(r.written_bytes as u64),
                 r.write_ns / 1e6,
                 b(r.mapping_rss_written_bytes),
                 b(r.rss_before_bytes),
                 b(r.rss_after_bytes)
-            );
+            )?;
         } else {
-            println!(
+            outln!(
                 "the reservation of {} was refused: {}",
                 b(r.reserved_bytes as u64),
                 r.reservation_error.as_deref().unwrap_or("?")
-            );
+            )?;
         }
-        println!(
+        outln!(
             "the same {} with accounting (no MAP_NORESERVE): {}{}",
             b(r.reserved_bytes as u64),
             if r.accounted.granted {
@@ -73,8 +73,8 @@ pub fn run(args: Args) -> CmdResult {
                 .error
                 .as_ref()
                 .map_or(String::new(), |e| format!(" ({e})"))
-        );
-        println!(
+        )?;
+        outln!(
             "mode 2 (strict): CommitLimit {} (swap + {}% of RAM), Committed_AS {}: it would \
              grant at most {} more now, so it {} refuse this reservation (it ignores \
              MAP_NORESERVE).",
@@ -88,6 +88,7 @@ pub fn run(args: Args) -> CmdResult {
                 Some(false) => "would not",
                 None => "may or may not",
             }
-        );
+        )?;
+        Ok(())
     })
 }

@@ -36,12 +36,12 @@ pub fn run(args: Args) -> CmdResult {
         cow_pages: args.cow_pages,
     })?;
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "function call (not inlined): {} ns [p10 {}, p90 {}]",
             num(Some(r.function_call.median), 2),
             num(Some(r.function_call.p10), 2),
             num(Some(r.function_call.p90), 2)
-        );
+        )?;
         let mut placements: Vec<String> = Vec::new();
         for row in &r.rows {
             let p = format!(
@@ -52,11 +52,12 @@ pub fn run(args: Args) -> CmdResult {
                 placements.push(p);
             }
         }
-        println!(
+        outln!(
             "round trip (A wakes B, B wakes A), ns median [p10, p90] over {} repetitions of up \
              to {} round trips (fewer when slow: ~20 ms a repetition):",
-            r.reps, r.max_iters
-        );
+            r.reps,
+            r.max_iters
+        )?;
         let mut t = Table::new(std::iter::once("mechanism".to_string()).chain(placements));
         for m in Mechanism::ALL {
             let cells = r
@@ -66,16 +67,17 @@ pub fn run(args: Args) -> CmdResult {
                 .map(|row| cell(&row.ns));
             t.row(std::iter::once(m.name().to_string()).chain(cells));
         }
-        print!("{t}");
-        println!(
+        out!("{t}")?;
+        outln!(
             "one core: each hand-over is a context switch on that core; two cores: a wake-up \
              sent to the other core (no switch when it idles in wait). \
              thread_round_trip_ns = threads: futex on one core ({:.0}); process_round_trip_ns = \
              processes: shared-memory futex on one core ({:.0}).",
-            r.thread_round_trip_ns, r.process_round_trip_ns
-        );
+            r.thread_round_trip_ns,
+            r.process_round_trip_ns
+        )?;
         let c = &r.cow;
-        println!(
+        outln!(
             "copy-on-write over {} pages: a thread's writes seen by the parent: {}; the forked \
              child saw the parent's data: {}; the child's writes seen by the parent: {} of {} \
              pages; the child took {} minor faults writing them ({:.0} ns each: a page copied \
@@ -87,7 +89,8 @@ pub fn run(args: Args) -> CmdResult {
             c.pages,
             c.child_minor_faults,
             c.child_ns_per_fault
-        );
+        )?;
+        Ok(())
     })
 }
 

@@ -44,11 +44,13 @@ pub fn run(args: Args) -> CmdResult {
     };
     let r = tlb::run(&cfg, &facts)?;
     emit(args.json, &r, &facts, &r.checks, || {
-        println!(
+        outln!(
             "one random cycle through every {}-byte line of each working set; ns per dependent \
              load in thread CPU time, median of {} repetitions of up to {} loads (~10 ms each)",
-            r.line_bytes, cfg.reps, cfg.steps
-        );
+            r.line_bytes,
+            cfg.reps,
+            cfg.steps
+        )?;
         let small = pagedkv::lab::machine::page_bytes();
         let mut t = Table::new([
             "working set",
@@ -70,11 +72,11 @@ pub fn run(args: Args) -> CmdResult {
                 huge.map_or("-".into(), |h| format!("{:.0}%", 100.0 * h.huge_share)),
             ]);
         }
-        print!("{t}");
+        out!("{t}")?;
         if let Some(why) = &r.huge_skipped {
-            println!("2 MiB pages skipped: {why}");
+            outln!("2 MiB pages skipped: {why}")?;
         }
-        println!("steps (4 KiB series) at the sizes the machine reports:");
+        outln!("steps (4 KiB series) at the sizes the machine reports:")?;
         let mut t = Table::new([
             "level",
             "size",
@@ -95,29 +97,30 @@ pub fn run(args: Args) -> CmdResult {
                 num(l.huge_gain_beyond, 2),
             ]);
         }
-        print!("{t}");
-        println!(
+        out!("{t}")?;
+        outln!(
             "inside: the largest working set <= size/2; beyond: the smallest >= 2 x size; \
              steepest: the largest rise over the previous working set within (size/2, 4 x size]."
-        );
+        )?;
         if r.tlb.is_empty() {
-            println!("TLB sizes: cpuid does not report them on this CPU");
+            outln!("TLB sizes: cpuid does not report them on this CPU")?;
         }
         for t in &r.tlb {
-            println!(
+            outln!(
                 "L{} DTLB, {} pages: {} entries x {} = {} reach",
                 t.tlb.level,
                 show_bytes(Some(t.tlb.page_bytes as u64)),
                 t.tlb.entries,
                 show_bytes(Some(t.tlb.page_bytes as u64)),
                 show_bytes(Some(t.reach_bytes as u64))
-            );
+            )?;
         }
         if let Some(g) = r.huge_gain_at_max {
-            println!(
+            outln!(
                 "at {}: 2 MiB pages make the chase {g:.2}x as fast as 4 KiB pages",
                 show_bytes(r.rows.last().map(|x| x.working_set_bytes as u64))
-            );
+            )?;
         }
+        Ok(())
     })
 }

@@ -1,6 +1,8 @@
 //! The `pagedkv` command line: parse, call the library, print. No logic of its own lives here; each
 //! subcommand is one file that turns its arguments into library calls and the results into text.
 
+#[macro_use]
+mod stdout;
 mod alloc_guard;
 mod attention;
 mod info;
@@ -100,24 +102,35 @@ fn with_teardown(result: CmdResult) -> CmdResult {
     }
 }
 
-/// The parser of a count option limited to `range` (`1..`, `1..=64`): out of it (negative numbers
-/// included), clap's error names the option and says `must be at least 1` or `must be 1 to 64`.
+/// The largest value of a count whose range names no end (`1..`): 2^40, a trillion. No count
+/// is meaningful beyond it on one machine, and below it the bytes of one element per count never
+/// overflow a size, so what a command would need meets its memory check (or the allocator's)
+/// instead of a panic.
+pub const MAX_COUNT: usize = 1 << 40;
+
+/// The parser of a count option limited to `range` (`1..`, `1..=64`) and to [`MAX_COUNT`]: out
+/// of it (negative numbers included), clap's error names the option and says `must be at least
+/// 1`, `must be 1 to 64` or `too large`.
 pub fn count<R>(range: R) -> impl TypedValueParser<Value = usize>
 where
     R: RangeBounds<usize> + Clone + Send + Sync + 'static,
 {
-    whole_number(range)
+    let cap = match range.end_bound() {
+        Bound::Unbounded => Some(MAX_COUNT as i128),
+        _ => None,
+    };
+    whole_number(range, cap)
 }
 
-/// [`count`] for a `u64` option (seeds, sizes in bytes).
+/// [`count`] for a `u64` option (seeds, sizes in bytes): any `u64` in `range`.
 pub fn count_u64<R>(range: R) -> impl TypedValueParser<Value = u64>
 where
     R: RangeBounds<u64> + Clone + Send + Sync + 'static,
 {
-    whole_number(range)
+    whole_number(range, None)
 }
 
-fn whole_number<T, R>(range: R) -> impl TypedValueParser<Value = T>
+fn whole_number<T, R>(range: R, cap: Option<i128>) -> impl TypedValueParser<Value = T>
 where
     T: TryFrom<i128> + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
     R: RangeBounds<T> + Clone + Send + Sync + 'static,
@@ -127,6 +140,9 @@ where
             .trim()
             .parse()
             .map_err(|_| format!("'{text}' is not a whole number"))?;
+        if let Some(cap) = cap.filter(|&cap| n > cap) {
+            return Err(format!("too large: at most {cap}"));
+        }
         match T::try_from(n) {
             Ok(n) if range.contains(&n) => return Ok(n),
             Err(_) if n > 0 => return Err("too large".to_string()),
@@ -183,12 +199,13 @@ fn main() -> ExitCode {
         Command::Sweep(args) => sweep::run(*args),
         Command::Lab(args) => lab::run(args),
     };
-    match with_teardown(result) {
+    match with_teardown(result).and_then(|()| Ok(stdout::flush()?)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let msg = e.to_string().replace('\n', " ");
+            let msg = pagedkv::quote::clip(&e.to_string().replace('\n', " "));
             eprintln!("pagedkv: {msg}");
-            if e.is::<CheckFailed>() {
+            // Output lost is a failure of the run, like a failed check; the rest is bad input.
+            if e.is::<CheckFailed>() || e.is::<stdout::StdoutFailed>() {
                 ExitCode::from(1)
             } else {
                 ExitCode::from(2)
@@ -246,8 +263,15 @@ mod tests {
         );
         assert_eq!(
             first(&["t", "--reps", "99999999999999999999"]),
-            "error: invalid value '99999999999999999999' for '--reps <reps>': too large"
+            "error: invalid value '99999999999999999999' for '--reps <reps>': too large: at most 1099511627776"
         );
+        // Counts whose range names no end stop at 2^40; the others at their own end.
+        assert_eq!(
+            first(&["t", "--reps", "1099511627777"]),
+            "error: invalid value '1099511627777' for '--reps <reps>': too large: at most 1099511627776"
+        );
+        let m = parse(&["t", "--reps", "1099511627776"]).unwrap();
+        assert_eq!(m.get_one::<usize>("reps"), Some(&MAX_COUNT));
         assert_eq!(
             first(&["t", "--reps", "1.5"]),
             "error: invalid value '1.5' for '--reps <reps>': '1.5' is not a whole number"

@@ -138,19 +138,19 @@ pub fn run(args: Args) -> CmdResult {
         plots(dir, &rows)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
     let source = args
         .trace
         .as_ref()
         .map_or("synthetic".to_string(), |p| p.display().to_string());
-    println!(
+    outln!(
         "{} requests from {source}; capacity {} tokens; {} ms per decode step",
         requests.len(),
         args.capacity,
         args.step_ms
-    );
+    )?;
     let mut t = Table::new([
         "policy",
         "served",
@@ -183,12 +183,12 @@ pub fn run(args: Args) -> CmdResult {
             r.peak_running.to_string(),
         ]);
     }
-    print!("{t}");
-    println!(
+    out!("{t}")?;
+    outln!(
         "frag-rej: rejected with enough free memory in total but no hole large enough. \
          data/reserved/internal/free: shares of capacity (mean over busy steps): written KV, \
          allocated for tokens still to come, allocated and never written, unallocated. \
          ext-frag: share of free memory outside the largest hole."
-    );
+    )?;
     Ok(())
 }

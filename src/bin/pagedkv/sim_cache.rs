@@ -2,11 +2,12 @@
 //! OPT's hit ratio beside each row; `--out DIR` adds miss-ratio curves (SVG and JSON).
 
 use crate::{count, count_u64, CheckFailed, CmdResult};
+use pagedkv::host_memory;
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::cache::next_uses;
 use pagedkv::sim::cache::{
-    capacity_grid, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs, CurvePoints,
-    Policy, SweepSpec,
+    capacity_grid, least_sweep_bytes, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs,
+    CurvePoints, Policy, SweepSpec,
 };
 use pagedkv::value_names::list_or_all;
 use pagedkv::workload::cache_trace::{write_oracle, TraceFormat, TraceReadOptions};
@@ -87,6 +88,10 @@ fn build_trace(
         hot: args.hot,
         seed: args.seed,
     };
+    if !is_file {
+        let what = format!("sim cache with {} requests", params.requests);
+        host_memory::ensure_fits(least_sweep_bytes(params.requests), &what)?;
+    }
     let mut read = TraceReadOptions::default();
     if let Some(p) = &args.trace_params {
         read.params = p.parse()?;
@@ -195,6 +200,8 @@ pub fn run(args: Args) -> CmdResult {
     let workload: KeyWorkload = args.workload.parse()?;
     let costs = Costs::new(args.hit_cost, args.miss_cost)?;
     let trace = build_trace(&args, &workload)?;
+    let what = format!("sim cache on {} requests", trace.len());
+    host_memory::ensure_fits(least_sweep_bytes(trace.len()), &what)?;
     if let Some(path) = &args.write_trace {
         write_trace(path, &trace)?;
     }
@@ -227,18 +234,18 @@ pub fn run(args: Args) -> CmdResult {
         if args.json {
             eprintln!("{note}");
         } else {
-            println!("{note}");
+            outln!("{note}")?;
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    println!("{summary}");
-    println!(
+    outln!("{summary}")?;
+    outln!(
         "avg cost = hit ratio x {} + miss ratio x {}; of OPT = hit ratio / OPT's at the same capacity",
         costs.hit, costs.miss
-    );
-    print!("{}", table(&rows));
+    )?;
+    out!("{}", table(&rows))?;
     Ok(())
 }

@@ -162,11 +162,11 @@ pub fn run(args: Args) -> CmdResult {
         output::write_all(dir, &json, &outcomes)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        outln!("{}", serde_json::to_string_pretty(&json)?)?;
     } else {
         print_text(&resolved, &name, &requests, &outcomes, &without_tier)?;
         if let Some(dir) = &args.out {
-            println!("wrote {}", dir.join("cluster.json and SVG plots").display());
+            outln!("wrote {}", dir.join("cluster.json and SVG plots").display())?;
         }
     }
     Ok(())
@@ -205,18 +205,18 @@ fn print_text(
 ) -> Result<(), BoxError> {
     let s = &resolved.settings;
     let e = &s.engine;
-    println!(
+    outln!(
         "cluster: replicas of the vLLM 0.33 V1 engine (preset {}: max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, block size {}), each with its own pool",
         resolved.preset_name,
         e.max_num_seqs,
         e.max_num_batched_tokens,
         if e.enable_prefix_caching { "on" } else { "off" },
         resolved.block_size,
-    );
+    )?;
     if s.clock_steps {
-        println!("clock: steps (every step one unit)");
+        outln!("clock: steps (every step one unit)")?;
     } else {
-        println!(
+        outln!(
             "model: {} on {} × {} per replica; attention efficiency from {}{}",
             s.model.name,
             s.tp,
@@ -227,12 +227,12 @@ fn print_text(
             } else {
                 " (an assumption)"
             }
-        );
+        )?;
     }
     for line in describe_limits(resolved) {
-        println!("{line}");
+        outln!("{line}")?;
     }
-    println!("{}", workload_line(name, requests));
+    outln!("{}", workload_line(name, requests))?;
     let unit = outcomes[0].total.time_unit;
     let (scale, lat) = latency_unit(unit);
     let mut t = Table::new([
@@ -273,7 +273,7 @@ fn print_text(
             ),
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     if let [o] = outcomes {
         let mut t = Table::new([
             "replica".to_string(),
@@ -300,19 +300,19 @@ fn print_text(
                 format!("{:.0}", 100.0 * rr.busy_fraction),
             ]);
         }
-        print!("{t}");
+        out!("{t}")?;
         let rs = &o.router_stats;
         let rules: Vec<String> = rs
             .by_rule
             .iter()
             .map(|(rule, n)| format!("{n} by {rule}"))
             .collect();
-        println!(
+        outln!(
             "{} decisions: {}; {} drawn at random among equals",
             o.router,
             rules.join(", "),
             rs.random
-        );
+        )?;
     }
     for o in outcomes {
         let r = &o.total;
@@ -326,7 +326,7 @@ fn print_text(
                 r.rejected, e.max_model_len
             );
         }
-        println!("{line}");
+        outln!("{line}")?;
         if !o.starved_replicas.is_empty() {
             let per = &o.router_stats.per_replica;
             let mean = r.requests as f64 / per.len() as f64;
@@ -335,10 +335,10 @@ fn print_text(
                 .iter()
                 .map(|&i| format!("{i} ({})", per[i]))
                 .collect();
-            println!(
+            outln!(
                 "  the router leaves replicas nearly idle: {} got under a quarter of the mean {mean:.0} requests",
                 got.join(", ")
-            );
+            )?;
         }
         if let Some(plain) = without_tier
             .iter()
@@ -349,7 +349,7 @@ fn print_text(
                 stats.stored_blocks += t.stored_blocks;
                 stats.loaded_blocks += t.loaded_blocks;
             }
-            println!("  {}", tier_line(r, stats, &plain.total));
+            outln!("  {}", tier_line(r, stats, &plain.total))?;
         }
     }
     Ok(())

@@ -50,14 +50,20 @@ pub fn run(args: Args) -> CmdResult {
         rows.extend(cow::beam_search(args.prompt, bs, &schedule, false)?);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "parallel sampling: prompt {} tokens, {} samples × {} tokens; beam search: prompt {} \
          tokens, width {}, {} steps (seed {})",
-        args.prompt, args.samples, args.output, args.prompt, args.width, args.steps, args.seed
-    );
+        args.prompt,
+        args.samples,
+        args.output,
+        args.prompt,
+        args.width,
+        args.steps,
+        args.seed
+    )?;
     let mut t = Table::new([
         "scenario",
         "block",
@@ -96,10 +102,10 @@ pub fn run(args: Args) -> CmdResult {
             ratio,
         ]);
     }
-    print!("{t}");
-    println!(
+    out!("{t}")?;
+    outln!(
         "allocated: blocks taken from the free list over the run; peak-blocks: most held at once \
          (after a step); copies-vs-every-fork: tokens copied as a share of copying every fork."
-    );
+    )?;
     Ok(())
 }

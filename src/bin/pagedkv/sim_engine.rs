@@ -119,11 +119,11 @@ pub fn run(args: Args) -> CmdResult {
         output::write_all(dir, &json, &outcomes)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        outln!("{}", serde_json::to_string_pretty(&json)?)?;
     } else {
-        print_text(&resolved, &name, &requests, &outcomes, &without_tier);
+        print_text(&resolved, &name, &requests, &outcomes, &without_tier)?;
         if let Some(dir) = &args.out {
-            println!("wrote {}", dir.join("engine.json and SVG plots").display());
+            outln!("wrote {}", dir.join("engine.json and SVG plots").display())?;
         }
     }
     Ok(())
@@ -142,11 +142,11 @@ fn print_text(
     requests: &[ServingRequest],
     outcomes: &[Outcome],
     without_tier: &[Outcome],
-) {
+) -> Result<(), crate::stdout::StdoutFailed> {
     let s = &resolved.settings;
     let preset_name = &resolved.preset_name;
     let e = &s.engine;
-    println!(
+    outln!(
         "engine: vLLM 0.33 V1 scheduler, preset {preset_name}: max_num_seqs {}, max_num_batched_tokens {}, prefix caching {}, chunked prefill {}, policy {}, {} scheduling{}",
         e.max_num_seqs,
         e.max_num_batched_tokens,
@@ -155,11 +155,11 @@ fn print_text(
         e.scheduling_policy,
         if e.async_scheduling { "async" } else { "synchronous" },
         if matches!(e.preemption, Preemption::Swap { .. }) { ", swap preemption" } else { "" },
-    );
+    )?;
     if s.clock_steps {
-        println!("clock: steps (every step one unit)");
+        outln!("clock: steps (every step one unit)")?;
     } else {
-        println!(
+        outln!(
             "model: {} (KV cache {}) on {} × {} ({} GB/s, {} TFLOP/s), step overhead {} ms; attention efficiency from {} ({}){}",
             s.model.name,
             s.model.dtype,
@@ -171,12 +171,12 @@ fn print_text(
             s.profile.device,
             s.profile.source,
             if s.profile.measured { "" } else { " — an assumption, not a measurement" }
-        );
+        )?;
     }
     for line in describe_limits(resolved) {
-        println!("{line}");
+        outln!("{line}")?;
     }
-    println!("{}", workload_line(name, requests));
+    outln!("{}", workload_line(name, requests))?;
     let unit = outcomes[0].report.time_unit;
     let (scale, lat) = latency_unit(unit);
     let mut t = Table::new([
@@ -218,7 +218,7 @@ fn print_text(
             ),
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     for o in outcomes {
         let r = &o.report;
         let mut line = format!(
@@ -254,12 +254,13 @@ fn print_text(
         if let Some(h) = r.preempted_prefix_cache_hit_ratio {
             line += &format!(", re-admissions hit {:.1}% in the prefix cache", 100.0 * h);
         }
-        println!("{line}");
+        outln!("{line}")?;
         if let Some(plain) = without_tier.iter().find(|p| p.block_size == o.block_size) {
-            println!(
+            outln!(
                 "  {}",
                 tier_line(r, o.tier.unwrap_or_default(), &plain.report)
-            );
+            )?;
         }
     }
+    Ok(())
 }

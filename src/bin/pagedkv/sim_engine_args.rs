@@ -13,6 +13,7 @@ use pagedkv::sim::engine::{
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
 use pagedkv::workload::scenario::{read_scenario, EngineFields};
 use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
+use pagedkv::workload::strict_json;
 use pagedkv::workload::synthetic::{SizeDist, SyntheticRequests};
 use pagedkv::workload::trace::read_trace;
 use std::path::{Path, PathBuf};
@@ -220,7 +221,12 @@ pub fn workload(
         );
         (r, name, None)
     } else if let Some(rate) = args.multiturn {
-        let prompts = multiturn(&MultiTurnConfig::default(), generated, args.seed)?;
+        let cfg = MultiTurnConfig::default();
+        // Its prompts are token lists, built before anything runs (4 bytes a token).
+        let need = cfg.least_tokens(generated).saturating_mul(4);
+        let what = format!("--multiturn with {generated} requests");
+        pagedkv::host_memory::ensure_fits(need, &what)?;
+        let prompts = multiturn(&cfg, generated, args.seed)?;
         let r = from_prompts(
             prompts,
             positive("multiturn", rate)?,
@@ -270,7 +276,7 @@ fn model_shape(name: &str) -> Result<ModelShape, String> {
 fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), String> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
+    let v = strict_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
     let rate = |r: &serde_json::Value, dir: &str| r.get(dir)?.get("batched_gbps")?.as_f64();
     let row = v
         .get("rows")

@@ -2,10 +2,12 @@
 //! requests at each capacity; prints hit ratios and the deduplication the tree achieves.
 
 use crate::{count, count_u64, CmdResult};
+use pagedkv::host_memory::{self, TooLarge};
 use pagedkv::report::{line_plot, Axis, Series, Table};
 use pagedkv::sim::radix::workload::{self, MultiTurnConfig, Workload};
 use pagedkv::sim::radix::{
-    dedup_stats, render_tree, simulate, CapacityResult, DedupStats, EvictionPolicy, SimConfig,
+    bytes_needed, dedup_stats, render_tree, simulate, CapacityResult, DedupStats, EvictionPolicy,
+    SimConfig,
 };
 use pagedkv::workload::trace::{detect, read_trace, TraceFormat};
 use serde::Serialize;
@@ -117,6 +119,16 @@ struct Report {
     tree: Option<Vec<String>>,
 }
 
+/// Refuses a run whose prompts, `tokens` in all, need more memory than is available, before they
+/// are built.
+fn ensure_fits(tokens: u64, page_size: usize, what: &str) -> Result<(), TooLarge> {
+    let pages = tokens.div_ceil(page_size as u64);
+    host_memory::ensure_fits(
+        bytes_needed(tokens, pages),
+        &format!("{what} ({tokens} prompt tokens)"),
+    )
+}
+
 fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
     match &args.workload {
         WorkloadArg::MultiTurn => {
@@ -133,7 +145,24 @@ fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
                 popular_prob: args.popular_prob,
                 popular_questions: args.popular_questions,
             };
-            let requests = workload::multiturn(&cfg, args.requests.unwrap_or(2000), args.seed)?;
+            let n = args.requests.unwrap_or(2000);
+            let what = format!("sim radix with {n} multiturn requests");
+            ensure_fits(cfg.least_tokens(n), args.page_size, &what)?;
+            // How long conversations grow depends on the draws: the generator stops at the
+            // tokens whose run would need all the memory available.
+            let available = host_memory::available_bytes();
+            let page = args.page_size as u64;
+            let per_token = bytes_needed(page, 1).div_ceil(page);
+            let max_tokens = available.map_or(u64::MAX, |a| a / per_token);
+            let requests = workload::multiturn_within(&cfg, n, args.seed, max_tokens)
+                .map_err(|e| match e {
+                    workload::WorkloadError::TooManyTokens { max } => format!(
+                        "{what}: the prompts grew past {max} tokens, which at {per_token} bytes a token need more than the {} available",
+                        host_memory::bytes(available.unwrap_or(u64::MAX))
+                    )
+                    .into(),
+                    e => Box::<dyn std::error::Error>::from(e),
+                })?;
             let w = Workload {
                 requests,
                 words: None,
@@ -147,6 +176,12 @@ fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
                 TraceFormat::Mooncake => {
                     let mut t = read_trace(path)?;
                     t.truncate(args.requests.unwrap_or(usize::MAX));
+                    let tokens = t.requests.iter().map(|r| u64::from(r.prompt_tokens)).sum();
+                    ensure_fits(
+                        tokens,
+                        args.page_size,
+                        &format!("sim radix on {}", path.display()),
+                    )?;
                     Workload {
                         requests: t.token_prompts().expect("a Mooncake trace has tokens"),
                         words: None,
@@ -157,6 +192,12 @@ fn load(args: &Args) -> Result<(String, Workload), Box<dyn std::error::Error>> {
             if let Some(n) = args.requests {
                 w.requests.truncate(n);
             }
+            let tokens = w.requests.iter().map(|r| r.len() as u64).sum();
+            ensure_fits(
+                tokens,
+                args.page_size,
+                &format!("sim radix on {}", path.display()),
+            )?;
             Ok((format!("file:{}", path.display()), w))
         }
     }
@@ -204,16 +245,16 @@ pub fn run(args: Args) -> CmdResult {
             .map(|t| t.lines().map(str::to_string).collect()),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
-    print_text(&report, rendered.as_deref());
+    print_text(&report, rendered.as_deref())?;
     Ok(())
 }
 
-fn print_text(r: &Report, tree: Option<&str>) {
+fn print_text(r: &Report, tree: Option<&str>) -> Result<(), crate::stdout::StdoutFailed> {
     let d = &r.dedup;
-    println!(
+    outln!(
         "workload {}: {} requests, {} prompt tokens; page size {}, policy {}, {} in flight, seed {}",
         r.workload,
         r.requests,
@@ -222,15 +263,16 @@ fn print_text(r: &Report, tree: Option<&str>) {
         r.policy,
         r.in_flight,
         r.seed
-    );
-    println!(
+    )?;
+    outln!(
         "dedup: {} tokens if stored alone, {} stored in the tree ({:.2}x), {} nodes, {:.1} tokens/node",
         d.tokens_naive, d.tokens_stored, d.dedup_ratio, d.nodes, d.avg_tokens_per_node
-    );
-    println!(
+    )?;
+    outln!(
         "room for everything: prefix hit ratio {:.4}, whole-prompt hit ratio {:.4}\n",
-        d.prefix_hit_ratio, d.whole_match_hit_ratio
-    );
+        d.prefix_hit_ratio,
+        d.whole_match_hit_ratio
+    )?;
     let mut t = Table::new([
         "capacity",
         "prefix_hit",
@@ -253,11 +295,12 @@ fn print_text(r: &Report, tree: Option<&str>) {
             c.uncached_tokens.to_string(),
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     if let Some(tree) = tree {
-        println!();
-        print!("{tree}");
+        outln!()?;
+        out!("{tree}")?;
     }
+    Ok(())
 }
 
 fn write_plot(

@@ -200,26 +200,26 @@ pub fn run(args: Args) -> CmdResult {
     }
     if args.json {
         let rows: Vec<&PolicyReport> = runs.iter().map(|(r, _)| r).collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "{} jobs ({source}), offered load {measured_load:.3}",
         jobs.len()
-    );
-    print!("{}", table(&runs, args.per_class));
+    )?;
+    out!("{}", table(&runs, args.per_class))?;
     if args.jobs_file.is_none() {
         let m2 = args.sizes().second_moment();
         let l = args.load;
-        println!(
+        outln!(
             "M/G/1 theory at this load: FCFS mean response {:.4} (Pollaczek–Khinchine), \
              processor sharing (RR as quantum → 0) {:.4}",
             1.0 + l * m2 / (2.0 * (1.0 - l)),
             1.0 / (1.0 - l)
-        );
+        )?;
     }
     if let Some(dir) = &args.out {
-        println!("plot: {}", dir.join(PLOT_FILE).display());
+        outln!("plot: {}", dir.join(PLOT_FILE).display())?;
     }
     Ok(())
 }

@@ -133,10 +133,10 @@ pub fn run(args: Args) -> CmdResult {
             knee_frames: knee,
             rows,
         };
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "{} phases × {} accesses, working set {} of {} pages, {:.1}% random, {:?}; hit {} ns, \
          fault {} ns",
         args.phases,
@@ -147,7 +147,7 @@ pub fn run(args: Args) -> CmdResult {
         args.pattern,
         args.hit_ns,
         args.fault_ns
-    );
+    )?;
     let mut t = Table::new([
         "frames",
         "× W",
@@ -168,16 +168,16 @@ pub fn run(args: Args) -> CmdResult {
             format!("{:.1}x", r.slowdown),
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     match knee {
-        Some(k) => println!(
+        Some(k) => outln!(
             "knee: {k} frames ({:.3} × the working set of {}): the first size within {:.0}% of \
              the floor",
             k as f64 / args.working_set as f64,
             args.working_set,
             100.0 * args.knee_band
-        ),
-        None => println!("knee: none (fault rate does not fall across these sizes)"),
+        )?,
+        None => outln!("knee: none (fault rate does not fall across these sizes)")?,
     }
     Ok(())
 }

@@ -205,12 +205,12 @@ fn measure_all<B: Backing>(
 
 fn print(args: &Args, out: &Output) -> CmdResult {
     if args.json {
-        println!("{}", serde_json::to_string_pretty(out)?);
+        outln!("{}", serde_json::to_string_pretty(out)?)?;
         return Ok(());
     }
     let c = &out.cycles;
     let mib = |b: f64| format!("{:.1}", b / MIB as f64);
-    println!(
+    outln!(
         "device: {} — pool {} MiB in {} chunk(s) of {} MiB (granularity {} KiB), {:?}, {} cycles{}",
         out.device,
         mib(c.pool_bytes as f64),
@@ -224,7 +224,7 @@ fn print(args: &Args, out: &Output) -> CmdResult {
         } else {
             ""
         }
-    );
+    )?;
     let opt = |g: Option<f64>| g.map_or("-".to_string(), |g| format!("{g:.2}"));
     let mut t = Table::new(["measure", "median", "max"]);
     t.row([
@@ -242,7 +242,7 @@ fn print(args: &Args, out: &Output) -> CmdResult {
         format!("{:.2}", c.host_alloc_ms.median),
         format!("{:.2}", c.host_alloc_ms.max),
     ]);
-    print!("{t}");
+    out!("{t}")?;
     let mut t = Table::new(["bandwidth", "GB/s", "vs plain copy"]);
     t.row([
         "plain copy pool → host".into(),
@@ -264,18 +264,19 @@ fn print(args: &Args, out: &Output) -> CmdResult {
         opt(c.restore_gbps),
         opt(c.restore_vs_copy),
     ]);
-    print!("{t}");
-    println!(
+    out!("{t}")?;
+    outln!(
         "freed per sleep: {} MiB of {} ({}); after all cycles: {:+} bytes vs start",
         mib(c.freed_bytes as f64),
         mib(c.pool_bytes as f64),
         out.memory_measure,
         c.leak_bytes
-    );
-    println!(
+    )?;
+    outln!(
         "address stable: {}, data intact: {}",
-        c.address_stable, c.data_intact
-    );
+        c.address_stable,
+        c.data_intact
+    )?;
     if let Some(rows) = &out.chunk_sweep {
         let mut t = Table::new([
             "chunk MiB",
@@ -295,8 +296,8 @@ fn print(args: &Args, out: &Output) -> CmdResult {
                 format!("{:.2}", r.wake_ms_per_gib),
             ]);
         }
-        println!("discard-sleep and wake by chunk size:");
-        print!("{t}");
+        outln!("discard-sleep and wake by chunk size:")?;
+        out!("{t}")?;
     }
     Ok(())
 }

@@ -91,9 +91,9 @@ pub fn run(args: Args) -> CmdResult {
         rows,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
-        print_text(&out);
+        print_text(&out)?;
     }
     match out.rows.iter().find(|r| !r.report.data_intact) {
         Some(r) => Err(Box::new(CheckFailed(format!(
@@ -104,11 +104,14 @@ pub fn run(args: Args) -> CmdResult {
     }
 }
 
-fn print_text(out: &Output) {
-    println!(
+fn print_text(out: &Output) -> Result<(), crate::stdout::StdoutFailed> {
+    outln!(
         "{}: one K pool, {} KV heads × head dim {}, {}; out = pool → host, in = host → pool",
-        out.device, out.kv_heads, out.head_dim, out.dtype
-    );
+        out.device,
+        out.kv_heads,
+        out.head_dim,
+        out.dtype
+    )?;
     let mut t = Table::new(
         [
             "block",
@@ -150,11 +153,12 @@ fn print_text(out: &Output) {
             r.report.data_intact.to_string(),
         ]);
     }
-    print!("{t}");
-    println!(
+    out!("{t}")?;
+    outln!(
         "limit: one contiguous copy of the same bytes between the same memories, same run; \
          batched = every block in one operation (GPU: one copy_blocks launch into mapped pinned \
          memory; CPU: all cores), per-block = one copy per block (GPU: cuMemcpyAsync each, as \
          vLLM's swap_blocks)"
-    );
+    )?;
+    Ok(())
 }

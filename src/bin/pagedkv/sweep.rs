@@ -7,8 +7,8 @@ use pagedkv::device::DeviceChoice;
 use pagedkv::kv::Dtype;
 use pagedkv::progress::StderrProgress;
 use pagedkv::sweep::{
-    self, capacity, model, output, run_sweep, text, ModelChoice, Phase, Progress, SloTargets,
-    SweepConfig, SweepReport, WorkloadChoice,
+    self, capacity, model, output, run_plan, run_sweep, text, ModelChoice, Phase, Progress,
+    SloTargets, SweepConfig, SweepPlan, SweepReport, WorkloadChoice,
 };
 use pagedkv::workload::synthetic::SizeDist;
 use std::path::PathBuf;
@@ -238,9 +238,9 @@ pub fn run(args: Args) -> CmdResult {
         output::write_all(&report, dir)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
-        print_text(&report, args.out.as_ref(), args.wide);
+        print_text(&report, args.out.as_ref(), args.wide)?;
     }
     Ok(())
 }
@@ -253,51 +253,63 @@ fn run_per_kv_dtype(args: Args) -> CmdResult {
             return Err(format!("--kv-dtype names {d} twice").into());
         }
     }
+    // Every sweep's settings are checked before the first one runs.
+    let plans = args
+        .kv_dtype
+        .iter()
+        .map(|&dtype| {
+            let mut config = args.config();
+            config.model.dtype = Some(dtype);
+            SweepPlan::new(&config)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut reports = Vec::new();
-    for &dtype in &args.kv_dtype {
-        let mut config = args.config();
-        config.model.dtype = Some(dtype);
-        let report = run_sweep(&config, &Bars::default())?;
+    for (&dtype, plan) in args.kv_dtype.iter().zip(plans) {
+        let report = run_plan(plan, &Bars::default())?;
         if let Some(dir) = &args.out {
             output::write_all(&report, &dir.join(dtype.name()))?;
         }
         if !args.json {
-            println!("=== KV cache {dtype}");
-            print_text(&report, args.out.as_ref(), args.wide);
-            println!();
+            outln!("=== KV cache {dtype}")?;
+            print_text(&report, args.out.as_ref(), args.wide)?;
+            outln!()?;
         }
         reports.push(report);
     }
     let summary = sweep::kv_dtype_summary(&reports);
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "kv_dtypes": reports,
                 "summary": summary,
             }))?
-        );
+        )?;
     } else {
-        println!("{}", summary.line);
+        outln!("{}", summary.line)?;
     }
     Ok(())
 }
 
-fn print_text(report: &SweepReport, out: Option<&PathBuf>, wide: bool) {
-    println!("{}", text::verdict(report));
-    println!();
+fn print_text(
+    report: &SweepReport,
+    out: Option<&PathBuf>,
+    wide: bool,
+) -> Result<(), crate::stdout::StdoutFailed> {
+    outln!("{}", text::verdict(report))?;
+    outln!()?;
     for l in text::setting(report) {
         for w in text::wrap(&l, text::WIDTH) {
-            println!("{w}");
+            outln!("{w}")?;
         }
     }
-    println!();
-    print!("{}", text::table(report, wide));
+    outln!()?;
+    out!("{}", text::table(report, wide))?;
     for l in text::key(report, wide) {
-        println!("{l}");
+        outln!("{l}")?;
     }
     for l in text::footer(report) {
-        println!("{l}");
+        outln!("{l}")?;
     }
     if let Some(dir) = out {
         let line = format!(
@@ -305,7 +317,8 @@ fn print_text(report: &SweepReport, out: Option<&PathBuf>, wide: bool) {
             dir.join(output::INDEX_HTML).display()
         );
         for l in text::wrap(&line, text::WIDTH) {
-            println!("{l}");
+            outln!("{l}")?;
         }
     }
+    Ok(())
 }

@@ -72,16 +72,14 @@ fn page(page_size: u64, table: &str, addresses: &[String], json: bool) -> CmdRes
         .map(|a| translate::translate_page(a, page_size, &table))
         .collect::<Result<Vec<_>, _>>()?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
     let bits = translate::translate_page(0, page_size, &[])?.offset_bits;
     match bits {
-        Some(b) => {
-            println!("page size {page_size} B: page = address >> {b}, offset = low {b} bits")
-        }
+        Some(b) => outln!("page size {page_size} B: page = address >> {b}, offset = low {b} bits")?,
         None => {
-            println!("page size {page_size} B: page = address / {page_size}, offset = remainder")
+            outln!("page size {page_size} B: page = address / {page_size}, offset = remainder")?
         }
     }
     let mut t = Table::new(["address", "page", "offset", "frame", "physical"]);
@@ -98,7 +96,7 @@ fn page(page_size: u64, table: &str, addresses: &[String], json: bool) -> CmdRes
             },
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     Ok(())
 }
 
@@ -109,13 +107,13 @@ fn kv(block_size: u64, table: &str, tokens: &[String], json: bool) -> CmdResult 
         .map(|tok| translate::translate_kv(tok, block_size, &table))
         .collect::<Result<Vec<_>, _>>()?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    println!(
+    outln!(
         "block size {block_size}: logical block = token / {block_size}, slot = token % \
          {block_size}, physical slot = physical block × {block_size} + slot"
-    );
+    )?;
     let mut t = Table::new([
         "token",
         "logical block",
@@ -136,7 +134,7 @@ fn kv(block_size: u64, table: &str, tokens: &[String], json: bool) -> CmdResult 
             },
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     Ok(())
 }
 
@@ -157,7 +155,7 @@ fn x86(addresses: &[String], huge: bool, mut sizes: Vec<X86PageSize>, json: bool
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
     let mut t = Table::new([
@@ -186,10 +184,10 @@ fn x86(addresses: &[String], huge: bool, mut sizes: Vec<X86PageSize>, json: bool
             hex(r.page_base),
         ]);
     }
-    print!("{t}");
+    out!("{t}")?;
     let base = X86PageSize::K4;
     for &s in sizes.iter().filter(|&&s| s != base) {
-        println!(
+        outln!(
             "{} pages: the walk reads {} table entries instead of {}; the {} index bits join the \
              offset ({} bits instead of 12); one TLB entry covers {}× as much memory.",
             s.label(),
@@ -202,7 +200,7 @@ fn x86(addresses: &[String], huge: bool, mut sizes: Vec<X86PageSize>, json: bool
             },
             s.offset_bits(),
             s.bytes() / base.bytes()
-        );
+        )?;
     }
     Ok(())
 }

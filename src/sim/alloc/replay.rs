@@ -37,6 +37,13 @@ pub enum ReplayError {
     ZeroReservation,
     #[error("request {index}: arrival {arrival_s} s is not a finite time after the previous one")]
     BadArrival { index: usize, arrival_s: f64 },
+    #[error("request {index}: arrival {arrival_s:.4e} s is step {steps:.3e} of {step_s:.3e} s, beyond the last step counted (2^52); raise the step or shorten the trace")]
+    TooManySteps {
+        index: usize,
+        arrival_s: f64,
+        step_s: f64,
+        steps: f64,
+    },
     #[error("bookkeeping broken after step {step}: {what}")]
     Invariant { step: u64, what: String },
 }
@@ -97,6 +104,11 @@ struct Running {
 /// Most pages a paged memory may have (the block allocator keeps a few words per page).
 pub const MAX_PAGES: u64 = 1 << 26;
 
+/// The step of the last arrival at most: 2^52, so that step indices and step ends stay exact in
+/// an f64 (each step is one past the last) and the step counter never wraps. The steps taken are
+/// the busy ones (idle stretches are jumped), so a late arrival costs nothing by itself.
+pub const LAST_ARRIVAL_STEP: f64 = (1u64 << 52) as f64;
+
 pub fn replay(
     requests: &[Request],
     policy: Policy,
@@ -135,6 +147,15 @@ fn validate(requests: &[Request], policy: Policy, cfg: &ReplayConfig) -> Result<
             return Err(ReplayError::BadArrival {
                 index,
                 arrival_s: r.arrival_s,
+            });
+        }
+        let steps = r.arrival_s / cfg.step_s;
+        if steps > LAST_ARRIVAL_STEP {
+            return Err(ReplayError::TooManySteps {
+                index,
+                arrival_s: r.arrival_s,
+                step_s: cfg.step_s,
+                steps,
             });
         }
         last = r.arrival_s;

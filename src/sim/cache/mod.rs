@@ -34,8 +34,8 @@ pub use opt_stack::opt_curve;
 pub use s3fifo::S3Fifo;
 pub use sieve::Sieve;
 pub use sweep::{
-    capacity_grid, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs, CurvePoints,
-    SweepSpec,
+    capacity_grid, least_sweep_bytes, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs,
+    CurvePoints, SweepSpec,
 };
 
 pub use prefetch::Ahead;

@@ -33,6 +33,13 @@ impl Costs {
     }
 }
 
+/// The fewest bytes a [`sweep`] over `requests` requests holds at once, for a check before the
+/// trace is built: the trace (4 bytes a request) and the next-use list of the OPT run every sweep
+/// makes (8 bytes a request); runs in parallel each add their own.
+pub fn least_sweep_bytes(requests: usize) -> u64 {
+    (requests as u64).saturating_mul(4 + 8)
+}
+
 #[derive(Debug, Clone)]
 pub struct SweepSpec {
     pub policies: Vec<Policy>,

@@ -279,6 +279,17 @@ impl System for ClusterCore {
 
     fn advance(&mut self, steps: &mut StepSink<'_>) -> Result<(), EngineError> {
         if self.steps_clock {
+            // Every replica idle until the next arrival: their idle steps are skipped together,
+            // as one engine's are (the spell's first and last steps taken and logged).
+            let idle: Option<Vec<Option<f64>>> = self
+                .engines
+                .iter()
+                .map(|e| e.is_idle().then(|| e.next_arrival()))
+                .collect();
+            let skip_to = idle
+                .and_then(|a| a.into_iter().flatten().min_by(f64::total_cmp))
+                .filter(|&a| a > self.step_index as f64)
+                .map(|a| a.ceil() as u64 - 1);
             for rep in 0..self.engines.len() {
                 self.engines[rep].advance()?;
                 if let Some(rec) = self.engines[rep].last_record() {
@@ -287,6 +298,12 @@ impl System for ClusterCore {
                 self.collect(rep);
             }
             self.step_index += 1;
+            if let Some(last_idle) = skip_to.filter(|&s| s > self.step_index) {
+                for e in &mut self.engines {
+                    e.skip_idle_steps_to(last_idle);
+                }
+                self.step_index = last_idle;
+            }
             return Ok(());
         }
         let mut soonest: Option<(usize, f64)> = None;

@@ -110,6 +110,11 @@ pub struct EngineConfig {
 /// vLLM 0.33's `max_model_len` comes from the model; the simulator has no limit unless told.
 pub const UNLIMITED_MODEL_LEN: usize = 1 << 40;
 
+/// The most tokens a pool may hold (blocks × block size): a request that fits in the pool then
+/// counts its tokens (prompt, outputs and those in flight) in the engine's 32-bit counters with
+/// room to spare. An H200's pool holds about a million tokens of an 8B model.
+pub const MAX_POOL_TOKENS: u64 = 1 << 31;
+
 impl Default for EngineConfig {
     /// vLLM's defaults on an H200 serving online, with a placeholder pool size.
     fn default() -> Self {
@@ -185,6 +190,18 @@ pub fn preset(name: &str) -> Option<Preset> {
         })
 }
 
+/// A block size the engine takes: 1 to [`MAX_POOL_TOKENS`] (checked before a pool is sized from
+/// it, and again by [`EngineConfig::validate`]).
+pub fn check_block_size(block_size: usize) -> Result<(), ConfigError> {
+    match block_size as u64 {
+        0 => Err(ConfigError("the block size must be at least 1".into())),
+        b if b > MAX_POOL_TOKENS => Err(ConfigError(format!(
+            "block size {b} is more than the 2^31 tokens a pool may hold"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn at_least_one(name: &str, v: i64) -> Result<usize, ConfigError> {
     usize::try_from(v)
         .ok()
@@ -254,6 +271,17 @@ impl EngineConfig {
         }
         if self.num_gpu_blocks >= u32::MAX as usize - 2 {
             return bad(format!("{} blocks is too many", self.num_gpu_blocks));
+        }
+        // Sizes from scenario files and flags alike meet this one check before the engine casts
+        // them to its 32-bit counters.
+        check_block_size(self.block_size)?;
+        let pool_tokens = self.usable_blocks() as u64 * self.block_size as u64;
+        if pool_tokens > MAX_POOL_TOKENS {
+            return bad(format!(
+                "a pool of {} blocks of {} tokens holds {pool_tokens} tokens, more than the 2^31 the engine counts",
+                self.usable_blocks(),
+                self.block_size
+            ));
         }
         if !(0.0..1.0).contains(&self.watermark) {
             return bad(format!(

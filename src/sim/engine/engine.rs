@@ -132,6 +132,24 @@ pub struct Engine {
     slo: Slo,
 }
 
+/// The latest arrival a step clock takes: 2^52, so that every step index up to twice that is
+/// counted exactly in the clock's f64 (and a u64 step counter never wraps).
+pub const LAST_STEP_ARRIVAL: f64 = (1u64 << 52) as f64;
+
+/// Under a step clock, an arrival the clock can count to.
+fn check_step_arrival(clock: &Clock, r: &ServingRequest) -> Result<(), EngineError> {
+    if matches!(clock, Clock::Steps) && r.arrival > LAST_STEP_ARRIVAL {
+        return Err(EngineError::Request {
+            id: r.id.clone(),
+            detail: format!(
+                "arrival {} is beyond the step clock's last arrival, step 2^52",
+                r.arrival
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl Engine {
     /// An engine for `requests`, each arriving at its time; with `cfg.cpu_offload`, its own host
     /// tier. The same as [`Engine::open`] and a [`Engine::submit`] per request in arrival order
@@ -213,6 +231,7 @@ impl Engine {
     ) -> Result<u32, EngineError> {
         let r = s.request;
         check_request(&self.sched.cfg, r)?;
+        check_step_arrival(&self.clock, r)?;
         if let Some(&last) = self.order.last() {
             if r.arrival < self.sched.reqs[last as usize].arrival {
                 return Err(EngineError::Request {
@@ -314,7 +333,7 @@ impl Engine {
         }
     }
 
-    fn next_arrival(&self) -> Option<f64> {
+    pub fn next_arrival(&self) -> Option<f64> {
         self.order
             .get(self.next)
             .map(|&i| self.sched.reqs[i as usize].arrival)
@@ -340,16 +359,22 @@ impl Engine {
     /// One step of vLLM's engine core (`EngineCore.step`, or `step_with_batch_queue` under async
     /// scheduling): add arrivals; if the scheduler holds requests, schedule a batch; process the
     /// output of a batch (this one when synchronous; the oldest of the two in flight when async).
-    /// A step clock logs idle steps too; in seconds the clock jumps to the next arrival instead.
+    /// A step clock logs idle steps too, the first and the last of a spell (the ones between are
+    /// skipped: [`Engine::skip_idle_steps_to`]); in seconds the clock jumps to the next arrival.
     /// Returns false once every request has finished.
     pub fn step(&mut self) -> Result<bool, EngineError> {
         if self.done == self.sched.reqs.len() {
             return Ok(false);
         }
-        self.advance()
+        let idle = self.idle_until_arrival();
+        let stepped = self.advance()?;
+        if let Some(arrival) = idle {
+            self.skip_idle_steps_to(arrival.ceil() as u64 - 1);
+        }
+        Ok(stepped)
     }
 
-    /// One step as [`Engine::step`], also when every request has finished (a cluster's replicas
+    /// One step as [`Engine::step`], idle steps all taken, also when every request has finished (a cluster's replicas
     /// step together under a step clock, idle or not). In seconds, with nothing to run and no
     /// arrival ahead, it does nothing and returns false.
     pub fn advance(&mut self) -> Result<bool, EngineError> {
@@ -448,6 +473,37 @@ impl Engine {
         Ok(true)
     }
 
+    /// Under a step clock, with nothing to do before it: the next arrival, after which the steps
+    /// before it may be skipped (the last idle step is the one before the arrival's, arrival <=
+    /// step index: see [`Engine::skip_idle_steps_to`]).
+    pub fn idle_until_arrival(&self) -> Option<f64> {
+        let steps = matches!(self.clock, Clock::Steps);
+        self.next_arrival()
+            .filter(|&a| steps && self.is_idle() && a > self.now)
+    }
+
+    /// Whether this engine has nothing to schedule and nothing in flight: its next step is idle
+    /// unless a request arrives for it.
+    pub fn is_idle(&self) -> bool {
+        !self.sched.has_requests() && self.queue.is_empty()
+    }
+
+    /// Under a step clock, while [`Engine::is_idle`]: makes `step` the next step when it lies
+    /// beyond the next one, skipping the idle steps between. vLLM's loop takes every idle step,
+    /// and each changes nothing but the step index, so skipping them changes no state, no
+    /// time and no request's figures; the step index stays the step clock's time (an arrival at
+    /// `a` enters at the first step whose index >= `a`). So an idle spell shows in the step log
+    /// as its first step and its last (the one before the arrival), and the gap between their
+    /// indices is the steps skipped: a spell of one or two idle steps, as in vLLM's recordings,
+    /// is logged whole, and a distant arrival costs two lines instead of a line per step.
+    pub fn skip_idle_steps_to(&mut self, step: u64) {
+        debug_assert!(matches!(self.clock, Clock::Steps) && self.is_idle());
+        if step > self.next_index {
+            self.next_index = step;
+            self.now = step as f64;
+        }
+    }
+
     /// Processes a batch's output at time `at` and accounts for its time on the GPU.
     fn process(&mut self, batch: Batch, at: f64) {
         let before = self.first_tokens.len();
@@ -536,10 +592,14 @@ impl super::driver::System for Engine {
     }
 
     fn advance(&mut self, steps: &mut super::driver::StepSink<'_>) -> Result<(), EngineError> {
+        let idle = self.idle_until_arrival();
         if Engine::advance(self)? {
             if let Some(r) = &self.record {
                 steps(0, r)?;
             }
+        }
+        if let Some(arrival) = idle {
+            self.skip_idle_steps_to(arrival.ceil() as u64 - 1);
         }
         Ok(())
     }

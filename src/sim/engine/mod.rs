@@ -31,8 +31,11 @@
 //! The step loop is vLLM's `EngineCore.step` (`step_with_batch_queue` when async); under a step
 //! clock idle steps are steps too, so the step log lines up with vLLM's golden recordings in
 //! `tests/data/engine/` (their README states every rule, with the vLLM function it comes from),
-//! which the simulator reproduces step for step, synchronous and async. In seconds, idle time is
-//! skipped to the next arrival and a batch of nothing takes no time.
+//! which the simulator reproduces step for step, synchronous and async. A step index is the step
+//! clock's time; of a spell of idle steps only the first and the last are taken and logged, the
+//! ones between skipped (they change nothing but the index), so a distant arrival costs two
+//! steps, not one per index. In seconds, idle time is skipped to the next arrival and a batch of
+//! nothing takes no time.
 //!
 //! Deliberately different, or not modelled: every sampled token is token id 0 and no request stops
 //! early (as the fake model of the golden recordings); block hashes are 64-bit ([`hash`]);

@@ -160,10 +160,7 @@ fn from_attention(reports: &[serde_json::Value]) -> Option<Profile> {
 
 /// Parses any of the accepted forms (see the module docs); `name` is used in errors.
 pub fn parse_profile(text: &str, name: &str) -> Result<Profile, String> {
-    let values: Vec<serde_json::Value> = serde_json::Deserializer::from_str(text)
-        .into_iter::<serde_json::Value>()
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{name}: {e}"))?;
+    let values = crate::workload::strict_json::values(text).map_err(|e| format!("{name}: {e}"))?;
     let found = match values.as_slice() {
         [] => None,
         [v] if v.get("efficiency").is_some() => {

@@ -334,7 +334,6 @@ impl Scheduler {
                 self.stats.prefix_hits += u64::from(hit_tokens);
             }
             r.first_hit.get_or_insert(hit_tokens);
-            r.last_hit = hit_tokens;
             r.first_offload_hit.get_or_insert(loaded);
             if loaded > 0 {
                 self.kv.load_from_host(r, hit_blocks, host_blocks);

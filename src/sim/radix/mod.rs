@@ -22,7 +22,8 @@ pub mod workload;
 pub use evict::{EvictOutcome, EvictionPolicy};
 pub use render::render_tree;
 pub use simulate::{
-    dedup_stats, simulate, simulate_capacity, CapacityResult, DedupStats, SimConfig, SimError,
+    bytes_needed, dedup_stats, simulate, simulate_capacity, CapacityResult, DedupStats, SimConfig,
+    SimError,
 };
 pub use tree::{InsertResult, MatchResult, NodeId, NodeInfo, RadixError, RadixTree};
 pub use whole::WholePromptCache;

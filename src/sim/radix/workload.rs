@@ -30,6 +30,14 @@ pub enum WorkloadError {
     Read { path: String, reason: String },
     #[error("{0}: no requests (every line is empty)")]
     Empty(String),
+    #[error("the requests would hold more than {max} tokens")]
+    TooManyTokens { max: u64 },
+    #[error("{path}, line {line}: {reason}")]
+    Line {
+        path: String,
+        line: u64,
+        reason: &'static str,
+    },
 }
 
 /// Requests as token ids, and the words behind the ids when the input was text.
@@ -110,6 +118,23 @@ impl MultiTurnConfig {
     }
 }
 
+impl MultiTurnConfig {
+    /// The fewest tokens `n` generated requests hold in all (saturating): each holds at least the
+    /// system prompt, a few-shot prefix and half a user message; the generator also keeps every
+    /// few-shot prefix and popular question.
+    pub fn least_tokens(&self, n: usize) -> u64 {
+        let each = (self.system_tokens as u64)
+            .saturating_add(self.fewshot_tokens as u64)
+            .saturating_add(self.user_tokens as u64 / 2);
+        let shared = (self.apps as u64)
+            .saturating_mul(self.fewshot_tokens as u64)
+            .saturating_add(
+                (self.popular_questions as u64).saturating_mul(self.user_tokens as u64 / 2),
+            );
+        each.saturating_mul(n as u64).saturating_add(shared)
+    }
+}
+
 struct Conversation {
     history: Vec<u32>,
     turns_left: usize,
@@ -133,7 +158,23 @@ pub fn multiturn(
     n: usize,
     seed: u64,
 ) -> Result<Vec<Vec<u32>>, WorkloadError> {
+    multiturn_within(cfg, n, seed, u64::MAX)
+}
+
+/// [`multiturn`], refused (before the tokens past it are drawn) once the requests would hold
+/// more than `max_tokens` tokens in all: how long conversations grow depends on the draws, so
+/// no bound computed beforehand is both safe and tight.
+pub fn multiturn_within(
+    cfg: &MultiTurnConfig,
+    n: usize,
+    seed: u64,
+    max_tokens: u64,
+) -> Result<Vec<Vec<u32>>, WorkloadError> {
     cfg.validate()?;
+    let too_many = || WorkloadError::TooManyTokens { max: max_tokens };
+    if cfg.least_tokens(n) > max_tokens {
+        return Err(too_many());
+    }
     if n == 0 {
         return Err(WorkloadError::Zero("requests"));
     }
@@ -151,6 +192,11 @@ pub fn multiturn(
     let rank = Zipf::new(cfg.popular_questions as f64, 1.0).expect("pool is not empty");
     let mut open: Vec<Option<Conversation>> = (0..cfg.active).map(|_| None).collect();
     let mut requests = Vec::with_capacity(n);
+    // Tokens of the requests so far; a request is checked before its history grows.
+    let mut held = cfg.least_tokens(0);
+    let fits = |held: u64, len: usize, more: usize| {
+        held.saturating_add(len as u64).saturating_add(more as u64) <= max_tokens
+    };
     while requests.len() < n {
         let slot = rng.random_range(0..open.len());
         let conv = open[slot].get_or_insert_with(|| {
@@ -164,19 +210,27 @@ pub fn multiturn(
                 opening,
             }
         });
+        let user_len = match conv.opening {
+            Some(q) => popular[q].len(),
+            None => around(&mut rng, cfg.user_tokens),
+        };
+        if !fits(held, conv.history.len(), user_len) {
+            return Err(too_many());
+        }
         match conv.opening.take() {
             Some(q) => conv.history.extend_from_slice(&popular[q]),
-            None => {
-                let user_len = around(&mut rng, cfg.user_tokens);
-                conv.history.extend(tokens(&mut rng, user_len, cfg.vocab));
-            }
+            None => conv.history.extend(tokens(&mut rng, user_len, cfg.vocab)),
         }
+        held += conv.history.len() as u64;
         requests.push(conv.history.clone());
         conv.turns_left -= 1;
         if conv.turns_left == 0 {
             open[slot] = None;
-        } else {
+        } else if requests.len() < n {
             let reply_len = around(&mut rng, cfg.reply_tokens);
+            if !fits(held, conv.history.len(), reply_len) {
+                return Err(too_many());
+            }
             conv.history.extend(tokens(&mut rng, reply_len, cfg.vocab));
         }
     }
@@ -186,6 +240,15 @@ pub fn multiturn(
 /// One request per non-empty line. If every field of the text is a number that fits in `u32`,
 /// fields are token ids; otherwise every field is a word, numbered in order of first appearance.
 pub fn parse_requests(text: &str, origin: &str) -> Result<Workload, WorkloadError> {
+    use crate::workload::text_input::{strip_bom, unterminated_last_line, INCOMPLETE};
+    let text = strip_bom(text);
+    if let Some(line) = unterminated_last_line(text) {
+        return Err(WorkloadError::Line {
+            path: origin.to_string(),
+            line,
+            reason: INCOMPLETE,
+        });
+    }
     let lines: Vec<Vec<&str>> = text
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
@@ -270,6 +333,20 @@ mod tests {
             })
             .count();
         assert!(follow_ups > 0);
+    }
+
+    #[test]
+    fn generation_stops_where_its_tokens_pass_the_budget() {
+        let cfg = MultiTurnConfig::default();
+        let reqs = multiturn(&cfg, 300, 7).unwrap();
+        let total = cfg.least_tokens(0) + reqs.iter().map(|r| r.len() as u64).sum::<u64>();
+        assert_eq!(multiturn_within(&cfg, 300, 7, total).unwrap(), reqs);
+        for short in [total - 1, total / 2, cfg.least_tokens(300) - 1] {
+            assert!(matches!(
+                multiturn_within(&cfg, 300, 7, short),
+                Err(WorkloadError::TooManyTokens { max }) if max == short
+            ));
+        }
     }
 
     #[test]

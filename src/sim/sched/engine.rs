@@ -14,6 +14,7 @@
 //! cannot be interrupted; arrivals during it are queued and looked at when it ends.
 
 use super::policy::{Ctx, Policy, Requeue};
+use super::SchedError;
 use crate::workload::jobs::Job;
 
 /// What happened to every job, indexed like the input.
@@ -49,9 +50,10 @@ struct Engine<'a, P> {
     trace: Trace,
 }
 
-/// Runs `jobs` (sorted by arrival, sizes > 0) through `policy` until every job completes.
+/// Runs `jobs` (sorted by arrival, sizes > 0) through `policy` until every job completes; an
+/// error if the simulated time leaves f64's range, where no event could follow another.
 /// Panics with 2^32 - 1 jobs or more (job ids are `u32`); [`super::trace_policy`] checks first.
-pub fn simulate<P: Policy>(jobs: &[Job], policy: P, switch_cost: f64) -> Trace {
+pub fn simulate<P: Policy>(jobs: &[Job], policy: P, switch_cost: f64) -> Result<Trace, SchedError> {
     assert!(jobs.len() < u32::MAX as usize, "at most 2^32 - 2 jobs");
     debug_assert!(jobs.windows(2).all(|w| w[0].arrival <= w[1].arrival));
     let n = jobs.len();
@@ -69,8 +71,8 @@ pub fn simulate<P: Policy>(jobs: &[Job], policy: P, switch_cost: f64) -> Trace {
             switches: 0,
         },
     };
-    e.run();
-    e.trace
+    e.run()?;
+    Ok(e.trace)
 }
 
 /// The policy's view, built from fields so that `self.policy` can be borrowed mutably beside it.
@@ -85,7 +87,7 @@ macro_rules! ctx {
 }
 
 impl<P: Policy> Engine<'_, P> {
-    fn run(&mut self) {
+    fn run(&mut self) -> Result<(), SchedError> {
         let n = self.jobs.len();
         let mut next = 0usize;
         // An arrival came during a switch: look at preemption once the switch ends.
@@ -100,7 +102,7 @@ impl<P: Policy> Engine<'_, P> {
             };
             let Some(r) = self.running else {
                 if next == n {
-                    break; // nothing running, nothing waiting (dispatch found no one), none to come
+                    return Ok(()); // nothing running, nothing waiting (dispatch found no one), none to come
                 }
                 // Idle until the next arrival.
                 clock = t_arrival;
@@ -108,7 +110,12 @@ impl<P: Policy> Engine<'_, P> {
                 self.dispatch(clock);
                 continue;
             };
-            let t_end = (r.work_start + self.remaining[r.job as usize]).min(r.slice_end);
+            let t_done = r.work_start + self.remaining[r.job as usize];
+            if !t_done.is_finite() {
+                // Every later event would tie at infinity: no order, no end.
+                return Err(SchedError::TimeOverflow);
+            }
+            let t_end = t_done.min(r.slice_end);
             let t_switch = if check_after_switch {
                 r.work_start
             } else {

@@ -97,6 +97,8 @@ pub enum SchedError {
     BadJob { index: usize, msg: String },
     #[error("no jobs to simulate")]
     NoJobs,
+    #[error("the simulated time passes f64's largest value (1.8e308): arrivals, sizes and switch costs add up beyond it; choose smaller ones")]
+    TimeOverflow,
 }
 
 impl SchedParams {
@@ -185,7 +187,7 @@ pub fn trace_policy(jobs: &[Job], kind: PolicyKind, p: &SchedParams) -> Result<T
     p.validate()?;
     validate_jobs(jobs)?;
     let c = p.switch_cost;
-    Ok(match kind {
+    match kind {
         PolicyKind::Fcfs => simulate(jobs, Fcfs::default(), c),
         PolicyKind::Sjf => simulate(jobs, Ranked::new(ShortestJob), c),
         PolicyKind::Srpt => simulate(jobs, Ranked::new(ShortestRemaining), c),
@@ -203,7 +205,7 @@ pub fn trace_policy(jobs: &[Job], kind: PolicyKind, p: &SchedParams) -> Result<T
             let predicted = predicted_sizes(jobs, p.sigma, p.prediction_seed);
             simulate(jobs, Ranked::new(PredictedRemaining { predicted }), c)
         }
-    })
+    }
 }
 
 /// One class's figures under a policy.
