@@ -398,3 +398,41 @@ fn requests_and_blocks_are_conserved_on_every_replica_after_every_step() {
         }
     }
 }
+
+#[test]
+fn replicas_idle_until_a_distant_arrival_skip_their_idle_steps_together() {
+    let cfg = EngineConfig {
+        block_size: 4,
+        num_gpu_blocks: 64,
+        ..EngineConfig::default()
+    };
+    let far = 1e12;
+    let reqs = [
+        req("a", 0.0, tokens(&[1, 2, 3]), 3),
+        req("b", far, tokens(&[4, 5, 6]), 2),
+        req("c", far + 5.0, tokens(&[7, 8, 9]), 2),
+    ];
+    for router in ROUTERS {
+        let (c, log) = run_cluster(
+            &cfg,
+            &Clock::Steps,
+            2,
+            router,
+            RouterConfig::default(),
+            &reqs,
+        );
+        // A step per replica for a's 3 steps, each idle spell's first and last, b's and c's
+        // steps: a few dozen lines, not 10^12.
+        assert!(log.len() < 60, "{router}: {} step records", log.len());
+        // The replicas stay in step: each step index is logged by both.
+        for pair in log.chunks(2) {
+            assert_eq!((pair[0].0, pair[1].0), (0, 1), "{router}");
+            assert_eq!(pair[0].1.step, pair[1].1.step, "{router}");
+        }
+        // b enters at step 10^12 and has its first token out one step later, as without the skip.
+        let (_, b) = c.placed(1).unwrap();
+        assert_eq!(b.first_token_time, far + 1.0, "{router}");
+        let steps: Vec<u64> = log.iter().map(|(_, r)| r.step).collect();
+        assert!(steps.contains(&(far as u64 - 1)) && steps.contains(&(far as u64)));
+    }
+}

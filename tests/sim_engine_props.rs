@@ -272,7 +272,7 @@ fn a_readmission_may_hit_blocks_others_computed_meanwhile() {
     while e.step().unwrap() {}
     // The case is the one reported: q5 (the first request) was preempted, and re-admitted with
     // a hit larger than its first.
-    let q5 = &e.scheduler().reqs[0];
+    let q5 = e.scheduler().reqs.iter().find(|r| r.uid == 0).unwrap();
     assert_eq!(reqs[0].id, "q5");
     assert!(q5.preemptions > 0, "q5 was preempted");
     // The old invariant: computed >= prompt + output - 1 - first hit, here 15 < 16.
