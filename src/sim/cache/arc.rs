@@ -163,6 +163,19 @@ impl CachePolicy for Arc {
         }
     }
 
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.node_of.len() {
+            return;
+        }
+        self.node_of.resize(key_space, NONE);
+        let old = self.key_of.len() - 4;
+        let nodes = (2 * self.c).min(key_space);
+        self.links.grow(nodes - old);
+        self.list_of.resize(4 + nodes, u8::MAX);
+        self.key_of.resize(4 + nodes, NONE);
+        self.free.extend((4 + old as u32..4 + nodes as u32).rev());
+    }
+
     fn len(&self) -> usize {
         self.len_of(T1) + self.len_of(T2)
     }

@@ -13,6 +13,7 @@ pub struct Clock {
     frame_of: Vec<u32>,
     hand: usize,
     slots: usize,
+    capacity: usize,
 }
 
 impl Clock {
@@ -26,6 +27,7 @@ impl Clock {
             frame_of: vec![NONE; key_space],
             hand: 0,
             slots,
+            capacity,
         }
     }
 }
@@ -60,6 +62,15 @@ impl CachePolicy for Clock {
             self.hand + 1
         };
         false
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.frame_of.len() {
+            return;
+        }
+        self.frame_of.resize(key_space, NONE);
+        // Fewer slots than the capacity means every key fits: the hand has not moved yet.
+        self.slots = self.capacity.min(key_space);
     }
 
     fn len(&self) -> usize {

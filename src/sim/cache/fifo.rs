@@ -9,6 +9,7 @@ pub struct Fifo {
     ring: Vec<u32>,
     oldest: usize,
     slots: usize,
+    capacity: usize,
     resident: Vec<bool>,
 }
 
@@ -21,6 +22,7 @@ impl Fifo {
             ring: Vec::with_capacity(slots),
             oldest: 0,
             slots,
+            capacity,
             resident: vec![false; key_space],
         }
     }
@@ -45,6 +47,15 @@ impl CachePolicy for Fifo {
         }
         self.resident[key as usize] = true;
         false
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.resident.len() {
+            return;
+        }
+        self.resident.resize(key_space, false);
+        // Fewer slots than the capacity means every key fits: the ring has not wrapped yet.
+        self.slots = self.capacity.min(key_space);
     }
 
     fn len(&self) -> usize {

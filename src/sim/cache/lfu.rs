@@ -25,6 +25,7 @@ pub struct Lfu {
     node_of: Vec<u32>,
     len: usize,
     slots: usize,
+    capacity: usize,
 }
 
 impl Lfu {
@@ -45,6 +46,7 @@ impl Lfu {
             node_of: vec![NONE; key_space],
             len: 0,
             slots,
+            capacity,
         }
     }
 
@@ -129,6 +131,38 @@ impl CachePolicy for Lfu {
         self.key_of[n as usize] = key;
         self.node_of[key as usize] = n;
         false
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.node_of.len() {
+            return;
+        }
+        if self.capacity.min(key_space) == self.slots {
+            self.node_of.resize(key_space, NONE);
+            return;
+        }
+        // More slots means more buckets, which renumbers every node: rebuild the same buckets,
+        // lowest count first, each back (least recent) to front.
+        let mut grown = Lfu::new(self.capacity, key_space);
+        let mut bucket = None;
+        for (count, key) in self.eviction_order() {
+            let b = match bucket {
+                Some((c, b)) if c == count => b,
+                _ => {
+                    let b = grown.new_bucket(count);
+                    grown.order.push_back(ORDER, 1 + b);
+                    bucket = Some((count, b));
+                    b
+                }
+            };
+            grown.len += 1;
+            let n = grown.items.first_node() + (grown.len - 1) as u32;
+            grown.items.push_front(b as usize, n);
+            grown.bucket_of[n as usize] = b;
+            grown.key_of[n as usize] = key;
+            grown.node_of[key as usize] = n;
+        }
+        *self = grown;
     }
 
     fn len(&self) -> usize {

@@ -29,6 +29,11 @@ impl Links {
         }
     }
 
+    /// Adds `extra` free nodes after the existing ones (their numbers follow the last node's).
+    pub fn grow(&mut self, extra: usize) {
+        self.link.resize(self.link.len() + extra, [NONE, NONE]);
+    }
+
     /// The first node index that is not a sentinel.
     pub fn first_node(&self) -> u32 {
         self.len.len() as u32

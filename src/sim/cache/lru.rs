@@ -12,6 +12,7 @@ pub struct Lru {
     key_of: Vec<u32>,
     node_of: Vec<u32>,
     slots: usize,
+    capacity: usize,
 }
 
 impl Lru {
@@ -24,6 +25,7 @@ impl Lru {
             key_of: vec![NONE; 1 + slots],
             node_of: vec![NONE; key_space],
             slots,
+            capacity,
         }
     }
 
@@ -58,6 +60,18 @@ impl CachePolicy for Lru {
         self.node_of[key as usize] = n;
         self.links.push_front(LIST, n);
         false
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.node_of.len() {
+            return;
+        }
+        self.node_of.resize(key_space, NONE);
+        let slots = self.capacity.min(key_space);
+        // Nodes are handed out in order while the list is short, so new ones go at the end.
+        self.links.grow(slots - self.slots);
+        self.key_of.resize(1 + slots, NONE);
+        self.slots = slots;
     }
 
     fn len(&self) -> usize {

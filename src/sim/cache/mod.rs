@@ -65,6 +65,10 @@ pub trait CachePolicy {
     fn len(&self) -> usize;
     /// Whether `key` is held now (ghost entries are not); changes nothing.
     fn contains(&self, key: u32) -> bool;
+    /// Widens the keys this cache takes to `0..key_space` (a smaller value changes nothing); no
+    /// effect on which keys it holds or evicts. For callers that number keys as they meet them
+    /// (the engine's host tier) instead of knowing the key space up front.
+    fn grow_key_space(&mut self, key_space: usize);
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -237,6 +241,61 @@ mod tests {
             simulate(Policy::Opt, &empty, 3),
             Err(CacheSimError::EmptyTrace)
         );
+    }
+
+    #[test]
+    fn growing_the_key_space_changes_no_decision() {
+        use clap::ValueEnum;
+        use rand::{Rng, SeedableRng};
+        // Keys numbered as they are first met, as the engine's host tier numbers block hashes.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut keys, mut met) = (Vec::new(), 0u32);
+        for _ in 0..6000 {
+            let k = if met == 0 || rng.random_bool(0.2) {
+                met += 1;
+                met - 1
+            } else {
+                rng.random_range(0..met)
+            };
+            keys.push(k);
+        }
+        let trace = KeyTrace::from_keys(keys.clone());
+        let full = trace.key_space();
+        for &p in Policy::value_variants() {
+            // Capacities below and above the key space a policy starts with (slots grow too).
+            for capacity in [5, 40, 3000] {
+                let mut whole = p.build(capacity, &trace).unwrap();
+                let mut grown = p.build(capacity, &trace).unwrap();
+                if p != Policy::Opt {
+                    grown = p.build(capacity, &KeyTrace::from_keys(vec![0])).unwrap();
+                }
+                let mut space = 1;
+                for (i, &k) in keys.iter().enumerate() {
+                    if k as usize >= space {
+                        space = if i % 3 == 0 {
+                            k as usize + 1
+                        } else {
+                            2 * space
+                        };
+                        grown.grow_key_space(space.min(full));
+                        grown.grow_key_space(1); // smaller: nothing
+                    }
+                    assert_eq!(
+                        grown.access(k),
+                        whole.access(k),
+                        "{p} at {capacity}, request {i}"
+                    );
+                }
+                assert_eq!(grown.len(), whole.len(), "{p} at {capacity}");
+                for k in 0..full as u32 {
+                    assert_eq!(
+                        grown.contains(k),
+                        whole.contains(k),
+                        "{p} at {capacity}: {k}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -97,6 +97,12 @@ impl CachePolicy for Opt {
         hit
     }
 
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.resident.len() {
+            self.resident.resize(key_space, false);
+        }
+    }
+
     fn len(&self) -> usize {
         self.len
     }

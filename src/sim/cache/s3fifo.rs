@@ -146,6 +146,20 @@ impl CachePolicy for S3Fifo {
         false
     }
 
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.node_of.len() {
+            return;
+        }
+        self.node_of.resize(key_space, NONE);
+        let old = self.key_of.len() - 3;
+        let nodes = (self.capacity + self.ghost_cap).min(key_space);
+        self.links.grow(nodes - old);
+        self.list_of.resize(3 + nodes, u8::MAX);
+        self.freq.resize(3 + nodes, 0);
+        self.key_of.resize(3 + nodes, NONE);
+        self.free.extend((3 + old as u32..3 + nodes as u32).rev());
+    }
+
     fn len(&self) -> usize {
         self.links.len(SMALL) + self.links.len(MAIN)
     }

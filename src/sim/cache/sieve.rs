@@ -18,6 +18,7 @@ pub struct Sieve {
     /// Next node the hand looks at; `NONE` = start from the oldest.
     hand: u32,
     slots: usize,
+    capacity: usize,
 }
 
 impl Sieve {
@@ -32,6 +33,7 @@ impl Sieve {
             node_of: vec![NONE; key_space],
             hand: NONE,
             slots,
+            capacity,
         }
     }
 
@@ -72,6 +74,19 @@ impl CachePolicy for Sieve {
         self.node_of[key as usize] = n;
         self.links.push_front(QUEUE, n);
         false
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space <= self.node_of.len() {
+            return;
+        }
+        self.node_of.resize(key_space, NONE);
+        let slots = self.capacity.min(key_space);
+        // Nodes are handed out in order while the queue is short, so new ones go at the end.
+        self.links.grow(slots - self.slots);
+        self.key_of.resize(1 + slots, NONE);
+        self.visited.resize(1 + slots, false);
+        self.slots = slots;
     }
 
     fn len(&self) -> usize {
