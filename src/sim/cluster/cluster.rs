@@ -6,7 +6,7 @@
 use super::router::{ReplicaView, Router, RouterConfig, RouterKind};
 use crate::sim::engine::engine::{check_unique_ids, id_ranks, predicted_outputs};
 use crate::sim::engine::hash::BlockHash;
-use crate::sim::engine::host_tier::{tier_key_space, HostTier, SharedTier};
+use crate::sim::engine::host_tier::HostTier;
 use crate::sim::engine::request::Req;
 use crate::sim::engine::Engine;
 use crate::sim::engine::{
@@ -45,7 +45,9 @@ pub struct Cluster {
     steps_clock: bool,
     /// Under a step clock: the step all replicas take next.
     step_index: u64,
-    pub tiers: Vec<SharedTier>,
+    /// The host tiers: one per replica, or one every replica shares (`cfg.cpu_offload`'s scope).
+    pub tiers: Vec<HostTier>,
+    shared_tier: bool,
     hashes: Vec<BlockHash>,
 }
 
@@ -79,31 +81,17 @@ impl Cluster {
         if requests.is_empty() {
             return Err(EngineError::NoRequests);
         }
-        let mut engines = (0..replicas)
+        let engines = (0..replicas)
             .map(|_| Engine::open(cfg.clone(), clock.clone(), recording, slo))
             .collect::<Result<Vec<_>, _>>()?;
         let mut tiers = Vec::new();
-        if let Some(o) = cfg.cpu_offload {
-            let build = || {
-                HostTier::new(o.policy, o.blocks, tier_key_space(requests, cfg.block_size))
-                    .map(HostTier::shared)
-                    .map_err(crate::sim::engine::config::ConfigError)
-            };
-            match o.scope {
-                OffloadScope::Local => {
-                    for e in &mut engines {
-                        let t = build()?;
-                        e.attach_tier(t.clone());
-                        tiers.push(t);
-                    }
-                }
-                OffloadScope::Global => {
-                    let t = build()?;
-                    for e in &mut engines {
-                        e.attach_tier(t.clone());
-                    }
-                    tiers.push(t);
-                }
+        let shared_tier = cfg
+            .cpu_offload
+            .is_some_and(|o| o.scope == OffloadScope::Global);
+        if let Some(o) = &cfg.cpu_offload {
+            let n = if shared_tier { 1 } else { replicas };
+            for _ in 0..n {
+                tiers.push(HostTier::new(o)?);
             }
         }
         check_unique_ids(requests)?;
@@ -129,6 +117,7 @@ impl Cluster {
             steps_clock: matches!(clock, Clock::Steps),
             step_index: 0,
             tiers,
+            shared_tier,
             hashes: Vec::new(),
             engines,
         })
@@ -211,6 +200,12 @@ impl Cluster {
         Ok(())
     }
 
+    /// Replica `rep`'s step, lent its host tier.
+    fn advance(&mut self, rep: usize) -> Result<bool, EngineError> {
+        let t = if self.shared_tier { 0 } else { rep };
+        self.engines[rep].advance(self.tiers.get_mut(t))
+    }
+
     /// Records the finishes of replica `rep`'s last step; returns how many.
     fn collect_finishes(&mut self, rep: usize) -> usize {
         let e = &self.engines[rep];
@@ -239,7 +234,7 @@ impl Cluster {
                 self.route_next()?;
             }
             for rep in 0..self.engines.len() {
-                self.engines[rep].advance()?;
+                self.advance(rep)?;
                 if let Some(rec) = self.engines[rep].last_record() {
                     log.push(ReplicaStep {
                         replica: rep,
@@ -266,7 +261,7 @@ impl Cluster {
         match (arrival, soonest) {
             (Some(a), s) if s.is_none_or(|(_, t)| a <= t) => self.route_next()?,
             (_, Some((rep, _))) => {
-                if self.engines[rep].advance()? {
+                if self.advance(rep)? {
                     if let Some(rec) = self.engines[rep].last_record() {
                         log.push(ReplicaStep {
                             replica: rep,

@@ -159,6 +159,7 @@ fn outcome(
         e0.report().time_unit,
     );
     total.busy_fraction /= c.engines.len() as f64;
+    total.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
     total.rejected = rejected;
     // Request lines in the input's order, refused ones included.
     let mut lines = Vec::with_capacity(all.len());
@@ -205,11 +206,7 @@ fn outcome(
         total,
         per_replica,
         router_stats: c.router.stats.clone(),
-        tiers: c
-            .tiers
-            .iter()
-            .map(|t| t.lock().expect("tier lock").stats)
-            .collect(),
+        tiers: c.tiers.iter().map(|t| t.stats()).collect(),
         requests: lines,
         timelines: c.engines.iter().map(|e| e.timeline().to_vec()).collect(),
     }

@@ -75,12 +75,38 @@ pub struct Outcome {
     pub report: EngineReport,
     /// The host tier's counts, with one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tier: Option<TierStats>,
+    pub tier: Option<TierReport>,
     #[serde(skip)]
     pub timeline: Vec<TimelinePoint>,
 }
 
+/// A host tier's counts, with the bytes they moved.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TierReport {
+    #[serde(flatten)]
+    pub stats: TierStats,
+    /// Over every GPU of the replica.
+    pub stored_bytes: u64,
+    pub loaded_bytes: u64,
+}
+
 impl RunSettings {
+    /// Bytes of KV one block of `block_size` tokens holds over all of a replica's GPUs.
+    pub fn block_bytes(&self, block_size: usize) -> u64 {
+        super::step_time::kv_bytes_per_token_per_gpu(&self.model, self.tp)
+            * (block_size * self.tp) as u64
+    }
+
+    /// `stats` with the bytes they moved at `block_size`.
+    pub fn tier_report(&self, stats: TierStats, block_size: usize) -> TierReport {
+        let b = self.block_bytes(block_size);
+        TierReport {
+            stats,
+            stored_bytes: stats.stored_blocks * b,
+            loaded_bytes: stats.loaded_blocks * b,
+        }
+    }
+
     /// The same settings without the host KV tier: the runs a tier's effect is measured against.
     pub fn without_host_tier(&self) -> RunSettings {
         let mut plain = self.clone();
@@ -167,7 +193,7 @@ impl RunSettings {
             num_gpu_blocks,
             efficiency,
             report,
-            tier: e.tier_stats(),
+            tier: e.tier_stats().map(|t| self.tier_report(t, block_size)),
             timeline: e.timeline().to_vec(),
         })
     }
