@@ -210,3 +210,62 @@ fn bad_input_is_one_line_and_exit_code_2() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_written_trace_replays_the_same_and_the_core_loop_is_timed() {
+    let dir = std::env::temp_dir().join(format!("pagedkv-cache-write-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("z.oracleGeneral.bin");
+    let path = file.to_str().unwrap();
+    let common = ["--policy", "all", "--capacity", "40,200"];
+    let generated = json_rows(
+        &[
+            &common[..],
+            &["--workload", "zipf", "--keys", "500", "--requests", "5000"],
+            &["--write-trace", path],
+        ]
+        .concat(),
+    );
+    let workload = format!("trace:{path}");
+    let replayed = json_rows(&[&common[..], &["--workload", &workload]].concat());
+    assert_eq!(generated, replayed);
+    // OPT runs only where it is asked for.
+    let timed = json_rows(&[
+        "--policy",
+        "fifo,lru,lfu,clock,arc,s3fifo,sieve",
+        "--capacity",
+        "40,200",
+        "--workload",
+        &workload,
+        "--no-opt",
+        "--time-core",
+    ]);
+    let others: Vec<&Value> = generated.iter().filter(|r| r["policy"] != "opt").collect();
+    assert_eq!(timed.len(), others.len());
+    for (t, g) in timed.iter().zip(others) {
+        assert_eq!(t["policy"], g["policy"], "{t}");
+        assert_eq!(t["hits"], g["hits"], "{t}");
+        assert!(t.get("opt_hit_ratio").is_none(), "{t}");
+        for clock in ["cpu_s", "wall_s"] {
+            let s = t["core_time"][clock].as_f64().unwrap();
+            assert!((0.0..60.0).contains(&s), "{t}");
+        }
+    }
+    let out = pagedkv(&[
+        "--policy",
+        "lru",
+        "--workload",
+        "zipf",
+        "--capacity",
+        "5",
+        "--write-trace",
+        dir.join("no/such/dir/t.bin").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot write") && err.lines().count() == 1,
+        "{err}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -2,10 +2,13 @@
 //! read back and replayed: the same id sequence gives the same keys and the same hits in every
 //! format.
 
-use pagedkv::sim::cache::{simulate, Policy};
-use pagedkv::workload::cache_trace::{read_key_trace, TraceFormat, TraceReadOptions};
+use pagedkv::sim::cache::{next_uses, simulate, Policy};
+use pagedkv::workload::cache_trace::{
+    read_key_trace, read_oracle, write_oracle, TraceFormat, TraceReadOptions,
+};
 use pagedkv::workload::key_gen::{sequence, zipf};
 use pagedkv::workload::keys::KeyTraceError;
+use std::io::Read;
 use std::path::PathBuf;
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -116,4 +119,118 @@ fn broken_files_are_errors_not_panics() {
     let missing = read_key_trace(&dir.join("nope.csv"), TraceFormat::Csv, &opts, 10);
     assert!(matches!(missing, Err(KeyTraceError::Io { .. })));
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Hands out at most `step` bytes per read, as a pipe may.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    step: usize,
+}
+
+impl Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(self.step).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn oracle_records_are_read_across_blocks_and_short_reads() {
+    // More records than one read block holds; small ids (numbered without hashing) and large.
+    let ids: Vec<u64> = zipf(5000, 0.8, 40_000, 9)
+        .keys()
+        .iter()
+        .enumerate()
+        .map(|(t, &k)| match t % 3 {
+            0 => k as u64,
+            _ => ((k as u64) << 33) | 7,
+        })
+        .collect();
+    let bytes = oracle_bytes(&ids);
+    let want = sequence(&ids).unwrap();
+    for step in [1 << 20, 1000, 7] {
+        let got = read_oracle(
+            Trickle {
+                bytes: &bytes,
+                step,
+            },
+            "t",
+            usize::MAX,
+        )
+        .unwrap();
+        assert_eq!(got, want, "reads of {step} bytes");
+    }
+    let head = read_oracle(
+        Trickle {
+            bytes: &bytes,
+            step: 4096,
+        },
+        "t",
+        20_000,
+    )
+    .unwrap();
+    assert_eq!(head.keys(), &want.keys()[..20_000]);
+    // A record cut short at the end of the stream is an error, unless the limit stops before it.
+    let cut = &bytes[..bytes.len() - 5];
+    let e = read_oracle(
+        Trickle {
+            bytes: cut,
+            step: 999,
+        },
+        "t",
+        usize::MAX,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, KeyTraceError::PartialRecord { len, .. } if len == cut.len() as u64),
+        "{e}"
+    );
+    assert_eq!(
+        read_oracle(
+            Trickle {
+                bytes: cut,
+                step: 999
+            },
+            "t",
+            100
+        )
+        .unwrap()
+        .len(),
+        100
+    );
+}
+
+#[test]
+fn written_oracle_traces_hold_every_field_and_replay_the_same() {
+    let trace = zipf(300, 0.9, 5000, 8);
+    let keys = trace.keys();
+    let mut bytes = Vec::new();
+    write_oracle(&mut bytes, keys, &next_uses(keys, trace.key_space())).unwrap();
+    assert_eq!(bytes.len(), 24 * keys.len());
+    let field = |rec: &[u8], at: usize, len: usize| {
+        let mut b = [0u8; 8];
+        b[..len].copy_from_slice(&rec[at..at + len]);
+        u64::from_le_bytes(b)
+    };
+    for (t, rec) in bytes.chunks_exact(24).enumerate() {
+        let next = keys[t + 1..]
+            .iter()
+            .position(|&x| x == keys[t])
+            .map_or(-1i64, |d| (t + 1 + d) as i64);
+        assert_eq!(field(rec, 0, 4), t as u64, "time of {t}");
+        assert_eq!(field(rec, 4, 8), keys[t] as u64, "id of {t}");
+        assert_eq!(field(rec, 12, 4), 1, "size of {t}");
+        assert_eq!(field(rec, 16, 8) as i64, next, "next access of {t}");
+    }
+    let back = read_oracle(bytes.as_slice(), "t", usize::MAX).unwrap();
+    let ids: Vec<u64> = keys.iter().map(|&k| k as u64).collect();
+    assert_eq!(back, sequence(&ids).unwrap());
+    for p in [Policy::Lru, Policy::Lfu, Policy::Sieve, Policy::Opt] {
+        assert_eq!(
+            simulate(p, &back, 40).unwrap(),
+            simulate(p, &trace, 40).unwrap()
+        );
+    }
 }

@@ -5,11 +5,13 @@
 //! every step of random workloads under every router.
 
 use pagedkv::sim::cache::Policy as TierPolicy;
-use pagedkv::sim::cluster::{Cluster, ReplicaStep, RouterConfig, RouterKind};
+use pagedkv::sim::cluster::router::build;
+use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
 use pagedkv::sim::engine::host_tier::OffloadMode;
 use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
-    Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, StepModel, StepRecord,
+    prepare, Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, StepModel,
+    StepRecord, System,
 };
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use rand::rngs::StdRng;
@@ -97,12 +99,48 @@ fn engine_log(e: &mut Engine) -> Vec<StepRecord> {
     log
 }
 
-fn cluster_log(c: &mut Cluster) -> Vec<ReplicaStep> {
+/// A cluster of `replicas` replicas behind `router` that has run `reqs` to the end, checking every
+/// invariant after every step, and every step it took as (replica, record).
+fn run_cluster(
+    cfg: &EngineConfig,
+    clock: &Clock,
+    replicas: usize,
+    router: RouterKind,
+    router_cfg: RouterConfig,
+    reqs: &[ServingRequest],
+) -> (ClusterCore, Vec<(usize, StepRecord)>) {
+    let p = prepare(cfg, reqs).unwrap();
+    let mut c = ClusterCore::new(
+        cfg,
+        clock,
+        replicas,
+        build(router, &router_cfg, replicas, cfg.block_size as u32),
+        rec(),
+        Slo::default(),
+    )
+    .unwrap();
     let mut log = Vec::new();
-    while c.step(&mut log).unwrap() {
-        c.check().unwrap();
+    let mut next = 0;
+    // The run loop of `drive`, with the invariants checked after every step.
+    while c.finished() < reqs.len() {
+        let t = c.next_event_time();
+        match p.arrival(next) {
+            Some(a) if t.is_none_or(|t| a <= t) => {
+                c.submit(p.submission(next), a).unwrap();
+                next += 1;
+            }
+            _ => {
+                assert!(t.is_some(), "nothing to run with requests unfinished");
+                c.advance(&mut |r, s| {
+                    log.push((r, s.clone()));
+                    Ok(())
+                })
+                .unwrap();
+                c.check().unwrap();
+            }
+        }
     }
-    log
+    (c, log)
 }
 
 #[test]
@@ -123,22 +161,12 @@ fn one_replica_steps_exactly_as_the_engine_under_every_router() {
         let want = engine_log(&mut e);
         assert!(want.len() > 10);
         for router in ROUTERS {
-            let mut c = Cluster::new(
-                &cfg,
-                &clock,
-                1,
-                router,
-                RouterConfig::default(),
-                &reqs,
-                rec(),
-                Slo::default(),
-            )
-            .unwrap();
-            let got: Vec<StepRecord> = cluster_log(&mut c)
+            let (c, log) = run_cluster(&cfg, &clock, 1, router, RouterConfig::default(), &reqs);
+            let got: Vec<StepRecord> = log
                 .into_iter()
-                .map(|s| {
-                    assert_eq!(s.replica, 0);
-                    s.record
+                .map(|(replica, record)| {
+                    assert_eq!(replica, 0);
+                    record
                 })
                 .collect();
             assert_eq!(got, want, "case {case}, {router}");
@@ -153,7 +181,7 @@ fn tokens(v: &[u32]) -> Prompt {
 
 /// Two replicas, block size 4, a step clock. P and Q are 9-token prompts (two full blocks each);
 /// at step 10 and 20 their continuations arrive.
-fn routed(router: RouterKind) -> (Vec<usize>, Vec<u32>) {
+fn routed(router: RouterKind, seed: u64) -> (Vec<usize>, Vec<u32>) {
     let p: Vec<u32> = (1..=9).collect();
     let q: Vec<u32> = (20..=28).collect();
     let cat = |a: &[u32], b: &[u32]| tokens(&[a, b].concat());
@@ -171,49 +199,52 @@ fn routed(router: RouterKind) -> (Vec<usize>, Vec<u32>) {
         max_num_batched_tokens: 16,
         ..EngineConfig::default()
     };
-    let mut c = Cluster::new(
-        &cfg,
-        &Clock::Steps,
-        2,
-        router,
-        RouterConfig::default(),
-        &reqs,
-        rec(),
-        Slo::default(),
-    )
-    .unwrap();
-    cluster_log(&mut c);
-    (0..reqs.len())
+    let router_cfg = RouterConfig {
+        seed,
+        ..RouterConfig::default()
+    };
+    let (c, _) = run_cluster(&cfg, &Clock::Steps, 2, router, router_cfg, &reqs);
+    (0..reqs.len() as u64)
         .map(|g| {
-            let (rep, r) = c.placed(g).unwrap();
-            (rep, r.first_hit.unwrap())
+            let (p, r) = c.placed(g).unwrap();
+            (p.replica as usize, r.first_hit.unwrap())
         })
         .unzip()
 }
 
+/// The README's worked example (tests/data/cluster/worked_example.scenario.json), over seeds:
+/// where a router draws among equals, the first replica `x` is either, and the rest follow it.
 #[test]
 fn routers_place_requests_as_computed_by_hand() {
-    // Round-robin alternates; least-loaded sees r0 in flight when r1 arrives and both idle later.
-    assert_eq!(
-        routed(RouterKind::RoundRobin),
-        (vec![0, 1, 0, 1, 0], vec![0, 0, 8, 8, 0])
-    );
-    assert_eq!(
-        routed(RouterKind::LeastLoaded),
-        (vec![0, 1, 0, 1, 0], vec![0, 0, 8, 8, 0])
-    );
-    // Prefix-aware: r0 to the smallest (empty) tree 0, r1 to the smaller tree 1; r2..r4 match
-    // 8 of 10 or 11 tokens (> 50%) on the replica that holds their prefix.
-    assert_eq!(
-        routed(RouterKind::PrefixAware),
-        (vec![0, 1, 0, 1, 1], vec![0, 0, 8, 8, 8])
-    );
-    // Kv-aware: r1 costs 2.25 + 3 + 3 on replica 0 (r0's 3 blocks in flight) and 2.25 + 3 on 1;
-    // r4 costs 2.75 + 3 on replica 0 and 0.75 + 3 on 1, whose cache holds Q's two blocks.
-    assert_eq!(
-        routed(RouterKind::KvAware),
-        (vec![0, 1, 0, 1, 1], vec![0, 0, 8, 8, 8])
-    );
+    let mut firsts = std::collections::HashMap::new();
+    for seed in 0..16 {
+        // Round-robin alternates whatever the seed.
+        assert_eq!(
+            routed(RouterKind::RoundRobin, seed),
+            (vec![0, 1, 0, 1, 0], vec![0, 0, 8, 8, 0])
+        );
+        // Least-loaded: r0 drawn between two idle replicas, r1 to the other (r0 is in flight);
+        // at steps 10 and 20 both are idle again: every later pick is drawn, so only r1 is fixed.
+        let (ll, _) = routed(RouterKind::LeastLoaded, seed);
+        assert_eq!(ll[1], 1 - ll[0], "seed {seed}");
+        // Prefix-aware (SGLang): r0 misses the empty tree, drawn; r1 misses too (Q shares no
+        // token with P) and goes to the idle replica; r2 matches all 9 tokens of P of its 10
+        // (0.9 > 0.3) on P's replica x, r3 likewise Q's; r4 matches Q's 9 of 11 on Q's.
+        // Kv-aware (Dynamo): r0 costs 9/4 + 2 blocks on both, drawn; r1 costs (9 + 9)/4 + 2 + 2
+        // on x (r0's prefill and blocks booked) against 9/4 + 2; r2 costs 10/4 - 2 + 2 on x (P's
+        // two blocks cached) against 10/4 + 2; r3 then (2 + 10)/4 + 2 + 2 on x (r2's 2
+        // uncached tokens and 2 blocks booked) against 10/4 - 2 + 2; r4 11/4 + 2 against
+        // 11/4 - 2 + 2 on Q's replica.
+        for router in [RouterKind::PrefixAware, RouterKind::KvAware] {
+            let (reps, hits) = routed(router, seed);
+            let x = reps[0];
+            assert_eq!(reps, [x, 1 - x, x, 1 - x, 1 - x], "{router}, seed {seed}");
+            assert_eq!(hits, [0, 0, 8, 8, 8], "{router}, seed {seed}");
+            *firsts.entry((router, x)).or_insert(0) += 1;
+        }
+    }
+    // The draws are random: over 16 seeds each router started on both replicas.
+    assert_eq!(firsts.len(), 4, "{firsts:?}");
 }
 
 fn tier(blocks: usize, gbps: f64, scope: OffloadScope) -> Option<CpuOffload> {
@@ -263,23 +294,19 @@ fn evict_and_return(
         cpu_offload: offload,
         ..EngineConfig::default()
     };
-    let mut c = Cluster::new(
+    let (c, _) = run_cluster(
         &cfg,
         &model_clock(gbps),
         replicas,
         RouterKind::RoundRobin,
         RouterConfig::default(),
         &reqs,
-        rec(),
-        Slo::default(),
-    )
-    .unwrap();
-    cluster_log(&mut c);
-    (0..reqs.len())
+    );
+    (0..reqs.len() as u64)
         .map(|g| {
-            let (rep, r) = c.placed(g).unwrap();
+            let (p, r) = c.placed(g).unwrap();
             (
-                rep,
+                p.replica as usize,
                 r.first_hit.unwrap(),
                 r.first_offload_hit.unwrap(),
                 r.first_token_time - r.arrival,
@@ -359,34 +386,27 @@ fn requests_and_blocks_are_conserved_on_every_replica_after_every_step() {
         let reqs = random_requests(&mut rng, 60, 25.0);
         for router in ROUTERS {
             let replicas = 1 + case % 4;
-            let mut c = Cluster::new(
-                &cfg,
-                &Clock::Steps,
-                replicas,
-                router,
-                RouterConfig {
-                    balance_abs_threshold: 2,
-                    ..RouterConfig::default()
-                },
-                &reqs,
-                rec(),
-                Slo::default(),
-            )
-            .unwrap();
-            let log = cluster_log(&mut c); // checks every replica after every step
-            assert_eq!(c.finished_requests(), reqs.len());
+            let mut router_cfg = RouterConfig::default();
+            router_cfg.prefix_aware.balance_abs_threshold = 2;
+            router_cfg.prefix_aware.max_tree_size = 40;
+            router_cfg.prefix_aware.eviction_interval = 3.0;
+            router_cfg.seed = case as u64;
+            // Checks every replica after every step.
+            let (c, log) = run_cluster(&cfg, &Clock::Steps, replicas, router, router_cfg, &reqs);
+            assert_eq!(c.finished(), reqs.len());
             let per: Vec<usize> = c.engines.iter().map(|e| e.report().requests).collect();
             assert_eq!(per.iter().sum::<usize>(), reqs.len(), "{router}");
-            assert_eq!(per, c.router.stats.per_replica, "{router}");
+            assert_eq!(per, c.stats.per_replica, "{router}");
             // Every request finished exactly once, in the log of the replica it was sent to.
             let mut finished = std::collections::HashMap::new();
-            for s in &log {
-                for id in &s.record.finished {
-                    assert!(finished.insert(id.clone(), s.replica).is_none(), "{id}");
+            for (replica, record) in &log {
+                for id in &record.finished {
+                    assert!(finished.insert(id.clone(), *replica).is_none(), "{id}");
                 }
             }
             for (g, r) in reqs.iter().enumerate() {
-                assert_eq!(finished[&r.id], c.placed(g).unwrap().0, "{router}");
+                let (p, _) = c.placed(g as u64).unwrap();
+                assert_eq!(finished[&r.id], p.replica as usize, "{router}");
             }
         }
     }

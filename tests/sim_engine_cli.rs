@@ -111,12 +111,31 @@ fn bad_input_is_one_line_and_exit_code_2() {
 #[test]
 fn a_scenario_step_log_through_the_cli_equals_vllm() {
     let dir = temp_dir("log");
-    for (scenario, golden, extra) in [
-        ("random_mix.scenario.json", "random_mix.vllm.jsonl", None),
+    // With the requests vLLM's server refused and shortened (its .api.vllm.jsonl).
+    for (scenario, golden, extra, refused_shortened) in [
+        (
+            "random_mix.scenario.json",
+            "random_mix.vllm.jsonl",
+            None,
+            (0, 0),
+        ),
         (
             "priority.scenario.json",
             "priority.async.vllm.jsonl",
             Some("--async-scheduling"),
+            (0, 0),
+        ),
+        (
+            "length_issue_example.scenario.json",
+            "length_issue_example.vllm.jsonl",
+            None,
+            (0, 1),
+        ),
+        (
+            "length_limits.scenario.json",
+            "length_limits.async.vllm.jsonl",
+            Some("--async-scheduling"),
+            (5, 3),
         ),
     ] {
         let log = dir.join("steps.jsonl");
@@ -125,16 +144,16 @@ fn a_scenario_step_log_through_the_cli_equals_vllm() {
             data(scenario),
             "--clock".into(),
             "steps".into(),
+            "--json".into(),
             "--step-log".into(),
             log.display().to_string(),
         ];
         args.extend(extra.map(String::from));
         let out = engine(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let run = &cli::json(&out)["runs"][0];
+        let counts = (run["rejected"].as_u64(), run["shortened"].as_u64());
+        let (refused, shortened) = refused_shortened;
+        assert_eq!(counts, (Some(refused), Some(shortened)), "{scenario}");
         let parse = |text: String| -> Vec<serde_json::Value> {
             text.lines()
                 .map(|l| serde_json::from_str(l).unwrap())
@@ -357,4 +376,44 @@ fn a_host_tier_on_the_mooncake_trace_runs_and_says_which_mode_it_used() {
     ] {
         cli::bad_input(&engine(&[&base[..], &bad].concat()));
     }
+}
+
+#[test]
+fn sim_engine_refuses_and_shortens_requests_as_vllms_server_and_counts_them() {
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+    let v = cli::json(&engine(&[
+        "--requests",
+        "300",
+        "--max-model-len",
+        "1500",
+        "--json",
+    ]));
+    // Independently, among the first 300 rows: refused when the prompt reaches 1500 or the
+    // output alone is over it; shortened when both fit and their sum does not.
+    let text = std::fs::read_to_string(trace).unwrap();
+    let (mut refused, mut shortened) = (0u64, 0u64);
+    for l in text.lines().skip(1).take(300) {
+        let f: Vec<u64> = l
+            .split(',')
+            .skip(1)
+            .map(|x| x.trim().parse().unwrap())
+            .collect();
+        let (p, o) = (f[0].max(1), f[1].max(1));
+        if p >= 1500 || o > 1500 {
+            refused += 1;
+        } else if p + o > 1500 {
+            shortened += 1;
+        }
+    }
+    let r = &v["runs"][0];
+    assert!(refused > 0 && shortened > 0, "{refused} {shortened}");
+    assert_eq!(r["rejected"].as_u64().unwrap(), refused);
+    assert_eq!(r["shortened"].as_u64().unwrap(), shortened);
+    assert_eq!(r["requests"].as_u64().unwrap(), 300 - refused);
+    assert_eq!(r["completed"].as_u64().unwrap(), 300 - refused);
+    // The default (Llama 3.1's 131,072) refuses and shortens nothing on the first rows.
+    let d = cli::json(&engine(&["--requests", "300", "--json"]));
+    assert_eq!(d["runs"][0]["rejected"], 0);
+    assert_eq!(d["runs"][0]["shortened"], 0);
+    assert_eq!(d["max_model_len_source"], "llama-3.1-8b's context length");
 }

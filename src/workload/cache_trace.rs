@@ -11,14 +11,15 @@
 //!
 //! Ids are numbers (decimal or `0x` hex) unless `obj-id-is-num=false`, which takes them as text.
 //! Objects are unit-sized here: sizes, times, operations and oracle next-access times are read past.
-//! Every id is renumbered densely by first appearance ([`DenseKeys`]).
+//! Every id is renumbered densely by first appearance ([`DenseKeys`], [`DenseIds`]).
+//! [`write_oracle`] writes a key trace back out as oracleGeneral, for libCacheSim to replay.
 
 use super::csv_lines::{self, line_of, next_record, ReadError};
-use super::dense_keys::DenseKeys;
+use super::dense_keys::{DenseIds, DenseKeys};
 use super::keys::{KeyTrace, KeyTraceError};
 use csv::StringRecord;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Cursor, Read};
+use std::io::{BufRead, BufReader, Cursor, Read, Write};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -159,7 +160,7 @@ pub fn read_key_trace(
             if len % 24 != 0 {
                 return Err(KeyTraceError::PartialRecord { path: name, len });
             }
-            read_oracle(BufReader::with_capacity(1 << 20, file), &name, limit)?
+            read_oracle(file, &name, limit)?
         }
         TraceFormat::Txt => read_txt(BufReader::new(file), &name, &opts.params, limit)?,
         TraceFormat::Csv => read_csv(BufReader::new(file), &name, &opts.params, limit)?,
@@ -172,46 +173,56 @@ pub fn read_key_trace(
 
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
-/// oracleGeneral records: `obj_id` is the u64 at byte offset 4 of each 24-byte record.
+/// Bytes of one oracleGeneral record.
+const RECORD: usize = 24;
+
+/// oracleGeneral records: `obj_id` is the u64 at byte offset 4 of each 24-byte record. Read in
+/// blocks of whole records, not record by record.
 pub fn read_oracle(mut r: impl Read, name: &str, limit: usize) -> Result<KeyTrace, KeyTraceError> {
-    let mut dense = DenseKeys::new();
+    let mut ids = DenseIds::new();
     let mut keys = Vec::new();
-    let mut rec = [0u8; 24];
+    let mut buf = vec![0u8; RECORD << 14];
+    let (mut filled, mut total) = (0, 0u64);
     while keys.len() < limit {
-        match read_record(&mut r, &mut rec) {
-            Ok(0) => break,
-            Ok(24) => {}
-            Ok(_) => {
-                return Err(KeyTraceError::PartialRecord {
-                    path: name.into(),
-                    len: (keys.len() * 24) as u64,
-                })
-            }
-            Err(source) => {
-                return Err(KeyTraceError::Io {
-                    path: name.into(),
-                    source,
-                })
-            }
-        }
-        if keys.is_empty() && rec[..4] == ZSTD_MAGIC {
+        let got = read_full(&mut r, &mut buf[filled..]).map_err(|source| KeyTraceError::Io {
+            path: name.into(),
+            source,
+        })?;
+        let at_end = filled + got < buf.len();
+        filled += got;
+        total += got as u64;
+        let whole = filled / RECORD * RECORD;
+        if keys.is_empty() && filled >= 4 && buf[..4] == ZSTD_MAGIC {
             return Err(KeyTraceError::Parse {
                 path: name.into(),
                 line: 1,
                 msg: "zstd-compressed; decompress it first (zstd -d)".into(),
             });
         }
-        let id = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
-        keys.push(dense.key(id)?);
+        for rec in buf[..whole].chunks_exact(RECORD).take(limit - keys.len()) {
+            let id = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
+            keys.push(ids.key(id)?);
+        }
+        if at_end {
+            if filled != whole && keys.len() < limit {
+                return Err(KeyTraceError::PartialRecord {
+                    path: name.into(),
+                    len: total,
+                });
+            }
+            break;
+        }
+        buf.copy_within(whole..filled, 0);
+        filled -= whole;
     }
-    KeyTrace::new(keys, dense.len())
+    KeyTrace::new(keys, ids.len())
 }
 
-/// Fills `rec` unless the stream ends; returns the bytes read (0 at a clean end).
-fn read_record(r: &mut impl Read, rec: &mut [u8; 24]) -> std::io::Result<usize> {
+/// Fills `buf` unless the stream ends first; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut got = 0;
-    while got < rec.len() {
-        match r.read(&mut rec[got..]) {
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -221,16 +232,34 @@ fn read_record(r: &mut impl Read, rec: &mut [u8; 24]) -> std::io::Result<usize> 
     Ok(got)
 }
 
+/// Writes requests for `keys` as oracleGeneral records: the request's index as its time, the key
+/// as the object id, size 1, and `next_use[t]` (the index of the key's next request, `u64::MAX`
+/// for none, as [`crate::sim::cache::next_uses`] gives it) as the next access, -1 for none as
+/// libCacheSim writes it.
+pub fn write_oracle(mut w: impl Write, keys: &[u32], next_use: &[u64]) -> std::io::Result<()> {
+    assert_eq!(keys.len(), next_use.len(), "one next use per request");
+    let mut rec = [0u8; RECORD];
+    for (t, (&key, &next)) in keys.iter().zip(next_use).enumerate() {
+        let next = if next == u64::MAX { -1 } else { next as i64 };
+        rec[..4].copy_from_slice(&(t as u32).to_le_bytes());
+        rec[4..12].copy_from_slice(&u64::from(key).to_le_bytes());
+        rec[12..16].copy_from_slice(&1u32.to_le_bytes());
+        rec[16..].copy_from_slice(&next.to_le_bytes());
+        w.write_all(&rec)?;
+    }
+    w.flush()
+}
+
 /// Numbers ids as numbers or as text.
 enum Ids {
-    Num(DenseKeys<u64>),
+    Num(DenseIds),
     Text(DenseKeys<String>),
 }
 
 impl Ids {
     fn new(is_num: bool) -> Self {
         if is_num {
-            Ids::Num(DenseKeys::new())
+            Ids::Num(DenseIds::new())
         } else {
             Ids::Text(DenseKeys::new())
         }

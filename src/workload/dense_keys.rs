@@ -66,6 +66,64 @@ impl<K: Hash + Eq> DenseKeys<K> {
     }
 }
 
+/// [`DenseKeys`] for numeric ids, without hashing the small ones: ids below `DIRECT_IDS` are
+/// numbered through a table indexed by the id itself (generated traces and many real ones number
+/// objects from 0), larger ids through the hash map. One numbering by first appearance over both.
+#[derive(Debug, Default)]
+pub struct DenseIds {
+    direct: Vec<u32>,
+    hashed: FastMap<u64, u32>,
+    len: u32,
+}
+
+/// The direct table holds at most this many entries (16 MiB).
+const DIRECT_IDS: u64 = 1 << 22;
+const UNSEEN: u32 = u32::MAX;
+
+impl DenseIds {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn next(&mut self) -> Result<u32, KeyTraceError> {
+        if self.len == u32::MAX {
+            return Err(KeyTraceError::TooManyKeys);
+        }
+        self.len += 1;
+        Ok(self.len - 1)
+    }
+
+    #[inline]
+    pub fn key(&mut self, id: u64) -> Result<u32, KeyTraceError> {
+        if id < DIRECT_IDS {
+            let i = id as usize;
+            if i >= self.direct.len() {
+                let len = (i + 1).next_power_of_two().min(DIRECT_IDS as usize);
+                self.direct.resize(len, UNSEEN);
+            }
+            if self.direct[i] == UNSEEN {
+                self.direct[i] = self.next()?;
+            }
+            return Ok(self.direct[i]);
+        }
+        if let Some(&k) = self.hashed.get(&id) {
+            return Ok(k);
+        }
+        let k = self.next()?;
+        self.hashed.insert(id, k);
+        Ok(k)
+    }
+
+    /// Number of distinct ids seen.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +141,22 @@ mod tests {
         assert_eq!(s.key("b".to_string()).unwrap(), 0);
         assert_eq!(s.key("a".to_string()).unwrap(), 1);
         assert_eq!(s.key("b".to_string()).unwrap(), 0);
+    }
+
+    #[test]
+    fn small_and_large_ids_share_one_numbering() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let (mut fast, mut plain) = (DenseIds::new(), DenseKeys::new());
+        for _ in 0..20_000 {
+            let id = match rng.random_range(0..3) {
+                0 => rng.random_range(0..100),
+                1 => DIRECT_IDS - 50 + rng.random_range(0..100),
+                _ => rng.random_range(0..100) << 40,
+            };
+            assert_eq!(fast.key(id).unwrap(), plain.key(id).unwrap(), "{id}");
+        }
+        assert_eq!(fast.len(), plain.len());
+        assert!(fast.len() > 250);
     }
 }

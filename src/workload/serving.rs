@@ -51,6 +51,41 @@ impl Prompt {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// How many tokens from `self[i..]` and `other[j..]` agree in a row, at most `max`, where
+    /// each side's index plus `max` stays within its length. Mooncake prompts agree a whole
+    /// block at a time where their hash ids do (equal ids, equal tokens), so a long shared prefix
+    /// costs a comparison per block, not per token. A unique prompt agrees with no other prompt.
+    pub fn common_prefix(&self, i: usize, other: &Prompt, j: usize, max: usize) -> usize {
+        debug_assert!(i + max <= self.len() && j + max <= other.len());
+        match (self, other) {
+            (Prompt::Unique(_), _) | (_, Prompt::Unique(_)) => 0,
+            (Prompt::Tokens(a), Prompt::Tokens(b)) => a[i..i + max]
+                .iter()
+                .zip(&b[j..j + max])
+                .take_while(|(x, y)| x == y)
+                .count(),
+            (Prompt::Blocks { hash_ids: a, .. }, Prompt::Blocks { hash_ids: b, .. }) => {
+                let bs = MOONCAKE_BLOCK as usize;
+                let mut n = 0;
+                while n < max {
+                    let (x, y) = (i + n, j + n);
+                    if x % bs == y % bs && a[x / bs] == b[y / bs] {
+                        // The rest of this block agrees.
+                        n = (n + bs - x % bs).min(max);
+                    } else if self.token(x) == other.token(y) {
+                        n += 1;
+                    } else {
+                        break;
+                    }
+                }
+                n
+            }
+            _ => (0..max)
+                .take_while(|&n| self.token(i + n) == other.token(j + n))
+                .count(),
+        }
+    }
 }
 
 /// One request for the engine simulator. `arrival` is in seconds, or in steps under a step clock.

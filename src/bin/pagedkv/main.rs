@@ -13,6 +13,7 @@ mod lab_mmap_share;
 mod lab_overcommit;
 mod lab_switch;
 mod lab_tlb;
+mod router_args;
 mod sim;
 mod sim_alloc;
 mod sim_cache;

@@ -3,12 +3,13 @@
 
 use crate::{count, count_u64, CheckFailed, CmdResult};
 use pagedkv::report::{line_plot, Axis, Series, Table};
+use pagedkv::sim::cache::next_uses;
 use pagedkv::sim::cache::{
     capacity_grid, miss_ratio_curves, parse_capacities, sweep, CacheRow, Costs, CurvePoints,
     Policy, SweepSpec,
 };
 use pagedkv::value_names::list_or_all;
-use pagedkv::workload::cache_trace::{TraceFormat, TraceReadOptions};
+use pagedkv::workload::cache_trace::{write_oracle, TraceFormat, TraceReadOptions};
 use pagedkv::workload::key_gen::{key_trace, KeyGenParams};
 use pagedkv::workload::keys::{KeyTrace, KeyWorkload};
 use std::path::{Path, PathBuf};
@@ -59,6 +60,17 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Leave out OPT's run at each capacity (and the "of OPT" column): a policy alone, for timing.
+    #[arg(long)]
+    no_opt: bool,
+    /// Time each run's policy loop alone (its thread's CPU time and the wall clock; reading the
+    /// trace and setting up the tables are outside it): core_time in the JSON.
+    #[arg(long)]
+    time_core: bool,
+    /// Write the requests simulated to FILE as an oracleGeneral trace (libCacheSim's binary
+    /// format: time = request index, id = key, size 1, next access), for other simulators.
+    #[arg(long, value_name = "FILE")]
+    write_trace: Option<PathBuf>,
 }
 
 fn build_trace(
@@ -83,7 +95,8 @@ fn build_trace(
 }
 
 fn table(rows: &[CacheRow]) -> Table {
-    let mut t = Table::new([
+    let timed = rows.iter().any(|r| r.core_time.is_some());
+    let mut head = vec![
         "policy",
         "capacity",
         "requests",
@@ -92,14 +105,17 @@ fn table(rows: &[CacheRow]) -> Table {
         "hit ratio",
         "avg cost",
         "of OPT",
-    ]);
+    ];
+    if timed {
+        head.extend(["core CPU ms", "core wall ms"]);
+    }
+    let mut t = Table::new(head);
     for r in rows {
-        let of_opt = if r.opt_hit_ratio > 0.0 {
-            format!("{:.1}%", 100.0 * r.hit_ratio / r.opt_hit_ratio)
-        } else {
-            "-".into()
+        let of_opt = match r.opt_hit_ratio {
+            Some(opt) if opt > 0.0 => format!("{:.1}%", 100.0 * r.hit_ratio / opt),
+            _ => "-".into(),
         };
-        t.row([
+        let mut row = vec![
             r.policy.to_string(),
             r.capacity.to_string(),
             r.requests.to_string(),
@@ -108,9 +124,24 @@ fn table(rows: &[CacheRow]) -> Table {
             format!("{:.4}", r.hit_ratio),
             format!("{:.3}", r.avg_cost),
             of_opt,
-        ]);
+        ];
+        if let Some(c) = r.core_time {
+            row.extend([
+                format!("{:.1}", c.cpu_s * 1e3),
+                format!("{:.1}", c.wall_s * 1e3),
+            ]);
+        }
+        t.row(row);
     }
     t
+}
+
+fn write_trace(path: &Path, trace: &KeyTrace) -> CmdResult {
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let file = std::fs::File::create(path).map_err(fail)?;
+    let next = next_uses(trace.keys(), trace.key_space());
+    write_oracle(std::io::BufWriter::new(file), trace.keys(), &next).map_err(fail)?;
+    Ok(())
 }
 
 /// The one-pass curves of LRU and OPT must agree with the direct runs of the table.
@@ -164,12 +195,17 @@ pub fn run(args: Args) -> CmdResult {
     let workload: KeyWorkload = args.workload.parse()?;
     let costs = Costs::new(args.hit_cost, args.miss_cost)?;
     let trace = build_trace(&args, &workload)?;
+    if let Some(path) = &args.write_trace {
+        write_trace(path, &trace)?;
+    }
     let distinct = trace.distinct();
     let capacities = parse_capacities(&args.capacity, distinct)?;
     let spec = SweepSpec {
         policies: policies.clone(),
         capacities: capacities.clone(),
         costs,
+        with_opt: !args.no_opt,
+        time_core: args.time_core,
     };
     let rows = sweep(&trace, &spec)?;
     let summary = format!(

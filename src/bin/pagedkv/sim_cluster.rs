@@ -2,17 +2,18 @@
 //! default Mooncake's conversation trace, whose prompts share real prefixes): routers and replica
 //! counts compared in one run, with an optional KV tier in host memory.
 
+use crate::count;
+use crate::router_args::RouterArgs;
 use crate::sim_engine_args::{
     describe_limits, latency_unit, settings, workload, workload_line, BoxError, EngineArgs,
     Resolved, WorkloadArgs,
 };
 use crate::CmdResult;
-use crate::{count, count_u64};
 use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::run::write_request_log;
-use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterConfig, RouterKind};
+use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterKind};
 use pagedkv::sim::engine::{EngineConfig, EngineReport};
 use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
@@ -41,33 +42,14 @@ pub struct Args {
         default_value = "round-robin,least-loaded,prefix-aware,kv-aware"
     )]
     router: Vec<RouterKind>,
-    /// Prefix-aware: the matched fraction of a prompt above which the best match wins (SGLang's
-    /// --cache-threshold).
-    #[arg(long, default_value_t = 0.5)]
-    cache_threshold: f64,
-    /// Prefix-aware: loads are imbalanced when max - min exceeds this (SGLang's
-    /// --balance-abs-threshold) ...
-    #[arg(long, default_value_t = 32, value_parser = count(0..))]
-    balance_abs_threshold: usize,
-    /// ... and max exceeds min times this (SGLang's --balance-rel-threshold).
-    #[arg(long, default_value_t = 1.1)]
-    balance_rel_threshold: f64,
-    /// Prefix-aware: tokens per replica the router's tree keeps at each eviction (SGLang's
-    /// --max-tree-size counts characters).
-    #[arg(long, default_value_t = 10_000, value_parser = count_u64(0..))]
-    max_tree_size: u64,
-    /// Prefix-aware: seconds (steps) between the tree's evictions (SGLang's --eviction-interval).
-    #[arg(long, default_value_t = 30.0)]
-    eviction_interval: f64,
-    /// Kv-aware: the weight of prefill blocks against active blocks (Dynamo's
-    /// --kv-overlap-score-weight).
-    #[arg(long, default_value_t = 1.0)]
-    overlap_weight: f64,
+    #[command(flatten)]
+    routers: RouterArgs,
     /// Write every replica's steps as JSON lines, each with its `replica` (one run only).
     #[arg(long)]
     step_log: Option<PathBuf>,
-    /// Write one JSON line per request: id, replica, arrival, first_token, finish, prompt_len,
-    /// output_len, prefix_hit_tokens, offload_hit_tokens, preemptions (one run only).
+    /// Write one JSON line per request: id, replica, route (why the router chose it), arrival,
+    /// first_token, finish, prompt_len, output_len, prefix_hit_tokens, offload_hit_tokens,
+    /// preemptions (one run only).
     #[arg(long)]
     request_log: Option<PathBuf>,
     #[arg(long)]
@@ -75,37 +57,6 @@ pub struct Args {
     /// Write cluster.json and SVG plots (load per replica over time, hit ratio per router).
     #[arg(long)]
     out: Option<PathBuf>,
-}
-
-fn router_config(a: &Args) -> Result<RouterConfig, String> {
-    if !(0.0..=1.0).contains(&a.cache_threshold) {
-        return Err(format!(
-            "--cache-threshold must be in [0, 1], got {}",
-            a.cache_threshold
-        ));
-    }
-    for (name, v) in [
-        ("balance-rel-threshold", a.balance_rel_threshold),
-        ("overlap-weight", a.overlap_weight),
-    ] {
-        if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("--{name} must be >= 0, got {v}"));
-        }
-    }
-    if !(a.eviction_interval.is_finite() && a.eviction_interval > 0.0) {
-        return Err(format!(
-            "--eviction-interval must be > 0, got {}",
-            a.eviction_interval
-        ));
-    }
-    Ok(RouterConfig {
-        cache_threshold: a.cache_threshold,
-        balance_abs_threshold: a.balance_abs_threshold,
-        balance_rel_threshold: a.balance_rel_threshold,
-        max_tree_size: a.max_tree_size,
-        eviction_interval: a.eviction_interval,
-        overlap_weight: a.overlap_weight,
-    })
 }
 
 #[derive(Serialize)]
@@ -137,7 +88,7 @@ fn create(path: &PathBuf) -> Result<std::io::BufWriter<std::fs::File>, String> {
 pub fn run(args: Args) -> CmdResult {
     let (requests, name, fields) = workload(&args.workload, DEFAULT_TRACE)?;
     let resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
-    let router_cfg = router_config(&args)?;
+    let router_cfg = args.routers.config(args.workload.seed)?;
     let mut routers = args.router.clone();
     routers.dedup();
     let specs: Vec<ClusterSpec> = args
@@ -351,12 +302,17 @@ fn print_text(
         }
         print!("{t}");
         let rs = &o.router_stats;
-        if o.router == RouterKind::PrefixAware {
-            println!(
-                "prefix-aware decisions: {} by the best match, {} by the smallest tree, {} by load (imbalanced)",
-                rs.by_match, rs.by_smallest_tree, rs.by_balance
-            );
-        }
+        let rules: Vec<String> = rs
+            .by_rule
+            .iter()
+            .map(|(rule, n)| format!("{n} by {rule}"))
+            .collect();
+        println!(
+            "{} decisions: {}; {} drawn at random among equals",
+            o.router,
+            rules.join(", "),
+            rs.random
+        );
     }
     for o in outcomes {
         let r = &o.total;
@@ -371,6 +327,19 @@ fn print_text(
             );
         }
         println!("{line}");
+        if !o.starved_replicas.is_empty() {
+            let per = &o.router_stats.per_replica;
+            let mean = r.requests as f64 / per.len() as f64;
+            let got: Vec<String> = o
+                .starved_replicas
+                .iter()
+                .map(|&i| format!("{i} ({})", per[i]))
+                .collect();
+            println!(
+                "  the router leaves replicas nearly idle: {} got under a quarter of the mean {mean:.0} requests",
+                got.join(", ")
+            );
+        }
         if let Some(plain) = without_tier
             .iter()
             .find(|p| p.router == o.router && p.replicas == o.replicas)

@@ -245,11 +245,14 @@ fn print_text(
                 r.swapped_out_tokens, r.swapped_in_tokens
             );
         }
-        if r.rejected > 0 {
+        if r.rejected + r.shortened > 0 {
             line += &format!(
-                ", {} requests refused (longer than max_model_len {})",
-                r.rejected, e.max_model_len
+                ", under max_model_len {}: {} requests refused, {} shortened",
+                e.max_model_len, r.rejected, r.shortened
             );
+        }
+        if let Some(h) = r.preempted_prefix_cache_hit_ratio {
+            line += &format!(", re-admissions hit {:.1}% in the prefix cache", 100.0 * h);
         }
         println!("{line}");
         if let Some(plain) = without_tier.iter().find(|p| p.block_size == o.block_size) {

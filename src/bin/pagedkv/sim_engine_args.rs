@@ -410,7 +410,7 @@ pub fn describe_limits(r: &Resolved) -> Vec<String> {
             format!("max_model_len: {}", r.max_model_len_source)
         } else {
             format!(
-                "max_model_len: {} ({}); longer requests are refused as vLLM's server refuses them",
+                "max_model_len: {} ({}); as vLLM's server, a prompt of it or more and an output above it are refused, a longer request is shortened to end there",
                 e.max_model_len, r.max_model_len_source
             )
         },

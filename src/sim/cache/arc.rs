@@ -4,9 +4,12 @@
 //!
 //! The adaptation steps are the paper's real-valued ones, δ1 = max(1, |B2|/|B1|) and
 //! δ2 = max(1, |B1|/|B2|), with p kept as an `f64` in [0, c]. The directory (T1 ∪ T2 ∪ B1 ∪ B2)
-//! holds at most 2c keys, so the node pool is 2c (or the key space, if smaller).
+//! holds at most 2c keys.
+//!
+//! Keys are the lists' nodes (the directory holds each key at most once), and a byte per key says
+//! which list holds it: a hit reads that byte and moves the key's own links.
 
-use super::links::{Links, NONE};
+use super::links::Links;
 use super::prefetch::touch;
 use super::{Ahead, CachePolicy};
 
@@ -14,14 +17,13 @@ const T1: usize = 0;
 const T2: usize = 1;
 const B1: usize = 2;
 const B2: usize = 3;
+/// In no list.
+const OUT: u8 = 4;
 
 pub struct Arc {
     links: Links,
-    /// Which list each node is on.
+    /// Which list holds each key, or `OUT`.
     list_of: Vec<u8>,
-    key_of: Vec<u32>,
-    node_of: Vec<u32>,
-    free: Vec<u32>,
     c: usize,
     p: f64,
 }
@@ -30,15 +32,9 @@ impl Arc {
     /// Panics if `capacity` is 0.
     pub fn new(capacity: usize, key_space: usize) -> Self {
         assert!(capacity >= 1, "capacity must be at least 1");
-        let nodes = (2 * capacity).min(key_space);
-        let links = Links::new(4, nodes);
-        let first = links.first_node();
         Arc {
-            links,
-            list_of: vec![u8::MAX; 4 + nodes],
-            key_of: vec![NONE; 4 + nodes],
-            node_of: vec![NONE; key_space],
-            free: (first..first + nodes as u32).rev().collect(),
+            links: Links::new(4, key_space),
+            list_of: vec![OUT; key_space],
             c: capacity,
             p: 0.0,
         }
@@ -60,8 +56,7 @@ impl Arc {
 
     fn move_to_front_of(&mut self, n: u32, to: usize) {
         let from = self.list_of[n as usize] as usize;
-        self.links.unlink(from, n);
-        self.links.push_front(to, n);
+        self.links.move_to_front(from, to, n);
         self.list_of[n as usize] = to as u8;
     }
 
@@ -80,9 +75,7 @@ impl Arc {
             .links
             .pop_back(l)
             .expect("ARC deletes from a non-empty list");
-        self.node_of[self.key_of[n as usize] as usize] = NONE;
-        self.list_of[n as usize] = u8::MAX;
-        self.free.push(n);
+        self.list_of[n as usize] = OUT;
     }
 
     /// REPLACE(x, p): evict the LRU key of T1 into B1 if T1 is over its target, else that of T2
@@ -99,18 +92,14 @@ impl Arc {
 }
 
 impl CachePolicy for Arc {
+    #[inline]
     fn access(&mut self, key: u32) -> bool {
-        let n = self.node_of[key as usize];
-        let on = if n == NONE {
-            usize::MAX
-        } else {
-            self.list_of[n as usize] as usize
-        };
+        let on = self.list_of[key as usize] as usize;
         let c = self.c as f64;
         match on {
             // Case I: a cache hit.
             T1 | T2 => {
-                self.move_to_front_of(n, T2);
+                self.move_to_front_of(key, T2);
                 true
             }
             // Case II: a ghost hit in B1 — recency deserved more room.
@@ -119,7 +108,7 @@ impl CachePolicy for Arc {
                 let delta = if b1 >= b2 { 1.0 } else { b2 / b1 };
                 self.p = (self.p + delta).min(c);
                 self.replace(false);
-                self.move_to_front_of(n, T2);
+                self.move_to_front_of(key, T2);
                 false
             }
             // Case III: a ghost hit in B2 — frequency deserved more room.
@@ -128,7 +117,7 @@ impl CachePolicy for Arc {
                 let delta = if b2 >= b1 { 1.0 } else { b1 / b2 };
                 self.p = (self.p - delta).max(0.0);
                 self.replace(true);
-                self.move_to_front_of(n, T2);
+                self.move_to_front_of(key, T2);
                 false
             }
             // Case IV: a miss in the whole directory.
@@ -150,30 +139,11 @@ impl CachePolicy for Arc {
                     }
                     self.replace(false);
                 }
-                let n = self
-                    .free
-                    .pop()
-                    .expect("the directory holds at most 2c keys");
-                self.key_of[n as usize] = key;
-                self.node_of[key as usize] = n;
-                self.list_of[n as usize] = T1 as u8;
-                self.links.push_front(T1, n);
+                self.list_of[key as usize] = T1 as u8;
+                self.links.push_front(T1, key);
                 false
             }
         }
-    }
-
-    fn grow_key_space(&mut self, key_space: usize) {
-        if key_space <= self.node_of.len() {
-            return;
-        }
-        self.node_of.resize(key_space, NONE);
-        let old = self.key_of.len() - 4;
-        let nodes = (2 * self.c).min(key_space);
-        self.links.grow(nodes - old);
-        self.list_of.resize(4 + nodes, u8::MAX);
-        self.key_of.resize(4 + nodes, NONE);
-        self.free.extend((4 + old as u32..4 + nodes as u32).rev());
     }
 
     fn len(&self) -> usize {
@@ -181,29 +151,32 @@ impl CachePolicy for Arc {
     }
 
     fn contains(&self, key: u32) -> bool {
-        let n = self.node_of[key as usize];
-        n != NONE && matches!(self.list_of[n as usize] as usize, T1 | T2)
+        matches!(self.list_of[key as usize] as usize, T1 | T2)
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.links.nodes() {
+            self.links
+                .grow(super::grown(self.links.nodes(), key_space), 4);
+            self.list_of.resize(self.links.nodes(), OUT);
+        }
     }
 
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
-        let n = self.node_of[key as usize];
         match ahead {
             Ahead::Entry => {
-                touch(&self.node_of, key as usize);
+                touch(&self.list_of, key as usize);
+                self.links.prefetch(key, false);
                 // Misses move or delete the LRU ends of the lists.
                 for l in [T1, T2, B1, B2] {
+                    self.links.prefetch_back(l);
                     if let Some(b) = self.links.back(l) {
-                        self.links.prefetch(b, true);
-                        touch(&self.node_of, self.key_of[b as usize] as usize);
+                        touch(&self.list_of, b as usize);
                     }
                 }
             }
-            Ahead::Node => {
-                self.links.prefetch(n, false);
-                touch(&self.list_of, n as usize);
-            }
-            Ahead::Neighbours => self.links.prefetch(n, true),
+            Ahead::Neighbours => self.links.prefetch(key, true),
         }
     }
 }

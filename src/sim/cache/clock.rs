@@ -1,18 +1,24 @@
 //! CLOCK (second chance): frames in a circle with one reference bit each. A hit sets the bit; on a
 //! miss the hand clears set bits as it passes and replaces the first frame whose bit is clear. New
 //! keys enter with the bit clear, as in FIFO-reinsertion. Each bit the hand clears was set by a hit,
-//! so a request costs O(1) amortised.
+//! so a request costs O(1) amortised. It is libCacheSim's `Clock` at its defaults (a one-bit
+//! counter, `n-bit-counter=1`, and new keys at `init-freq=0`): the same hits on the same trace.
+//!
+//! The bits live in one byte per key (resident, referenced) rather than per frame: a hit is one
+//! load and one store into a table of a megabyte per million keys (it stays in the core's caches
+//! where 4-byte frame numbers would not), and needs no key → frame lookup.
 
-use super::links::NONE;
 use super::prefetch::touch;
 use super::{Ahead, CachePolicy};
 
+const RESIDENT: u8 = 1;
+const REFERENCED: u8 = 2;
+
 pub struct Clock {
-    keys: Vec<u32>,
-    referenced: Vec<bool>,
-    frame_of: Vec<u32>,
+    /// The key in each frame; frames fill in order, then the hand goes round.
+    frames: Vec<u32>,
+    state: Vec<u8>,
     hand: usize,
-    slots: usize,
     capacity: usize,
 }
 
@@ -20,14 +26,18 @@ impl Clock {
     /// Panics if `capacity` is 0.
     pub fn new(capacity: usize, key_space: usize) -> Self {
         assert!(capacity >= 1, "capacity must be at least 1");
-        let slots = capacity.min(key_space);
         Clock {
-            keys: Vec::with_capacity(slots),
-            referenced: Vec::with_capacity(slots),
-            frame_of: vec![NONE; key_space],
+            frames: Vec::with_capacity(capacity.min(key_space)),
+            state: vec![0; key_space],
             hand: 0,
-            slots,
             capacity,
+        }
+    }
+
+    fn advance(&mut self) {
+        self.hand += 1;
+        if self.hand == self.capacity {
+            self.hand = 0;
         }
     }
 }
@@ -35,63 +45,53 @@ impl Clock {
 impl CachePolicy for Clock {
     #[inline]
     fn access(&mut self, key: u32) -> bool {
-        let f = self.frame_of[key as usize];
-        if f != NONE {
-            self.referenced[f as usize] = true;
+        let s = &mut self.state[key as usize];
+        if *s != 0 {
+            *s = RESIDENT | REFERENCED;
             return true;
         }
-        if self.keys.len() < self.slots {
-            self.frame_of[key as usize] = self.keys.len() as u32;
-            self.keys.push(key);
-            self.referenced.push(false);
+        *s = RESIDENT;
+        if self.frames.len() < self.capacity {
+            self.frames.push(key);
             return false;
         }
-        while std::mem::replace(&mut self.referenced[self.hand], false) {
-            self.hand = if self.hand + 1 == self.slots {
-                0
-            } else {
-                self.hand + 1
-            };
+        loop {
+            let k = self.frames[self.hand];
+            let s = &mut self.state[k as usize];
+            if *s & REFERENCED == 0 {
+                *s = 0;
+                break;
+            }
+            *s = RESIDENT;
+            self.advance();
         }
-        let out = std::mem::replace(&mut self.keys[self.hand], key);
-        self.frame_of[out as usize] = NONE;
-        self.frame_of[key as usize] = self.hand as u32;
-        self.hand = if self.hand + 1 == self.slots {
-            0
-        } else {
-            self.hand + 1
-        };
+        self.frames[self.hand] = key;
+        self.advance();
         false
     }
 
-    fn grow_key_space(&mut self, key_space: usize) {
-        if key_space <= self.frame_of.len() {
-            return;
-        }
-        self.frame_of.resize(key_space, NONE);
-        // Fewer slots than the capacity means every key fits: the hand has not moved yet.
-        self.slots = self.capacity.min(key_space);
-    }
-
     fn len(&self) -> usize {
-        self.keys.len()
+        self.frames.len()
     }
 
     fn contains(&self, key: u32) -> bool {
-        self.frame_of[key as usize] != NONE
+        self.state[key as usize] != 0
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.state.len() {
+            self.state.resize(key_space, 0);
+        }
     }
 
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
-        match ahead {
-            Ahead::Entry => {
-                touch(&self.frame_of, key as usize);
-                if let Some(&k) = self.keys.get(self.hand) {
-                    touch(&self.frame_of, k as usize);
-                }
+        if ahead == Ahead::Entry {
+            touch(&self.state, key as usize);
+            // The hand's next stops.
+            for f in self.frames.iter().skip(self.hand).take(2) {
+                touch(&self.state, *f as usize);
             }
-            Ahead::Node => touch(&self.referenced, self.frame_of[key as usize] as usize),
-            Ahead::Neighbours => {}
         }
     }
 }

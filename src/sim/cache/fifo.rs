@@ -8,8 +8,9 @@ pub struct Fifo {
     /// Keys in arrival order, as a ring once full; `oldest` is the next to go.
     ring: Vec<u32>,
     oldest: usize,
-    slots: usize,
     capacity: usize,
+    /// One byte per key (not a bit): a hit is one load, into a table of a megabyte per million
+    /// keys.
     resident: Vec<bool>,
 }
 
@@ -17,11 +18,9 @@ impl Fifo {
     /// Panics if `capacity` is 0.
     pub fn new(capacity: usize, key_space: usize) -> Self {
         assert!(capacity >= 1, "capacity must be at least 1");
-        let slots = capacity.min(key_space);
         Fifo {
-            ring: Vec::with_capacity(slots),
+            ring: Vec::with_capacity(capacity.min(key_space)),
             oldest: 0,
-            slots,
             capacity,
             resident: vec![false; key_space],
         }
@@ -34,28 +33,18 @@ impl CachePolicy for Fifo {
         if self.resident[key as usize] {
             return true;
         }
-        if self.ring.len() < self.slots {
+        if self.ring.len() < self.capacity {
             self.ring.push(key);
         } else {
             let out = std::mem::replace(&mut self.ring[self.oldest], key);
             self.resident[out as usize] = false;
-            self.oldest = if self.oldest + 1 == self.slots {
-                0
-            } else {
-                self.oldest + 1
-            };
+            self.oldest += 1;
+            if self.oldest == self.capacity {
+                self.oldest = 0;
+            }
         }
         self.resident[key as usize] = true;
         false
-    }
-
-    fn grow_key_space(&mut self, key_space: usize) {
-        if key_space <= self.resident.len() {
-            return;
-        }
-        self.resident.resize(key_space, false);
-        // Fewer slots than the capacity means every key fits: the ring has not wrapped yet.
-        self.slots = self.capacity.min(key_space);
     }
 
     fn len(&self) -> usize {
@@ -64,6 +53,12 @@ impl CachePolicy for Fifo {
 
     fn contains(&self, key: u32) -> bool {
         self.resident[key as usize]
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.resident.len() {
+            self.resident.resize(key_space, false);
+        }
     }
 
     #[inline(always)]

@@ -2,8 +2,12 @@
 //! each list closed into a ring by its own sentinel node. Sentinels make every link and unlink
 //! branch-free, and indices instead of pointers keep a node in 8 bytes next to its neighbours.
 //!
+//! Nodes come first (`0..nodes`), so a policy over dense keys uses the key itself as its node and
+//! finds its links without a lookup; the sentinels follow (`nodes..nodes + lists`). Growing moves
+//! the sentinels up and renumbers the links that point at them ([`Links::grow`]).
+//!
 //! Direction: `front` is the newest end, `back` the oldest; `next` walks front → back and `prev`
-//! walks back → front.
+//! walks back → front. A node on no list has `prev == NONE` ([`Links::is_linked`]).
 
 use super::prefetch::touch;
 
@@ -11,32 +15,67 @@ pub const NONE: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 pub struct Links {
-    /// `[prev, next]` per node; lists `0..lists` are the sentinels, nodes follow.
+    /// `[prev, next]` per node, then per sentinel.
     link: Vec<[u32; 2]>,
     len: Vec<u32>,
+    /// Index of the first sentinel: the number of nodes.
+    base: u32,
 }
 
 impl Links {
-    /// `lists` rings over `nodes` further nodes, numbered `lists..lists + nodes`.
+    /// `lists` rings over nodes `0..nodes`. Panics if the indices would not fit in `u32`.
     pub fn new(lists: usize, nodes: usize) -> Self {
-        let mut link = vec![[NONE, NONE]; lists + nodes];
-        for (s, l) in link.iter_mut().enumerate().take(lists) {
-            *l = [s as u32, s as u32];
+        let total = nodes + lists;
+        assert!(
+            total < NONE as usize,
+            "{total} list nodes do not fit in u32"
+        );
+        let mut link = vec![[NONE, NONE]; total];
+        for (i, l) in link.iter_mut().enumerate().skip(nodes) {
+            *l = [i as u32, i as u32];
         }
         Links {
             link,
             len: vec![0; lists],
+            base: nodes as u32,
         }
     }
 
-    /// Adds `extra` free nodes after the existing ones (their numbers follow the last node's).
-    pub fn grow(&mut self, extra: usize) {
-        self.link.resize(self.link.len() + extra, [NONE, NONE]);
+    /// Nodes this array holds.
+    pub fn nodes(&self) -> usize {
+        self.base as usize
     }
 
-    /// The first node index that is not a sentinel.
-    pub fn first_node(&self) -> u32 {
-        self.len.len() as u32
+    /// Room for nodes `0..nodes` and `lists` lists (neither shrinks); every list keeps its nodes
+    /// in order. O(nodes): callers grow geometrically.
+    pub fn grow(&mut self, nodes: usize, lists: usize) {
+        let nodes = nodes.max(self.nodes());
+        let lists = lists.max(self.len.len());
+        if nodes == self.nodes() && lists == self.len.len() {
+            return;
+        }
+        let grown = Links::new(lists, nodes);
+        let (old_base, new_base) = (self.base, grown.base);
+        let moved = |i: u32| {
+            if i >= old_base {
+                i - old_base + new_base
+            } else {
+                i
+            }
+        };
+        let mut link = grown.link;
+        for (i, &[prev, next]) in self.link.iter().enumerate() {
+            if prev != NONE {
+                link[moved(i as u32) as usize] = [moved(prev), moved(next)];
+            }
+        }
+        self.link = link;
+        self.len.resize(lists, 0);
+        self.base = new_base;
+    }
+
+    fn sentinel(&self, list: usize) -> u32 {
+        self.base + list as u32
     }
 
     pub fn len(&self, list: usize) -> usize {
@@ -47,26 +86,36 @@ impl Links {
         self.len[list] == 0
     }
 
-    fn node_or_none(&self, list: usize, n: u32) -> Option<u32> {
-        (n as usize != list).then_some(n)
+    /// Whether node `n` is on a list.
+    #[inline]
+    pub fn is_linked(&self, n: u32) -> bool {
+        self.link[n as usize][0] != NONE
     }
 
+    fn node_or_none(&self, n: u32) -> Option<u32> {
+        (n < self.base).then_some(n)
+    }
+
+    #[inline]
     pub fn front(&self, list: usize) -> Option<u32> {
-        self.node_or_none(list, self.link[list][1])
+        self.node_or_none(self.link[self.sentinel(list) as usize][1])
     }
 
+    #[inline]
     pub fn back(&self, list: usize) -> Option<u32> {
-        self.node_or_none(list, self.link[list][0])
+        self.node_or_none(self.link[self.sentinel(list) as usize][0])
     }
 
-    /// The neighbour of `n` toward the front of `list`, `None` at the front.
-    pub fn toward_front(&self, list: usize, n: u32) -> Option<u32> {
-        self.node_or_none(list, self.link[n as usize][0])
+    /// The neighbour of `n` toward the front of its list, `None` at the front.
+    #[inline]
+    pub fn toward_front(&self, n: u32) -> Option<u32> {
+        self.node_or_none(self.link[n as usize][0])
     }
 
-    /// The neighbour of `n` toward the back of `list`, `None` at the back.
-    pub fn toward_back(&self, list: usize, n: u32) -> Option<u32> {
-        self.node_or_none(list, self.link[n as usize][1])
+    /// The neighbour of `n` toward the back of its list, `None` at the back.
+    #[inline]
+    pub fn toward_back(&self, n: u32) -> Option<u32> {
+        self.node_or_none(self.link[n as usize][1])
     }
 
     #[inline]
@@ -78,16 +127,16 @@ impl Links {
 
     #[inline]
     pub fn push_front(&mut self, list: usize, n: u32) {
-        let s = list as u32;
-        let first = self.link[list][1];
+        let s = self.sentinel(list);
+        let first = self.link[s as usize][1];
         self.insert_between(n, s, first);
         self.len[list] += 1;
     }
 
     #[inline]
     pub fn push_back(&mut self, list: usize, n: u32) {
-        let s = list as u32;
-        let last = self.link[list][0];
+        let s = self.sentinel(list);
+        let last = self.link[s as usize][0];
         self.insert_between(n, last, s);
         self.len[list] += 1;
     }
@@ -100,10 +149,10 @@ impl Links {
         self.len[list] += 1;
     }
 
-    /// Takes `n` out of `list`, which must hold it.
+    /// Takes `n` out of `list`, which must hold it; `n` is then on no list.
     #[inline]
     pub fn unlink(&mut self, list: usize, n: u32) {
-        let [prev, next] = self.link[n as usize];
+        let [prev, next] = std::mem::replace(&mut self.link[n as usize], [NONE, NONE]);
         self.link[prev as usize][1] = next;
         self.link[next as usize][0] = prev;
         self.len[list] -= 1;
@@ -115,11 +164,11 @@ impl Links {
         Some(n)
     }
 
-    /// Moves `n`, already in `list`, to its front.
+    /// Moves `n` from `from` to the front of `to` (the same list or another).
     #[inline]
-    pub fn move_to_front(&mut self, list: usize, n: u32) {
-        self.unlink(list, n);
-        self.push_front(list, n);
+    pub fn move_to_front(&mut self, from: usize, to: usize, n: u32) {
+        self.unlink(from, n);
+        self.push_front(to, n);
     }
 
     /// Prefetches the links of node `n` (`neighbours`: of the nodes beside it instead).
@@ -133,11 +182,20 @@ impl Links {
         }
     }
 
+    /// Prefetches the links of the back node of `list` and of its neighbours.
+    #[inline(always)]
+    pub fn prefetch_back(&self, list: usize) {
+        if let Some(&[last, _]) = self.link.get(self.sentinel(list) as usize) {
+            self.prefetch(last, true);
+            touch(&self.link, last as usize);
+        }
+    }
+
     /// The nodes of `list` from front to back (for tests and debugging).
     pub fn iter(&self, list: usize) -> impl Iterator<Item = u32> + '_ {
-        let mut cur = self.link[list][1];
+        let mut cur = self.link[self.sentinel(list) as usize][1];
         std::iter::from_fn(move || {
-            (cur as usize != list).then(|| {
+            (cur < self.base).then(|| {
                 let n = cur;
                 cur = self.link[n as usize][1];
                 n
@@ -153,16 +211,25 @@ mod tests {
     use std::collections::VecDeque;
 
     #[test]
-    fn matches_a_deque_under_random_operations() {
+    fn matches_a_deque_under_random_operations_and_growth() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let (lists, nodes) = (3usize, 40usize);
+        let (mut lists, mut nodes) = (3usize, 40usize);
         let mut links = Links::new(lists, nodes);
         let mut model: Vec<VecDeque<u32>> = vec![VecDeque::new(); lists];
         let mut home: Vec<Option<usize>> = vec![None; nodes];
-        for _ in 0..5000 {
+        for step in 0..6000 {
+            if step % 1500 == 1499 {
+                // Growth keeps every list and its order.
+                nodes += rng.random_range(0..30);
+                lists += rng.random_range(0..2);
+                links.grow(nodes, lists);
+                model.resize(lists, VecDeque::new());
+                home.resize(nodes, None);
+            }
             let i = rng.random_range(0..nodes);
-            let n = links.first_node() + i as u32;
+            let n = i as u32;
             let l = rng.random_range(0..lists);
+            assert_eq!(links.is_linked(n), home[i].is_some());
             match home[i] {
                 None if rng.random_bool(0.5) => {
                     links.push_front(l, n);
@@ -191,9 +258,10 @@ mod tests {
                     home[i] = None;
                 }
                 Some(h) => {
-                    links.move_to_front(h, n);
+                    links.move_to_front(h, l, n);
                     model[h].retain(|&m| m != n);
-                    model[h].push_front(n);
+                    model[l].push_front(n);
+                    home[i] = Some(l);
                 }
             }
             for (l, m) in model.iter().enumerate() {
@@ -201,6 +269,10 @@ mod tests {
                 assert_eq!(links.iter(l).collect::<Vec<_>>(), Vec::from(m.clone()));
                 assert_eq!(links.front(l), m.front().copied());
                 assert_eq!(links.back(l), m.back().copied());
+                for (j, &x) in m.iter().enumerate() {
+                    assert_eq!(links.toward_front(x), j.checked_sub(1).map(|p| m[p]));
+                    assert_eq!(links.toward_back(x), m.get(j + 1).copied());
+                }
             }
         }
     }

@@ -1,17 +1,13 @@
-//! LRU: evict the key used least recently. A hit moves the key to the front of one intrusive list;
-//! a miss reuses the back node for the new key.
+//! LRU: evict the key used least recently. Keys are the nodes of one intrusive list, so a hit
+//! moves the key's own links to the front, and a miss unlinks the back key and links the new one.
 
-use super::links::{Links, NONE};
-use super::prefetch::touch;
+use super::links::Links;
 use super::{Ahead, CachePolicy};
 
 const LIST: usize = 0;
 
 pub struct Lru {
     links: Links,
-    key_of: Vec<u32>,
-    node_of: Vec<u32>,
-    slots: usize,
     capacity: usize,
 }
 
@@ -19,59 +15,30 @@ impl Lru {
     /// Panics if `capacity` is 0.
     pub fn new(capacity: usize, key_space: usize) -> Self {
         assert!(capacity >= 1, "capacity must be at least 1");
-        let slots = capacity.min(key_space);
         Lru {
-            links: Links::new(1, slots),
-            key_of: vec![NONE; 1 + slots],
-            node_of: vec![NONE; key_space],
-            slots,
+            links: Links::new(1, key_space),
             capacity,
         }
     }
 
     /// Keys from most to least recently used (for tests).
     pub fn keys_by_recency(&self) -> Vec<u32> {
-        self.links
-            .iter(LIST)
-            .map(|n| self.key_of[n as usize])
-            .collect()
+        self.links.iter(LIST).collect()
     }
 }
 
 impl CachePolicy for Lru {
     #[inline]
     fn access(&mut self, key: u32) -> bool {
-        let n = self.node_of[key as usize];
-        if n != NONE {
-            if self.links.front(LIST) != Some(n) {
-                self.links.move_to_front(LIST, n);
-            }
+        if self.links.is_linked(key) {
+            self.links.move_to_front(LIST, LIST, key);
             return true;
         }
-        let len = self.links.len(LIST);
-        let n = if len < self.slots {
-            self.links.first_node() + len as u32
-        } else {
-            let n = self.links.pop_back(LIST).expect("a full cache has a back");
-            self.node_of[self.key_of[n as usize] as usize] = NONE;
-            n
-        };
-        self.key_of[n as usize] = key;
-        self.node_of[key as usize] = n;
-        self.links.push_front(LIST, n);
-        false
-    }
-
-    fn grow_key_space(&mut self, key_space: usize) {
-        if key_space <= self.node_of.len() {
-            return;
+        if self.links.len(LIST) >= self.capacity {
+            self.links.pop_back(LIST);
         }
-        self.node_of.resize(key_space, NONE);
-        let slots = self.capacity.min(key_space);
-        // Nodes are handed out in order while the list is short, so new ones go at the end.
-        self.links.grow(slots - self.slots);
-        self.key_of.resize(1 + slots, NONE);
-        self.slots = slots;
+        self.links.push_front(LIST, key);
+        false
     }
 
     fn len(&self) -> usize {
@@ -79,22 +46,25 @@ impl CachePolicy for Lru {
     }
 
     fn contains(&self, key: u32) -> bool {
-        self.node_of[key as usize] != NONE
+        self.links.is_linked(key)
+    }
+
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.links.nodes() {
+            self.links
+                .grow(super::grown(self.links.nodes(), key_space), 1);
+        }
     }
 
     #[inline(always)]
     fn prefetch(&self, key: u32, ahead: Ahead) {
         match ahead {
             Ahead::Entry => {
-                touch(&self.node_of, key as usize);
-                // The next miss evicts the back: its links, key and table entry.
-                if let Some(b) = self.links.back(LIST) {
-                    self.links.prefetch(b, true);
-                    touch(&self.node_of, self.key_of[b as usize] as usize);
-                }
+                self.links.prefetch(key, false);
+                // The next miss unlinks the back.
+                self.links.prefetch_back(LIST);
             }
-            Ahead::Node => self.links.prefetch(self.node_of[key as usize], false),
-            Ahead::Neighbours => self.links.prefetch(self.node_of[key as usize], true),
+            Ahead::Neighbours => self.links.prefetch(key, true),
         }
     }
 }

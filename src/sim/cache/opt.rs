@@ -97,18 +97,19 @@ impl CachePolicy for Opt {
         hit
     }
 
-    fn grow_key_space(&mut self, key_space: usize) {
-        if key_space > self.resident.len() {
-            self.resident.resize(key_space, false);
-        }
-    }
-
     fn len(&self) -> usize {
         self.len
     }
 
     fn contains(&self, key: u32) -> bool {
         self.resident[key as usize]
+    }
+
+    /// OPT answers for its trace's keys only; this keeps the trait's promise all the same.
+    fn grow_key_space(&mut self, key_space: usize) {
+        if key_space > self.resident.len() {
+            self.resident.resize(key_space, false);
+        }
     }
 
     #[inline(always)]

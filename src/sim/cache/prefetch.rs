@@ -1,20 +1,17 @@
 //! Look-ahead for trace replay. A replay knows which keys come next, and most of a request's cost is
-//! waiting for the cache lines of the key's table entry and list node; asking for them a few
-//! requests early overlaps those waits. Hints only: nothing here changes a result.
+//! waiting for the cache lines of the key's entry and of the list nodes beside it; asking for them
+//! a few requests early overlaps those waits. Hints only: nothing here changes a result.
 
 /// How far ahead of the current request each step of the look-ahead runs.
 pub const ENTRY_AHEAD: usize = 16;
-pub const NODE_AHEAD: usize = 8;
-pub const NEIGHBOURS_AHEAD: usize = 3;
+pub const NEIGHBOURS_AHEAD: usize = 8;
 
-/// Which lines to pull for a coming key; each step reads what the step before pulled in.
+/// Which lines to pull for a coming key; the second step reads what the first pulled in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ahead {
-    /// The key-indexed table entry.
+    /// The key's own entry (and what the next eviction will touch).
     Entry,
-    /// The node the entry points at.
-    Node,
-    /// The nodes linked to that node (what unlinking it will write).
+    /// The nodes linked to the key's (what unlinking it will write).
     Neighbours,
 }
 

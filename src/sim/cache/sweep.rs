@@ -2,7 +2,9 @@
 //! OPT at the same capacity, and miss-ratio curves (one pass for LRU and OPT, one simulation per
 //! capacity for the rest). Independent runs go to rayon's threads.
 
-use super::{lru_curve, opt_curve, simulate, CacheSimError, HitCount, Policy};
+use super::{
+    lru_curve, opt_curve, simulate, simulate_timed, CacheSimError, CoreTime, HitCount, Policy,
+};
 use crate::workload::keys::KeyTrace;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -36,6 +38,10 @@ pub struct SweepSpec {
     pub policies: Vec<Policy>,
     pub capacities: Vec<usize>,
     pub costs: Costs,
+    /// Also run OPT at each capacity, for every row's bound.
+    pub with_opt: bool,
+    /// Time each run's policy loop.
+    pub time_core: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -48,8 +54,13 @@ pub struct CacheRow {
     pub hit_ratio: f64,
     /// hit_ratio × hit cost + (1 − hit_ratio) × miss cost.
     pub avg_cost: f64,
-    /// OPT's hit ratio at the same capacity: the bound every policy here stays under.
-    pub opt_hit_ratio: f64,
+    /// OPT's hit ratio at the same capacity: the bound every policy here stays under (absent
+    /// when OPT did not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opt_hit_ratio: Option<f64>,
+    /// How long the policy loop took (when timed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core_time: Option<CoreTime>,
 }
 
 /// One row per (policy, capacity), in the order of `spec.policies` then `spec.capacities`.
@@ -63,25 +74,24 @@ pub fn sweep(trace: &KeyTrace, spec: &SweepSpec) -> Result<Vec<CacheRow>, CacheS
         .flat_map(|&p| spec.capacities.iter().map(move |&c| (p, c)))
         .collect();
     // OPT's row at each capacity is the peer of every other row.
-    if !spec.policies.contains(&Policy::Opt) {
+    if spec.with_opt && !spec.policies.contains(&Policy::Opt) {
         runs.extend(spec.capacities.iter().map(|&c| (Policy::Opt, c)));
     }
     let counts = runs
         .par_iter()
-        .map(|&(p, c)| simulate(p, trace, c))
+        .map(|&(p, c)| simulate_timed(p, trace, c, spec.time_core))
         .collect::<Result<Vec<_>, _>>()?;
     let opt = |cap: usize| {
         runs.iter()
             .zip(&counts)
             .find(|((p, c), _)| *p == Policy::Opt && *c == cap)
-            .map(|(_, h)| h.hit_ratio())
-            .expect("OPT ran at every capacity")
+            .map(|(_, (h, _))| h.hit_ratio())
     };
     Ok(runs
         .iter()
         .zip(&counts)
         .filter(|((p, _), _)| spec.policies.contains(p))
-        .map(|(&(policy, capacity), h)| CacheRow {
+        .map(|(&(policy, capacity), (h, core_time))| CacheRow {
             policy,
             capacity,
             requests: h.requests,
@@ -90,6 +100,7 @@ pub fn sweep(trace: &KeyTrace, spec: &SweepSpec) -> Result<Vec<CacheRow>, CacheS
             hit_ratio: h.hit_ratio(),
             avg_cost: spec.costs.average(h),
             opt_hit_ratio: opt(capacity),
+            core_time: *core_time,
         })
         .collect())
 }

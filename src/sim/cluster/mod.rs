@@ -3,20 +3,21 @@
 //! request by request as the router decides — and, optionally, a KV tier in host memory per
 //! replica or shared ([`crate::sim::engine::host_tier`]).
 //!
-//! - [`router`]: round-robin, least-loaded, prefix-aware (SGLang's cache-aware policy), kv-aware
-//!   (Dynamo's KV router); [`approx_tree`]: the prefix-aware router's own tree.
-//! - [`cluster`]: the event loop; [`run`]: runs and reports; [`output`]: plots.
+//! - [`router`]: one file per policy (round-robin, least-loaded, SGLang's cache-aware router,
+//!   Dynamo's KV router), each citing the code it follows and giving a reason with every choice.
+//! - [`core`]: the cluster as a [`crate::sim::engine::System`]: `submit` a request at its
+//!   arrival, `advance` between arrivals; [`book`]: what the router knows of what it sent.
+//! - [`run`]: runs on a trace and reports; [`output`]: plots.
 //!
 //! With one replica every router sends everything to it, and the cluster steps exactly as
 //! `sim engine` does (a test holds it to that, step for step).
 
-pub mod approx_tree;
-#[allow(clippy::module_inception)]
-pub mod cluster;
+pub mod book;
+pub mod core;
 pub mod output;
 pub mod router;
 pub mod run;
 
-pub use cluster::{Cluster, ReplicaStep};
-pub use router::{RouterConfig, RouterKind, RouterStats};
+pub use core::{ClusterCore, Placement};
+pub use router::{Choice, Reason, RouterConfig, RouterKind, RouterStats};
 pub use run::{run, run_all, ClusterOutcome, ClusterSpec, RequestLine};

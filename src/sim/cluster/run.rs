@@ -3,13 +3,15 @@
 //! what a run reports — every replica's [`EngineReport`], their total, the router's decisions,
 //! the host tier's counts — plus each request's line for `--request-log`.
 
-use super::cluster::{Cluster, ReplicaStep};
-use super::router::{RouterConfig, RouterKind, RouterStats};
+use super::core::ClusterCore;
+use super::router::{self, RouterConfig, RouterKind, RouterStats};
+use crate::sim::engine::driver::drive;
 use crate::sim::engine::engine::TimelinePoint;
 use crate::sim::engine::host_tier::TierStats;
 use crate::sim::engine::metrics::{report, EngineReport, Integrals};
-use crate::sim::engine::run::accepted;
+use crate::sim::engine::model_len::accepted;
 use crate::sim::engine::scheduler::SchedStats;
+use crate::sim::engine::setup::prepare;
 use crate::sim::engine::{EngineError, Recording, RunSettings, StepRecord};
 use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
@@ -28,13 +30,19 @@ pub struct ClusterSpec {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestLine {
     pub id: String,
-    /// `None`: refused (longer than max_model_len).
+    /// `None`: refused by vLLM's server under max_model_len.
     pub replica: Option<usize>,
+    /// Why the router chose that replica.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
     pub arrival: f64,
     pub first_token: Option<f64>,
     pub finish: Option<f64>,
     pub prompt_len: usize,
     pub output_len: u32,
+    /// The `max_tokens` vLLM's server handed the engine: `output_len`, or max_model_len −
+    /// prompt_len when that is lower (shortened); `None`: refused.
+    pub max_tokens: Option<u32>,
     /// Prompt tokens found in the replica's GPU prefix cache at the first admission.
     pub prefix_hit_tokens: u32,
     /// Prompt tokens loaded from the host tier at the first admission.
@@ -63,6 +71,8 @@ pub struct ClusterOutcome {
     pub total: EngineReport,
     pub per_replica: Vec<EngineReport>,
     pub router_stats: RouterStats,
+    /// Replicas the router sent fewer than a quarter of the mean's requests.
+    pub starved_replicas: Vec<usize>,
     /// One per tier (one per replica, or one shared).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tiers: Vec<TierStats>,
@@ -74,7 +84,8 @@ pub struct ClusterOutcome {
 }
 
 /// Runs `requests` on the cluster `spec` at `block_size`; `step_log` gets every replica step as a
-/// JSON line with its `replica`; `progress(finished, total)` now and then.
+/// JSON line with its `replica`; `progress(finished, total)` now and then. Every request is checked
+/// before the first step.
 pub fn run(
     s: &RunSettings,
     block_size: usize,
@@ -82,68 +93,65 @@ pub fn run(
     requests: &[ServingRequest],
     timeline: bool,
     mut step_log: Option<&mut dyn Write>,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<ClusterOutcome, EngineError> {
     let (cfg, clock, efficiency) = s.at(block_size)?;
-    let (ok, rejected) = accepted(requests, cfg.max_model_len)?;
+    let served = accepted(requests, cfg.max_model_len)?;
+    let (ok, rejected) = (served.requests, served.refused);
+    let prepared = prepare(&cfg, &ok)?;
     let rec = Recording {
         steps: step_log.is_some(),
         timeline,
     };
-    let mut c = Cluster::new(
-        &cfg,
-        &clock,
-        spec.replicas,
+    let router = router::build(
         spec.router,
-        spec.router_cfg,
-        &ok,
-        rec,
-        s.slo,
-    )?;
-    let mut log: Vec<ReplicaStep> = Vec::new();
-    let total = ok.len();
-    let mut events = 0u64;
-    while c.step(&mut log)? {
-        if let Some(out) = step_log.as_deref_mut() {
-            for st in log.drain(..) {
-                let line = serde_json::to_string(&StepLine {
-                    replica: st.replica,
-                    record: &st.record,
-                })
-                .expect("a step line serialises");
-                writeln!(out, "{line}").map_err(|e| EngineError::Output(e.to_string()))?;
+        &spec.router_cfg,
+        spec.replicas,
+        block_size as u32,
+    );
+    let mut c = ClusterCore::new(&cfg, &clock, spec.replicas, router, rec, s.slo)?;
+    drive(
+        &mut c,
+        &prepared,
+        &mut |replica, record| match step_log.as_deref_mut() {
+            Some(out) => {
+                let line = serde_json::to_string(&StepLine { replica, record })
+                    .expect("a step line serialises");
+                writeln!(out, "{line}").map_err(|e| EngineError::Output(e.into()))
             }
-        }
-        events += 1;
-        if events.is_multiple_of(8192) {
-            progress(c.finished_requests(), total);
-        }
-    }
-    progress(c.finished_requests(), total);
-    Ok(outcome(
+            None => Ok(()),
+        },
+        progress,
+    )?;
+    let mut o = outcome(
         &c,
         spec,
         block_size,
         cfg.num_gpu_blocks,
         efficiency,
         requests,
+        &ok,
         rejected,
-    ))
+    );
+    o.total.shortened = served.shortened;
+    Ok(o)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn outcome(
-    c: &Cluster,
+    c: &ClusterCore,
     spec: &ClusterSpec,
     block_size: usize,
     num_gpu_blocks: usize,
     efficiency: f64,
     all: &[ServingRequest],
+    served: &[ServingRequest],
     rejected: usize,
 ) -> ClusterOutcome {
     let per_replica: Vec<EngineReport> = c.engines.iter().map(|e| e.report()).collect();
     let mut stats = SchedStats::default();
     let mut integ = Integrals::default();
-    let mut reqs = Vec::with_capacity(c.requests().len());
+    let mut reqs = Vec::with_capacity(served.len());
     for e in &c.engines {
         stats.merge(&e.scheduler().stats);
         integ.merge(e.integrals());
@@ -161,39 +169,47 @@ fn outcome(
     total.busy_fraction /= c.engines.len() as f64;
     total.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
     total.rejected = rejected;
-    // Request lines in the input's order, refused ones included.
+    // Request lines in the input's order, refused ones included; a served request's uid is its
+    // index among the served.
     let mut lines = Vec::with_capacity(all.len());
     let mut g = 0;
     for r in all {
-        let served = c.requests().get(g).is_some_and(|x| x.id == r.id);
-        let line = if served {
-            let (rep, q) = c.placed(g).expect("every request is routed by the end");
-            g += 1;
-            RequestLine {
-                id: r.id.clone(),
-                replica: Some(rep),
-                arrival: r.arrival,
-                first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
-                finish: q.finish_time.is_finite().then_some(q.finish_time),
-                prompt_len: r.prompt.len(),
-                output_len: r.output_len,
-                prefix_hit_tokens: q.first_hit.unwrap_or(0),
-                offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
-                preemptions: q.preemptions,
+        let placed = served
+            .get(g)
+            .filter(|x| x.id == r.id)
+            .and_then(|_| c.placed(g as u64));
+        let line = match placed {
+            Some((p, q)) => {
+                g += 1;
+                RequestLine {
+                    id: r.id.clone(),
+                    replica: Some(p.replica as usize),
+                    route: Some(p.choice.reason.to_string()),
+                    arrival: r.arrival,
+                    first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
+                    finish: q.finish_time.is_finite().then_some(q.finish_time),
+                    prompt_len: r.prompt.len(),
+                    output_len: r.output_len,
+                    max_tokens: Some(q.max_tokens),
+                    prefix_hit_tokens: q.first_hit.unwrap_or(0),
+                    offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
+                    preemptions: q.preemptions,
+                }
             }
-        } else {
-            RequestLine {
+            None => RequestLine {
                 id: r.id.clone(),
                 replica: None,
+                route: None,
                 arrival: r.arrival,
                 first_token: None,
                 finish: None,
                 prompt_len: r.prompt.len(),
                 output_len: r.output_len,
+                max_tokens: None,
                 prefix_hit_tokens: 0,
                 offload_hit_tokens: 0,
                 preemptions: 0,
-            }
+            },
         };
         lines.push(line);
     }
@@ -205,7 +221,8 @@ fn outcome(
         efficiency,
         total,
         per_replica,
-        router_stats: c.router.stats.clone(),
+        starved_replicas: c.stats.starved(),
+        router_stats: c.stats.clone(),
         tiers: c.tiers.iter().map(|t| t.stats()).collect(),
         requests: lines,
         timelines: c.engines.iter().map(|e| e.timeline().to_vec()).collect(),

@@ -4,18 +4,16 @@
 //! queue of two, where step k+1 is scheduled while step k runs, so its blocks freed by finishing
 //! requests return one step later).
 
-use super::config::{ConfigError, EngineConfig, Policy, Preemption};
+use super::config::{ConfigError, EngineConfig, Preemption};
 use super::hash::BlockHash;
 use super::host_tier::{HostTier, TierStats};
 use super::metrics::{report, EngineReport, Integrals, Slo};
 use super::request::Req;
 use super::scheduler::{Plan, Scheduler};
+use super::setup::{check_request, prepare, Submission};
 use super::step_log::{Ordered, StepRecord};
 use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
 use crate::workload::serving::ServingRequest;
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-use rand_distr::{Distribution, Normal};
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -27,11 +25,41 @@ pub enum EngineError {
     #[error("no requests")]
     NoRequests,
     #[error("writing the step log: {0}")]
-    Output(String),
+    Output(#[source] IoError),
     #[error(
         "the engine stalled at step {step}: {waiting} requests wait and nothing can be scheduled"
     )]
     Stalled { step: u64, waiting: usize },
+    #[error("nothing is left to run at time {time} but {unfinished} requests have not finished")]
+    Unfinished { time: f64, unfinished: usize },
+}
+
+/// An I/O error kept as an error's source; compared by kind and text, so errors stay `PartialEq`.
+#[derive(Debug, Clone)]
+pub struct IoError(pub std::sync::Arc<std::io::Error>);
+
+impl From<std::io::Error> for IoError {
+    fn from(e: std::io::Error) -> Self {
+        IoError(std::sync::Arc::new(e))
+    }
+}
+
+impl PartialEq for IoError {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.kind() == o.0.kind() && self.0.to_string() == o.0.to_string()
+    }
+}
+
+impl std::fmt::Display for IoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
 }
 
 /// What a unit of time is.
@@ -94,6 +122,8 @@ pub struct Engine {
     queue: std::collections::VecDeque<Batch>,
     spare: Vec<Plan>,
     finished: Vec<u32>,
+    /// Requests whose first token the last step's output brought.
+    first_tokens: Vec<u32>,
     done: usize,
     integrals: Integrals,
     recording: Recording,
@@ -106,97 +136,10 @@ pub struct Engine {
     wake: Option<f64>,
 }
 
-/// Predicted output lengths: true × e^N(0, sigma²) from their own seed.
-fn predictions(requests: &[ServingRequest], sigma: f64, seed: u64) -> Vec<f64> {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0e17);
-    match Normal::new(0.0, sigma) {
-        Ok(noise) if sigma > 0.0 => requests
-            .iter()
-            .map(|r| f64::from(r.output_len) * noise.sample(&mut rng).exp())
-            .collect(),
-        _ => requests.iter().map(|r| f64::from(r.output_len)).collect(),
-    }
-}
-
-/// The output lengths the ranking policies believe: predicted under SJF and SRPT, else true.
-pub fn predicted_outputs(cfg: &EngineConfig, requests: &[ServingRequest]) -> Vec<f64> {
-    if matches!(cfg.scheduling_policy, Policy::Sjf | Policy::Srpt) {
-        predictions(requests, cfg.prediction.sigma, cfg.prediction.seed)
-    } else {
-        requests.iter().map(|r| f64::from(r.output_len)).collect()
-    }
-}
-
-/// An error naming the first id used twice.
-pub fn check_unique_ids(requests: &[ServingRequest]) -> Result<(), EngineError> {
-    let mut seen = std::collections::HashSet::new();
-    match requests.iter().find(|r| !seen.insert(r.id.as_str())) {
-        Some(r) => Err(EngineError::Request {
-            id: r.id.clone(),
-            detail: "duplicate id".into(),
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Each request's id's position among all ids in string order (vLLM's last tie-break).
-pub fn id_ranks(requests: &[ServingRequest]) -> Vec<u32> {
-    let mut by_id: Vec<u32> = (0..requests.len() as u32).collect();
-    by_id.sort_by(|&a, &b| requests[a as usize].id.cmp(&requests[b as usize].id));
-    let mut rank = vec![0u32; requests.len()];
-    for (r, &i) in by_id.iter().enumerate() {
-        rank[i as usize] = r as u32;
-    }
-    rank
-}
-
-/// Checks that every request can run to completion in this engine.
-fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), EngineError> {
-    let bad = |detail: String| {
-        Err(EngineError::Request {
-            id: r.id.clone(),
-            detail,
-        })
-    };
-    let prompt = r.prompt.len() as u64;
-    if prompt == 0 || r.output_len == 0 {
-        return bad("prompt and output need at least one token each".into());
-    }
-    if !(r.arrival.is_finite() && r.arrival >= 0.0) {
-        return bad(format!(
-            "arrival must be finite and >= 0, got {}",
-            r.arrival
-        ));
-    }
-    if prompt >= cfg.max_model_len as u64 {
-        return bad(format!(
-            "a prompt of {prompt} tokens reaches max_model_len {}",
-            cfg.max_model_len
-        ));
-    }
-    // The KV it ever holds at once: prompt and every sampled token but the last.
-    let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64);
-    let blocks = peak.div_ceil(cfg.block_size as u64);
-    if blocks > cfg.usable_blocks() as u64 {
-        return bad(format!(
-            "{peak} tokens need {blocks} blocks of {}, the pool holds {} (num_gpu_blocks {} less the null block)",
-            cfg.block_size,
-            cfg.usable_blocks(),
-            cfg.num_gpu_blocks
-        ));
-    }
-    if !cfg.enable_chunked_prefill && peak > cfg.max_num_batched_tokens as u64 {
-        return bad(format!(
-            "without chunked prefill, {peak} tokens exceed max_num_batched_tokens {}",
-            cfg.max_num_batched_tokens
-        ));
-    }
-    Ok(())
-}
-
 impl Engine {
     /// An engine for `requests`, each arriving at its time; with `cfg.cpu_offload`, its own host
-    /// tier.
+    /// tier. The same as [`Engine::open`] and a [`Engine::submit`] per request in arrival order
+    /// (so request `i` of the engine is the `i`-th to arrive; [`Req::uid`] is its input index).
     pub fn new(
         cfg: EngineConfig,
         requests: &[ServingRequest],
@@ -205,36 +148,13 @@ impl Engine {
         slo: Slo,
     ) -> Result<Engine, EngineError> {
         cfg.validate()?;
-        if requests.is_empty() {
-            return Err(EngineError::NoRequests);
-        }
+        let prepared = prepare(&cfg, requests)?;
         let tier = cfg.cpu_offload.as_ref().map(HostTier::new).transpose()?;
-        let predicted = predicted_outputs(&cfg, requests);
-        let ranks = id_ranks(requests);
         let mut e = Engine::open(cfg, clock, recording, slo)?;
         e.tier = tier;
-        for r in requests {
-            check_request(&e.sched.cfg, r)?;
+        for k in 0..prepared.len() {
+            e.submit(prepared.submission(k), Vec::new())?;
         }
-        check_unique_ids(requests)?;
-        let mut order: Vec<u32> = (0..requests.len() as u32).collect();
-        order.sort_by(|&a, &b| {
-            requests[a as usize]
-                .arrival
-                .total_cmp(&requests[b as usize].arrival)
-        });
-        // Requests enter in arrival order, each keeping its input index as its number.
-        e.sched.reqs = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| Req::new(r, predicted[i], ranks[i], i as u64))
-            .collect();
-        e.order = order;
-        e.now = match e.clock {
-            Clock::Steps => 0.0,
-            Clock::Seconds(_) => requests[e.order[0] as usize].arrival,
-        };
-        e.gpu_free = e.now;
         Ok(e)
     }
 
@@ -271,6 +191,7 @@ impl Engine {
             queue: std::collections::VecDeque::new(),
             spare: Vec::new(),
             finished: Vec::new(),
+            first_tokens: Vec::new(),
             done: 0,
             integrals: Integrals::default(),
             recording,
@@ -282,19 +203,15 @@ impl Engine {
         })
     }
 
-    /// Adds request `r`, numbered `uid` among every request its blocks may meet, arriving at its
-    /// time (no earlier than the requests submitted before it). `predicted` is the output length
-    /// ranking policies believe; `id_rank` its id's place in string order among all ids;
-    /// `hashes` its first full blocks' hashes if already known (else empty). Returns its index
-    /// in this engine.
+    /// Adds a request, arriving at its time (no earlier than the requests submitted before it);
+    /// `hashes` are its first full blocks' hashes if already known (else empty). Returns its
+    /// index in this engine.
     pub fn submit(
         &mut self,
-        r: &ServingRequest,
-        predicted: f64,
-        id_rank: u32,
-        uid: u64,
+        s: Submission<'_>,
         hashes: Vec<BlockHash>,
     ) -> Result<u32, EngineError> {
+        let r = s.request;
         check_request(&self.sched.cfg, r)?;
         if let Some(&last) = self.order.last() {
             if r.arrival < self.sched.reqs[last as usize].arrival {
@@ -305,7 +222,7 @@ impl Engine {
             }
         }
         let i = self.sched.reqs.len() as u32;
-        let mut q = Req::new(r, predicted, id_rank, uid);
+        let mut q = Req::new(r, s.predicted, s.id_rank, s.uid);
         if !hashes.is_empty() {
             q = q.with_hashes(hashes);
         }
@@ -334,6 +251,11 @@ impl Engine {
     /// The requests the last step finished (indices in this engine).
     pub fn just_finished(&self) -> &[u32] {
         &self.finished
+    }
+
+    /// The requests whose first token the last step's output brought (indices in this engine).
+    pub fn just_started(&self) -> &[u32] {
+        &self.first_tokens
     }
 
     /// Request `i` of this engine.
@@ -373,6 +295,12 @@ impl Engine {
 
     pub fn slo(&self) -> Slo {
         self.slo
+    }
+
+    /// Gives this engine a host tier of its own, lent to each of its steps (`sim engine`; a
+    /// cluster keeps its replicas' tiers and lends them itself).
+    pub fn attach_tier(&mut self, tier: HostTier) {
+        self.tier = Some(tier);
     }
 
     /// The host tier this engine owns (`sim engine`; a cluster's replicas own none).
@@ -458,6 +386,7 @@ impl Engine {
             ..Default::default()
         });
         self.finished.clear();
+        self.first_tokens.clear();
         let mut to_process = None;
         if self.sched.has_requests() {
             let mut plan = self.spare.pop().unwrap_or_default();
@@ -557,8 +486,26 @@ impl Engine {
 
     /// Processes a batch's output at time `at` and accounts for its time on the GPU.
     fn process(&mut self, batch: Batch, at: f64, tier: Option<&mut HostTier>) {
+        let before = self.first_tokens.len();
+        for s in &batch.plan.scheduled {
+            if s.samples && self.sched.reqs[s.req as usize].first_token_time.is_nan() {
+                self.first_tokens.push(s.req);
+            }
+        }
         self.sched
             .update_from_output(&batch.plan, at, &mut self.finished, tier);
+        // A sample may be discarded (a request preempted while its step ran): keep the requests
+        // that did get their first token.
+        let reqs = &self.sched.reqs;
+        let mut k = before;
+        for j in before..self.first_tokens.len() {
+            let i = self.first_tokens[j];
+            if !reqs[i as usize].first_token_time.is_nan() {
+                self.first_tokens[k] = i;
+                k += 1;
+            }
+        }
+        self.first_tokens.truncate(k);
         self.done += self.finished.len();
         let s = batch.state;
         self.integrals.add(
@@ -613,5 +560,32 @@ impl Engine {
     /// Every invariant of the scheduler and the block manager (see [`Scheduler::check`]).
     pub fn check(&self) -> Result<(), String> {
         self.sched.check()
+    }
+}
+
+/// One engine alone, as the run loop drives it.
+impl super::driver::System for Engine {
+    fn submit(&mut self, s: Submission<'_>, _now: f64) -> Result<(), EngineError> {
+        Engine::submit(self, s, Vec::new()).map(|_| ())
+    }
+
+    fn next_event_time(&self) -> Option<f64> {
+        self.next_step_time()
+    }
+
+    fn advance(&mut self, steps: &mut super::driver::StepSink<'_>) -> Result<(), EngineError> {
+        let mut tier = self.tier.take();
+        let stepped = Engine::advance(self, tier.as_mut());
+        self.tier = tier;
+        if stepped? {
+            if let Some(r) = &self.record {
+                steps(0, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finished(&self) -> usize {
+        self.done
     }
 }

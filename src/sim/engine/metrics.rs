@@ -110,10 +110,16 @@ pub struct EngineReport {
     pub recomputed_tokens: u64,
     pub swapped_out_tokens: u64,
     pub swapped_in_tokens: u64,
-    /// vLLM's metric: tokens found in the prefix cache over tokens looked up, every admission.
+    /// vLLM's metric (`vllm:prefix_cache_hits` over `vllm:prefix_cache_queries`): tokens found in
+    /// the prefix cache over tokens looked up, at first admissions only; `None` without caching.
     pub prefix_cache_hit_ratio: Option<f64>,
     pub prefix_cache_hit_tokens: u64,
-    /// Fraction of the prompt tokens found in the cache at each request's first admission.
+    /// The same at re-admissions after preemption, which vLLM counts apart and does not export
+    /// (`PrefixCacheStats.preempted_hits` over `preempted_queries`); `None` without any.
+    pub preempted_prefix_cache_hit_ratio: Option<f64>,
+    pub preempted_prefix_cache_hit_tokens: u64,
+    /// Fraction of the prompt tokens found in the cache at each request's first admission (as
+    /// `prefix_cache_hit_ratio` once every request was admitted; 0 without caching).
     pub prompt_hit_ratio: f64,
     /// The host tier's mode (`native`, `store-on-evict`), with one: the figures below come from it.
     pub offload_mode: Option<super::host_tier::OffloadMode>,
@@ -131,8 +137,11 @@ pub struct EngineReport {
     pub preempted_external_prefix_cache_hits: u64,
     /// Prompt tokens computed at first admissions (neither tier held them).
     pub prompt_computed_tokens: u64,
-    /// Requests refused before the engine (longer than max_model_len, as vLLM's server refuses).
+    /// Requests vLLM's server refuses under max_model_len (they never reach the engine).
     pub rejected: usize,
+    /// Requests it serves with `max_tokens` lowered to max_model_len − prompt: they finish by
+    /// length at max_model_len tokens.
+    pub shortened: usize,
     pub usable_blocks: usize,
     /// Blocks in use (not free) over usable blocks: time average over busy time, and peak.
     pub mean_kv_utilization: f64,
@@ -230,6 +239,9 @@ pub fn report(
         prefix_cache_hit_ratio: (stats.prefix_queries > 0)
             .then(|| stats.prefix_hits as f64 / stats.prefix_queries as f64),
         prefix_cache_hit_tokens: stats.prefix_hits,
+        preempted_prefix_cache_hit_ratio: (stats.preempted_prefix_queries > 0)
+            .then(|| stats.preempted_prefix_hits as f64 / stats.preempted_prefix_queries as f64),
+        preempted_prefix_cache_hit_tokens: stats.preempted_prefix_hits,
         prompt_hit_ratio: first_hits as f64 / all_prompts.max(1) as f64,
         offload_mode: None,
         offload_hit_tokens: stats.offload_hits,
@@ -240,6 +252,7 @@ pub fn report(
         preempted_external_prefix_cache_hits: stats.preempted_external_hits,
         prompt_computed_tokens: all_prompts - first_served,
         rejected: 0,
+        shortened: 0,
         usable_blocks,
         mean_kv_utilization: avg(integ.used_blocks) / usable_blocks as f64,
         peak_kv_utilization: integ.peak_used_blocks as f64 / usable_blocks as f64,

@@ -21,7 +21,9 @@
 //!   the front and hashed ones at the back; a free hashed block still serves hits until it is
 //!   reused. One null block is reserved.
 //! - Output: a request whose scheduled chunk reaches the end of its sequence samples one token;
-//!   it finishes after `output_len` tokens (vLLM's `max_tokens`).
+//!   it finishes after `output_len` tokens (vLLM's `max_tokens`) or at `max_model_len` tokens.
+//!   Before the engine, [`run`] applies vLLM's OpenAI server's length rule ([`model_len`]):
+//!   requests refused, `max_tokens` lowered to `max_model_len` − prompt.
 //! - Async scheduling (`async_scheduling`): a step is scheduled before the previous step's output
 //!   is processed, with placeholders for the tokens in flight (vLLM's batch queue of two: a step
 //!   schedules batch s, then processes batch s-1).
@@ -53,10 +55,12 @@
 //!   the optional tier behind it;
 //!   [`scheduler`]: schedule and output processing; [`engine`]: the loop and the clock;
 //!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports;
-//!   [`run`]: runs on a model and GPU, several block sizes in parallel; [`output`]: files.
+//!   [`model_len`]: the server's length rule; [`run`]: runs on a model and GPU, several block
+//!   sizes in parallel; [`output`]: files.
 
 pub mod block_pool;
 pub mod config;
+pub mod driver;
 #[allow(clippy::module_inception)]
 pub mod engine;
 pub mod free_queue;
@@ -64,20 +68,24 @@ pub mod hash;
 pub mod host_tier;
 pub mod kv_manager;
 pub mod metrics;
+pub mod model_len;
 pub mod output;
 pub mod profile;
 pub mod request;
 pub mod run;
 pub mod scheduler;
+pub mod setup;
 pub mod step_log;
 pub mod step_time;
 pub mod waiting;
 
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
+pub use driver::{drive, System};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, Slo};
 pub use profile::{load_profile, parse_profile, Profile};
 pub use run::{Outcome, RunSettings, TierReport};
+pub use setup::{prepare, Prepared, Submission};
 pub use step_log::StepRecord;
 pub use step_time::{Gpu, StepModel};
 

@@ -3,45 +3,19 @@
 //! sizes in parallel.
 
 use super::config::EngineConfig;
+use super::driver::drive;
 use super::engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
-use super::host_tier::TierStats;
+use super::host_tier::{HostTier, TierStats};
 use super::metrics::{EngineReport, Slo};
+use super::model_len::accepted;
 use super::profile::Profile;
+use super::setup::prepare;
 use super::step_time::{num_gpu_blocks, Gpu, StepModel};
 use crate::kv::model::ModelShape;
 use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::io::Write;
-
-/// Whether vLLM's OpenAI server refuses `r` under `max_model_len`: a prompt that reaches it, or a
-/// prompt and `max_tokens` beyond it (`OpenAIServing._validate_input`).
-pub fn over_model_len(r: &ServingRequest, max_model_len: usize) -> bool {
-    let (p, o) = (r.prompt.len() as u64, u64::from(r.output_len));
-    let max = max_model_len as u64;
-    p >= max || p + o > max
-}
-
-/// The requests vLLM accepts under `max_model_len`, and how many it refuses; an error when it
-/// refuses them all.
-pub fn accepted(
-    requests: &[ServingRequest],
-    max_model_len: usize,
-) -> Result<(Vec<ServingRequest>, usize), EngineError> {
-    let ok: Vec<ServingRequest> = requests
-        .iter()
-        .filter(|r| !over_model_len(r, max_model_len))
-        .cloned()
-        .collect();
-    let rejected = requests.len() - ok.len();
-    if ok.is_empty() && rejected > 0 {
-        return Err(super::config::ConfigError(format!(
-            "all {rejected} requests are longer than max_model_len {max_model_len}"
-        ))
-        .into());
-    }
-    Ok((ok, rejected))
-}
 
 /// Everything but the block size and the workload.
 #[derive(Debug, Clone, PartialEq)]
@@ -169,25 +143,33 @@ impl RunSettings {
             steps: step_log.is_some(),
             timeline,
         };
-        let (requests, rejected) = accepted(requests, cfg.max_model_len)?;
-        let requests = &requests[..];
-        let mut e = Engine::new(cfg, requests, clock, rec, self.slo)?;
-        let report = match step_log {
-            None => e.run(progress)?,
-            Some(out) => {
-                let mut progress = progress;
-                let total = requests.len();
-                while e.step()? {
-                    if let Some(r) = e.last_record() {
-                        writeln!(out, "{}", r.to_line())
-                            .map_err(|err| EngineError::Output(err.to_string()))?;
-                    }
-                    progress(e.finished_requests(), total);
+        // What vLLM's server passes on: some requests refused, some with max_tokens lowered.
+        let served = accepted(requests, cfg.max_model_len)?;
+        let requests = &served.requests[..];
+        let prepared = prepare(&cfg, requests)?;
+        let mut e = Engine::open(cfg, clock, rec, self.slo)?;
+        if let Some(o) = &e.scheduler().cfg.cpu_offload {
+            let tier = HostTier::new(o)?;
+            e.attach_tier(tier);
+        }
+        let mut out = step_log;
+        drive(
+            &mut e,
+            &prepared,
+            &mut |_, r| match out.as_deref_mut() {
+                Some(w) => {
+                    writeln!(w, "{}", r.to_line()).map_err(|err| EngineError::Output(err.into()))
                 }
-                e.report()
-            }
+                None => Ok(()),
+            },
+            progress,
+        )?;
+        let report = e.report();
+        let report = EngineReport {
+            rejected: served.refused,
+            shortened: served.shortened,
+            ..report
         };
-        let report = EngineReport { rejected, ..report };
         Ok(Outcome {
             block_size,
             num_gpu_blocks,

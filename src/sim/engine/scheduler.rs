@@ -55,6 +55,8 @@ impl SchedStats {
         self.preemptions += o.preemptions;
         self.prefix_queries += o.prefix_queries;
         self.prefix_hits += o.prefix_hits;
+        self.preempted_prefix_queries += o.preempted_prefix_queries;
+        self.preempted_prefix_hits += o.preempted_prefix_hits;
         self.swapped_out_tokens += o.swapped_out_tokens;
         self.swapped_in_tokens += o.swapped_in_tokens;
         self.offload_hits += o.offload_hits;
@@ -88,9 +90,14 @@ impl Plan {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SchedStats {
     pub preemptions: u64,
-    /// vLLM's prefix-cache metric: tokens looked up at every admission, and tokens found.
+    /// vLLM's prefix-cache counts (`PrefixCacheStats.record`, vllm/v1/metrics/stats.py, called by
+    /// `KVCacheManager.record_prefix_cache_stats` at admission): tokens looked up and tokens found
+    /// at first admissions (`queries`, `hits`: what `vllm:prefix_cache_queries` / `_hits` export)
+    /// and at re-admissions after preemption (`preempted_queries`, `preempted_hits`, kept apart).
     pub prefix_queries: u64,
     pub prefix_hits: u64,
+    pub preempted_prefix_queries: u64,
+    pub preempted_prefix_hits: u64,
     pub swapped_out_tokens: u64,
     pub swapped_in_tokens: u64,
     /// Host tier: prompt tokens admissions found there (beyond the GPU's hits).

@@ -128,9 +128,8 @@ impl ArcPolicy {
                 continue;
             }
             if reused.contains(&k) {
-                if self.t1.remove(k) {
-                    self.t2.push_back(k);
-                } else if self.t2.contains(k) {
+                // From T1, or within T2, to T2's most recent end.
+                if self.t1.remove(k) || self.t2.contains(k) {
                     self.t2.push_back(k);
                 }
             }

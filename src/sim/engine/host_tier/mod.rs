@@ -29,7 +29,7 @@ pub mod store_on_evict;
 pub mod transfer;
 
 use super::config::{ConfigError, CpuOffload};
-use super::hash::PassThrough;
+use super::hash::{BlockHash, PassThrough};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
@@ -102,7 +102,7 @@ impl TierStats {
 /// A host tier, lent to an engine for each step.
 #[derive(Debug)]
 pub enum HostTier {
-    Native(Manager),
+    Native(Box<Manager>),
     StoreOnEvict(EvictTier),
 }
 
@@ -120,7 +120,7 @@ impl HostTier {
                 if o.chunks == 0 {
                     return Err(ConfigError("the host tier needs at least 1 chunk".into()));
                 }
-                HostTier::Native(Manager::new(o.chunks, policy))
+                HostTier::Native(Box::new(Manager::new(o.chunks, policy)))
             }
             OffloadMode::StoreOnEvict => {
                 HostTier::StoreOnEvict(EvictTier::new(o.policy, o.chunks).map_err(ConfigError)?)
@@ -142,9 +142,27 @@ impl HostTier {
         }
     }
 
+    /// How many of the blocks `hashes[from..]` (a prompt's full blocks, in order) the tier holds
+    /// ready, consecutively from `from`: what a router credits as host-tier hits. A native chunk
+    /// of `blocks_per_chunk` blocks counts when it is held and its store has completed (its key:
+    /// its last block's hash, so a chunk past the prompt's full blocks is never found).
+    pub fn held_blocks(&self, hashes: &[BlockHash], from: usize, blocks_per_chunk: usize) -> usize {
+        let ready = |j: usize| match self {
+            HostTier::Native(m) => {
+                let bpc = blocks_per_chunk.max(1);
+                let last = (j / bpc + 1) * bpc - 1;
+                hashes
+                    .get(last)
+                    .is_some_and(|&h| m.lookup(h) == manager::Lookup::Hit)
+            }
+            HostTier::StoreOnEvict(t) => t.contains(hashes[j]),
+        };
+        (from..hashes.len()).take_while(|&j| ready(j)).count()
+    }
+
     pub fn native(&mut self) -> Option<&mut Manager> {
         match self {
-            HostTier::Native(m) => Some(m),
+            HostTier::Native(m) => Some(&mut **m),
             HostTier::StoreOnEvict(_) => None,
         }
     }

@@ -119,7 +119,10 @@ impl Scheduler {
             }
             let r = &mut self.reqs[wi as usize];
             if lookup {
-                if caching {
+                if caching && r.preemptions > 0 {
+                    self.stats.preempted_prefix_queries += u64::from(num_tokens);
+                    self.stats.preempted_prefix_hits += u64::from(hit_tokens);
+                } else if caching {
                     self.stats.prefix_queries += u64::from(num_tokens);
                     self.stats.prefix_hits += u64::from(hit_tokens);
                 }
