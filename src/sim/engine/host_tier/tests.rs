@@ -12,7 +12,8 @@ const A2: Key = 0xa2;
 const B1: Key = 0xb1;
 const B2: Key = 0xb2;
 const C1: Key = 0xc1;
-const D1: Key = 0xd1;
+/// R4's third chunk, after the A1 A2 it loads (end position 12).
+const D3: Key = 0xd3;
 const E1: Key = 0xe1;
 const E2: Key = 0xe2;
 
@@ -148,12 +149,12 @@ fn scenario_f(policy: TierPolicy) -> Manager {
     assert_eq!((m.lookup(A1), m.lookup(A2)), (Lookup::Hit, Lookup::Hit));
     m.prepare_load(&chunks(&[A1, A2]), R4);
     m.complete_load(&[A1, A2]);
-    assert_eq!(store(&mut m, R4, &[D1]), [B1], "{policy:?}");
-    m.complete_store(&[D1]);
+    assert_eq!(store(&mut m, R4, &[D3]), [B1], "{policy:?}");
+    m.complete_store(&[D3]);
     m.on_request_finished(R4);
     let mut r5 = store(&mut m, R5, &[E1, E2]);
     r5.sort();
-    assert_eq!(r5, [C1, D1], "{policy:?}");
+    assert_eq!(r5, [C1, D3], "{policy:?}");
     m.complete_store(&[E1, E2]);
     m.on_request_finished(R5);
     m
@@ -164,10 +165,12 @@ fn f_arc_keeps_reused_chunks_in_t2_and_learns_from_a_ghost_hit() {
     let mut m = scenario_f(TierPolicy::Arc);
     let ([t1, t2, b1, b2], target) = m.arc_lists().unwrap();
     assert_eq!((t1, t2), (vec![E2, E1], vec![A2, A1]));
-    assert_eq!((b1, b2, target), (vec![B2, B1, C1, D1], vec![], 0.0));
+    assert_eq!((b1, b2, target), (vec![B2, B1, C1, D3], vec![], 0.0));
     assert_eq!(store(&mut m, R6, &[C1]), [E2]);
     let ([t1, _, b1, _], target) = m.arc_lists().unwrap();
-    assert_eq!((t1, b1, target), (vec![E1, C1], vec![B2, B1, D1, E2], 1.0));
+    // The ghost hit moves C1 to B1's recent end (`_adapt_to_ghost_hit`), E2's eviction trims B1
+    // to capacity from its old end (B2 goes), and only then does C1's insert leave B1.
+    assert_eq!((t1, b1, target), (vec![E1, C1], vec![B1, D3, E2], 1.0));
 }
 
 #[test]
