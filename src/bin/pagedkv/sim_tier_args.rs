@@ -66,7 +66,8 @@ pub struct TierArgs {
     /// an assumption].
     #[arg(long)]
     pub offload_bandwidth: Option<String>,
-    /// local: a tier per replica; global: one tier every replica shares (Mooncake's pool).
+    /// local (or per-replica): a tier per replica; global: one tier every replica shares
+    /// (Mooncake's pool).
     #[arg(long, value_enum, default_value_t = OffloadScope::Local)]
     pub cpu_offload_scope: OffloadScope,
 }

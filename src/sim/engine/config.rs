@@ -54,6 +54,7 @@ pub enum Preemption {
 #[serde(rename_all = "kebab-case")]
 pub enum OffloadScope {
     /// One tier per replica.
+    #[value(alias = "per-replica")]
     Local,
     /// One tier shared by every replica of a cluster (Mooncake's pool).
     Global,
