@@ -157,41 +157,109 @@ proptest! {
 
     #[test]
     fn invariants_hold_after_every_step_and_everything_is_conserved(c in case()) {
-        let reqs = c.requests();
-        let cfg = c.config(&reqs);
-        let usable = cfg.num_gpu_blocks - 1;
-        let rec = Recording { steps: true, timeline: false };
-        let mut e = Engine::new(cfg, &reqs, Clock::Steps, rec, Slo::default()).unwrap();
-        let mut finished: HashMap<String, usize> = HashMap::new();
-        let mut last_free = usable;
-        while e.step().unwrap() {
-            if let Err(msg) = e.check() {
-                prop_assert!(false, "step {}: {}", e.last_record().unwrap().step, msg);
-            }
-            let r = e.last_record().unwrap();
-            for id in &r.finished {
-                *finished.entry(id.clone()).or_default() += 1;
-            }
-            // No finished request is ever scheduled again.
-            for (id, _) in &r.scheduled.0 {
-                prop_assert!(!finished.contains_key(id) || r.finished.contains(id), "{} scheduled after finishing", id);
-            }
-            last_free = r.free_blocks;
-        }
-        prop_assert_eq!(finished.len(), reqs.len());
-        prop_assert!(finished.values().all(|&n| n == 1));
-        prop_assert_eq!(last_free, usable);
-        let states = &e.scheduler().reqs;
-        let outputs: u64 = states.iter().map(|r| u64::from(r.num_output)).sum();
-        let asked: u64 = reqs.iter().map(|r| u64::from(r.output_len)).sum();
-        prop_assert_eq!(outputs, asked);
-        let report = e.report();
-        prop_assert_eq!(report.completed, reqs.len());
-        // Every prompt and output token but the last is computed at least once.
-        for (s, r) in states.iter().zip(&reqs) {
-            let need = (r.prompt.len() + r.output_len as usize - 1) as u64
-                - u64::from(s.first_hit.unwrap_or(0));
-            prop_assert!(s.scheduled_tokens >= need, "{}: {} < {}", r.id, s.scheduled_tokens, need);
-        }
+        invariants(&c)?;
     }
+}
+
+/// The block manager's invariants after every step, and conservation at the end.
+fn invariants(c: &Case) -> Result<(), TestCaseError> {
+    let reqs = c.requests();
+    let cfg = c.config(&reqs);
+    let usable = cfg.num_gpu_blocks - 1;
+    let rec = Recording {
+        steps: true,
+        timeline: false,
+    };
+    let mut e = Engine::new(cfg, &reqs, Clock::Steps, rec, Slo::default()).unwrap();
+    let mut finished: HashMap<String, usize> = HashMap::new();
+    let mut last_free = usable;
+    while e.step().unwrap() {
+        if let Err(msg) = e.check() {
+            prop_assert!(false, "step {}: {}", e.last_record().unwrap().step, msg);
+        }
+        let r = e.last_record().unwrap();
+        for id in &r.finished {
+            *finished.entry(id.clone()).or_default() += 1;
+        }
+        // No finished request is ever scheduled again.
+        for (id, _) in &r.scheduled.0 {
+            prop_assert!(
+                !finished.contains_key(id) || r.finished.contains(id),
+                "{} scheduled after finishing",
+                id
+            );
+        }
+        last_free = r.free_blocks;
+    }
+    prop_assert_eq!(finished.len(), reqs.len());
+    prop_assert!(finished.values().all(|&n| n == 1));
+    prop_assert_eq!(last_free, usable);
+    let states = &e.scheduler().reqs;
+    let outputs: u64 = states.iter().map(|r| u64::from(r.num_output)).sum();
+    let asked: u64 = reqs.iter().map(|r| u64::from(r.output_len)).sum();
+    prop_assert_eq!(outputs, asked);
+    let report = e.report();
+    prop_assert_eq!(report.completed, reqs.len());
+    // Every prompt and output token but the last is computed at least once after the latest
+    // admission's prefix hit (vLLM recomputes a preempted request from its hit at
+    // re-admission, which can exceed its first: blocks others computed meanwhile).
+    for s in states {
+        let r = &reqs[s.uid as usize];
+        prop_assert!(s.first_hit.is_some());
+        let need = (r.prompt.len() + r.output_len as usize - 1) as u64 - u64::from(s.last_hit);
+        prop_assert!(
+            s.scheduled_tokens >= need,
+            "{}: {} < {}",
+            r.id,
+            s.scheduled_tokens,
+            need
+        );
+    }
+    Ok(())
+}
+
+/// A case that failed CI once (issue 30): q5 is preempted and admitted again after others have
+/// computed more of its prefix, so it computes fewer tokens than its first hit leaves.
+#[test]
+fn a_request_readmitted_after_preemption_may_hit_more_than_at_first() {
+    let c = Case {
+        block_size: 5,
+        extra_blocks: 1,
+        budget: 5,
+        max_num_seqs: 3,
+        caching: true,
+        chunked: false,
+        threshold: 2,
+        priority: true,
+        async_scheduling: false,
+        requests: vec![
+            (2, Ok(vec![1, 1, 1, 1, 1, 1, 1, 1, 1]), 8, 2),
+            (2, Ok(vec![1, 1, 2, 1, 1, 1, 1, 1, 1, 1]), 2, 0),
+            (2, Ok(vec![1, 1]), 5, 0),
+            (3, Ok(vec![1]), 1, 0),
+            (1, Ok(vec![1]), 1, 0),
+            (0, Ok(vec![1]), 1, 0),
+            (2, Ok(vec![1, 1, 1, 1, 1, 1]), 1, 1),
+            (2, Ok(vec![1, 2, 1, 1, 1, 1, 1, 1, 1]), 1, 1),
+        ],
+    };
+    invariants(&c).unwrap();
+    // The case is only worth keeping while it still shows what it was kept for.
+    let reqs = c.requests();
+    let mut e = Engine::new(
+        c.config(&reqs),
+        &reqs,
+        Clock::Steps,
+        Recording::default(),
+        Slo::default(),
+    )
+    .unwrap();
+    while e.step().unwrap() {}
+    assert!(
+        e.scheduler()
+            .reqs
+            .iter()
+            .any(|r| r.preemptions > 0 && Some(r.last_hit) > r.first_hit),
+        "no request hit more at re-admission than at first"
+    );
 }

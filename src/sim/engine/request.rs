@@ -65,6 +65,9 @@ pub struct Req {
     pub first_hit: Option<u32>,
     /// Tokens loaded from a host tier at the first admission.
     pub first_offload_hit: Option<u32>,
+    /// Prefix-cache hit at the latest admission: a request preempted and admitted again can hit
+    /// blocks that others computed meanwhile, more than at its first.
+    pub last_hit: u32,
     pub scheduled_tokens: u64,
 }
 
@@ -97,6 +100,7 @@ impl Req {
             preemptions: 0,
             first_hit: None,
             first_offload_hit: None,
+            last_hit: 0,
             scheduled_tokens: 0,
         }
     }

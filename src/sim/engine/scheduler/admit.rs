@@ -127,6 +127,7 @@ impl Scheduler {
                     self.stats.prefix_hits += u64::from(hit_tokens);
                 }
                 r.first_hit.get_or_insert(hit_tokens);
+                r.last_hit = hit_tokens;
                 r.first_offload_hit.get_or_insert(loaded + external);
                 if self.offload.is_some() && num_tokens > hit_tokens {
                     // vLLM's connector prefix-cache stats (`connector_prefix_cache_stats`).
