@@ -314,6 +314,10 @@ impl System for ClusterCore {
     fn finished(&self) -> usize {
         self.done
     }
+
+    fn copies_in_flight(&self) -> bool {
+        self.engines.iter().any(Engine::tier_busy)
+    }
 }
 
 #[cfg(test)]

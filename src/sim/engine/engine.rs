@@ -303,6 +303,11 @@ impl Engine {
         self.tier = Some(tier);
     }
 
+    /// Whether its host tier still has copies in flight or stores to try.
+    pub fn tier_busy(&self) -> bool {
+        self.sched.tier_busy()
+    }
+
     /// The host tier this engine owns (`sim engine`; a cluster's replicas own none).
     pub fn host_tier(&self) -> Option<&HostTier> {
         self.tier.as_ref()
@@ -587,5 +592,9 @@ impl super::driver::System for Engine {
 
     fn finished(&self) -> usize {
         self.done
+    }
+
+    fn copies_in_flight(&self) -> bool {
+        self.tier_busy()
     }
 }
