@@ -93,7 +93,11 @@ impl EvictTier {
             self.key_space *= 2;
             self.policy.grow_key_space(self.key_space);
         }
-        self.policy.access(k);
+        let held = self.policy.len();
+        let hit = self.policy.access(k);
+        // A miss comes in; whatever it pushed out left the tier.
+        let evicted = (held + usize::from(!hit)).saturating_sub(self.policy.len());
+        self.stats.evicted_chunks += evicted as u64;
         self.stats.stored_chunks += 1;
         self.stats.stored_blocks += 1;
     }
@@ -152,6 +156,8 @@ mod tests {
         assert_eq!(t.len(), 2);
         let n = 3 * FIRST_KEY_SPACE as u64 + 3;
         assert_eq!((t.stats.stored_blocks, t.stats.loaded_blocks), (n, 1));
+        // Every distinct block stored but the two held was evicted.
+        assert_eq!(t.stats.evicted_chunks, n - 2);
         assert!(EvictTier::new(Policy::Opt, 2).is_err());
         assert!(EvictTier::new(Policy::Lru, 0).is_err());
     }
