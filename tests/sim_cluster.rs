@@ -345,17 +345,30 @@ fn a_prefix_evicted_from_the_gpu_comes_back_from_the_host_at_the_link_cost() {
 }
 
 #[test]
-fn a_global_tier_serves_what_another_replica_stored() {
-    for mode in [OffloadMode::StoreOnEvict, OffloadMode::Native] {
-        for (scope, want) in [(OffloadScope::Local, 0), (OffloadScope::Global, 8)] {
-            let t = tier(64, 10.0, scope).map(|t| CpuOffload { mode, ..t });
-            let r = evict_and_return(2, t, Some(10.0));
-            let replicas: Vec<usize> = r.iter().map(|x| x.0).collect();
-            assert_eq!(replicas, [0, 1, 0, 1], "{mode} {scope}");
-            let last = r[3];
-            assert_eq!((last.1, last.2), (0, want), "{mode} {scope}");
-        }
+fn a_global_store_on_evict_tier_serves_what_another_replica_stored() {
+    for (mode, scope, want) in [
+        (OffloadMode::StoreOnEvict, OffloadScope::Local, 0),
+        (OffloadMode::StoreOnEvict, OffloadScope::Global, 8),
+        (OffloadMode::Native, OffloadScope::Local, 0),
+    ] {
+        let t = tier(64, 10.0, scope).map(|t| CpuOffload { mode, ..t });
+        let r = evict_and_return(2, t, Some(10.0));
+        let replicas: Vec<usize> = r.iter().map(|x| x.0).collect();
+        assert_eq!(replicas, [0, 1, 0, 1], "{mode} {scope}");
+        let last = r[3];
+        assert_eq!((last.1, last.2), (0, want), "{mode} {scope}");
     }
+    // vLLM's native tier serves one engine: shared by two replicas it is refused.
+    let cfg = EngineConfig {
+        cpu_offload: tier(64, 10.0, OffloadScope::Global).map(|t| CpuOffload {
+            mode: OffloadMode::Native,
+            ..t
+        }),
+        ..EngineConfig::default()
+    };
+    let router = build(RouterKind::RoundRobin, &RouterConfig::default(), 2, 16);
+    let c = ClusterCore::new(&cfg, &Clock::Steps, 2, router, rec(), Slo::default());
+    assert!(c.is_err_and(|e| e.to_string().contains("store-on-evict mode only")));
 }
 
 #[test]

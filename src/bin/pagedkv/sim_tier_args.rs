@@ -67,7 +67,7 @@ pub struct TierArgs {
     #[arg(long)]
     pub offload_bandwidth: Option<String>,
     /// local (or per-replica): a tier per replica; global: one tier every replica shares
-    /// (Mooncake's pool).
+    /// (Mooncake's pool; store-on-evict mode only).
     #[arg(long, value_enum, default_value_t = OffloadScope::Local)]
     pub cpu_offload_scope: OffloadScope,
 }

@@ -12,7 +12,7 @@ use super::book::{Book, Happened};
 use super::router::{Arrival, Choice, Replicas, Router, RouterKind, RouterStats};
 use crate::sim::engine::driver::{StepSink, System};
 use crate::sim::engine::hash::BlockHash;
-use crate::sim::engine::host_tier::HostTier;
+use crate::sim::engine::host_tier::{HostTier, OffloadMode};
 use crate::sim::engine::request::Req;
 use crate::sim::engine::{config::ConfigError, Engine};
 use crate::sim::engine::{
@@ -108,6 +108,14 @@ impl ClusterCore {
         let mut tiers = Vec::new();
         let mut tier_of = Vec::new();
         if let Some(o) = &cfg.cpu_offload {
+            // vLLM's manager serves one engine's connector; shared, a replica would wait on
+            // chunks another replica is still storing with nothing to wake it.
+            if o.mode == OffloadMode::Native && o.scope == OffloadScope::Global && replicas > 1 {
+                return Err(ConfigError(
+                    "a native host tier serves one replica (vLLM's OffloadingConnector); a tier shared by replicas is modelled in store-on-evict mode only".into(),
+                )
+                .into());
+            }
             let count = match o.scope {
                 OffloadScope::Local => replicas,
                 OffloadScope::Global => 1,
@@ -325,7 +333,6 @@ mod tests {
     use super::*;
     use crate::sim::cluster::router::{build, Reason, RouterConfig};
     use crate::sim::engine::host_tier::manager::ChunkKey;
-    use crate::sim::engine::host_tier::OffloadMode;
     use crate::sim::engine::CpuOffload;
     use crate::workload::serving::Prompt;
 
