@@ -1,13 +1,13 @@
 //! The cluster simulator: one replica steps exactly as `sim engine`; hand-computed routing on two
 //! replicas (which replica each request lands on, and the prefix hits that follow); the host tier
-//! (a prefix evicted from the GPU comes back from host memory at the stated cost; a global tier
-//! lets another replica hit it); and conservation of requests and blocks on every replica after
+//! (store-on-evict: a prefix evicted from the GPU comes back from host memory at the stated cost;
+//! native and store-on-evict: a global tier lets another replica hit it); and conservation of requests and blocks on every replica after
 //! every step of random workloads under every router.
 
 use pagedkv::sim::cache::Policy as TierPolicy;
 use pagedkv::sim::cluster::router::build;
 use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
-use pagedkv::sim::engine::host_tier::tier_key_space;
+use pagedkv::sim::engine::host_tier::OffloadMode;
 use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
     prepare, Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, StepModel,
@@ -117,7 +117,6 @@ fn run_cluster(
         build(router, &router_cfg, replicas, cfg.block_size as u32),
         rec(),
         Slo::default(),
-        tier_key_space(reqs, cfg.block_size),
     )
     .unwrap();
     let mut log = Vec::new();
@@ -250,8 +249,11 @@ fn routers_place_requests_as_computed_by_hand() {
 
 fn tier(blocks: usize, gbps: f64, scope: OffloadScope) -> Option<CpuOffload> {
     Some(CpuOffload {
-        blocks,
+        mode: OffloadMode::StoreOnEvict,
+        chunks: blocks,
+        blocks_per_chunk: 1,
         policy: TierPolicy::Lru,
+        prompt_only: true,
         gbps,
         scope,
     })
@@ -343,14 +345,30 @@ fn a_prefix_evicted_from_the_gpu_comes_back_from_the_host_at_the_link_cost() {
 }
 
 #[test]
-fn a_global_tier_serves_what_another_replica_stored() {
-    for (scope, want) in [(OffloadScope::Local, 0), (OffloadScope::Global, 8)] {
-        let r = evict_and_return(2, tier(64, 10.0, scope), Some(10.0));
+fn a_global_store_on_evict_tier_serves_what_another_replica_stored() {
+    for (mode, scope, want) in [
+        (OffloadMode::StoreOnEvict, OffloadScope::Local, 0),
+        (OffloadMode::StoreOnEvict, OffloadScope::Global, 8),
+        (OffloadMode::Native, OffloadScope::Local, 0),
+    ] {
+        let t = tier(64, 10.0, scope).map(|t| CpuOffload { mode, ..t });
+        let r = evict_and_return(2, t, Some(10.0));
         let replicas: Vec<usize> = r.iter().map(|x| x.0).collect();
-        assert_eq!(replicas, [0, 1, 0, 1], "{scope}");
+        assert_eq!(replicas, [0, 1, 0, 1], "{mode} {scope}");
         let last = r[3];
-        assert_eq!((last.1, last.2), (0, want), "{scope}");
+        assert_eq!((last.1, last.2), (0, want), "{mode} {scope}");
     }
+    // vLLM's native tier serves one engine: shared by two replicas it is refused.
+    let cfg = EngineConfig {
+        cpu_offload: tier(64, 10.0, OffloadScope::Global).map(|t| CpuOffload {
+            mode: OffloadMode::Native,
+            ..t
+        }),
+        ..EngineConfig::default()
+    };
+    let router = build(RouterKind::RoundRobin, &RouterConfig::default(), 2, 16);
+    let c = ClusterCore::new(&cfg, &Clock::Steps, 2, router, rec(), Slo::default());
+    assert!(c.is_err_and(|e| e.to_string().contains("store-on-evict mode only")));
 }
 
 #[test]
@@ -359,8 +377,16 @@ fn requests_and_blocks_are_conserved_on_every_replica_after_every_step() {
     for case in 0..16 {
         let cfg = EngineConfig {
             cpu_offload: (case % 2 == 0).then(|| CpuOffload {
-                blocks: rng.random_range(1..40),
-                policy: [TierPolicy::Lru, TierPolicy::Fifo, TierPolicy::S3Fifo][case % 3],
+                // Native (vLLM's lru or arc, chunks of 1 or 2 blocks) or store-on-evict.
+                mode: [OffloadMode::Native, OffloadMode::StoreOnEvict][case / 2 % 2],
+                chunks: rng.random_range(1..40),
+                blocks_per_chunk: if case / 2 % 2 == 0 {
+                    1 + case / 4 % 2
+                } else {
+                    1
+                },
+                policy: [TierPolicy::Lru, TierPolicy::Arc][case / 4 % 2],
+                prompt_only: case % 8 != 0,
                 gbps: 50.0,
                 scope: if case % 4 == 0 {
                     OffloadScope::Global

@@ -11,7 +11,6 @@
 
 use pagedkv::sim::cluster::router::build;
 use pagedkv::sim::cluster::{ClusterCore, Reason, RouterConfig, RouterKind};
-use pagedkv::sim::engine::host_tier::tier_key_space;
 use pagedkv::sim::engine::{drive, prepare, Clock, EngineConfig, Recording, Slo};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 
@@ -50,7 +49,6 @@ fn run(
         build(router, &cfg, replicas, 4),
         Recording::default(),
         Slo::default(),
-        tier_key_space(&reqs, 4),
     )
     .unwrap();
     drive(&mut c, &p, &mut |_, _| Ok(()), |_, _| {}).unwrap();

@@ -280,6 +280,110 @@ fn json_plots_and_several_block_sizes() {
 }
 
 #[test]
+fn a_host_tier_on_the_mooncake_trace_runs_and_says_which_mode_it_used() {
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/data/mooncake/conversation_trace.jsonl"
+    );
+    // A small GPU pool: prefixes leave the GPU cache and come back from host memory. The
+    // server's length rule refuses the prompts the pool cannot hold (Mooncake's reach 120k
+    // tokens); the conversations start reusing their turns after the first few hundred.
+    let base = [
+        "--trace",
+        trace,
+        "--requests",
+        "400",
+        "--num-gpu-blocks-override",
+        "3000",
+        "--max-model-len",
+        "32768",
+    ];
+    let run = |extra: &[&str]| cli::json(&engine(&[&base[..], extra, &["--json"]].concat()));
+    let v = run(&["--kv-offloading-size", "64"]);
+    let r = &v["runs"][0];
+    assert!(r["rejected"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["completed"], r["requests"]);
+    assert_eq!(r["offload_mode"], "native");
+    let t = &r["tier"];
+    assert_eq!(t["mode"], "native");
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    assert!(
+        n(t, "stored_chunks") > 0 && n(t, "loaded_chunks") > 0,
+        "{t}"
+    );
+    // Llama 3.1 8B: 128 KiB of KV per token, 2 MiB per 16-token block.
+    assert_eq!(n(t, "stored_bytes"), n(t, "stored_blocks") << 21);
+    // Host hits are vLLM's external prefix cache hits, not prefix-cache hits.
+    let hits = n(r, "external_prefix_cache_hits");
+    assert!(
+        hits > 0 && hits <= n(r, "external_prefix_cache_queries"),
+        "{r}"
+    );
+    assert_eq!(
+        n(r, "offload_hit_tokens"),
+        hits + n(r, "preempted_external_prefix_cache_hits")
+    );
+    assert_eq!(
+        v["without_tier"][0]["offload_mode"],
+        serde_json::Value::Null
+    );
+
+    let v = run(&[
+        "--kv-offloading-size",
+        "64",
+        "--cpu-offload-mode",
+        "store-on-evict",
+    ]);
+    let r = &v["runs"][0];
+    assert_eq!(
+        (&r["offload_mode"], &r["tier"]["mode"]),
+        (&"store-on-evict".into(), &"store-on-evict".into())
+    );
+    assert!(n(&r["tier"], "loaded_blocks") > 0);
+
+    let out = engine(
+        &[
+            &base[..],
+            &["--kv-offloading-size", "64", "--cpu-offload-policy", "arc"],
+        ]
+        .concat(),
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "host tier: native",
+        "host tier (native)",
+        "external prefix cache",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    for bad in [
+        vec![
+            "--kv-offloading-size",
+            "8",
+            "--kv-offloading-backend",
+            "lmcache",
+        ],
+        vec!["--kv-offloading-size", "8", "--cpu-offload-policy", "fifo"],
+        vec!["--kv-offloading-size", "8", "--offload-block-size", "24"],
+        vec!["--kv-offloading-size", "0"],
+        vec!["--kv-offloading-size", "8", "--cpu-offload-blocks", "8"],
+        vec!["--offload-blocks-per-chunk", "2"],
+        vec![
+            "--kv-offloading-size",
+            "8",
+            "--cpu-offload-mode",
+            "store-on-evict",
+            "--offload-blocks-per-chunk",
+            "2",
+        ],
+        vec!["--kv-offloading-size", "8", "--swap-preemption"],
+    ] {
+        cli::bad_input(&engine(&[&base[..], &bad].concat()));
+    }
+}
+
+#[test]
 fn sim_engine_refuses_and_shortens_requests_as_vllms_server_and_counts_them() {
     let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
     let v = cli::json(&engine(&[

@@ -26,6 +26,7 @@ mod sim_engine_args;
 mod sim_radix;
 mod sim_sched;
 mod sim_thrash;
+mod sim_tier_args;
 mod sleep_wake;
 mod swap;
 mod sweep;

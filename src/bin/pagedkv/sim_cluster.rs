@@ -5,8 +5,8 @@
 use crate::count;
 use crate::router_args::RouterArgs;
 use crate::sim_engine_args::{
-    describe_limits, latency_unit, settings, tier_line, workload, workload_line, BoxError,
-    EngineArgs, Resolved, WorkloadArgs,
+    describe_limits, latency_unit, settings, workload, workload_line, BoxError, EngineArgs,
+    Resolved, WorkloadArgs,
 };
 use crate::CmdResult;
 use pagedkv::kv::model::ModelShape;
@@ -344,12 +344,18 @@ fn print_text(
             .iter()
             .find(|p| p.router == o.router && p.replicas == o.replicas)
         {
-            let mut stats = pagedkv::sim::engine::host_tier::TierStats::default();
+            let mut stats = pagedkv::sim::engine::host_tier::TierStats {
+                mode: o.tiers.first().map(|t| t.mode).unwrap_or_default(),
+                ..Default::default()
+            };
             for t in &o.tiers {
-                stats.stored_blocks += t.stored_blocks;
-                stats.loaded_blocks += t.loaded_blocks;
+                stats.merge(t);
             }
-            outln!("  {}", tier_line(r, stats, &plain.total))?;
+            let bytes = resolved.settings.block_bytes(o.block_size);
+            outln!(
+                "  {}",
+                crate::sim_tier_args::tier_line(r, stats, bytes, &plain.total)
+            )?;
         }
     }
     Ok(())

@@ -3,8 +3,8 @@
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
 use crate::sim_engine_args::{
-    describe_limits, latency_unit, settings, tier_line, workload, workload_line, EngineArgs,
-    Resolved, WorkloadArgs,
+    describe_limits, latency_unit, settings, workload, workload_line, EngineArgs, Resolved,
+    WorkloadArgs,
 };
 use crate::{count, CmdResult};
 use pagedkv::kv::model::ModelShape;
@@ -258,7 +258,12 @@ fn print_text(
         if let Some(plain) = without_tier.iter().find(|p| p.block_size == o.block_size) {
             outln!(
                 "  {}",
-                tier_line(r, o.tier.unwrap_or_default(), &plain.report)
+                crate::sim_tier_args::tier_line(
+                    r,
+                    o.tier.map(|t| t.stats).unwrap_or_default(),
+                    s.block_bytes(o.block_size),
+                    &plain.report
+                )
             )?;
         }
     }

@@ -4,24 +4,17 @@
 use crate::{count, count_u64};
 use pagedkv::kv::model::{self, ModelShape};
 use pagedkv::kv::Dtype;
-use pagedkv::sim::cache::Policy as TierPolicy;
 use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
 use pagedkv::sim::engine::step_time::gpu;
-use pagedkv::sim::engine::{
-    load_profile, CpuOffload, EngineConfig, OffloadScope, Profile, RunSettings, Slo,
-};
+use pagedkv::sim::engine::{load_profile, EngineConfig, Profile, RunSettings, Slo};
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
 use pagedkv::workload::scenario::{read_scenario, EngineFields};
 use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
-use pagedkv::workload::strict_json;
 use pagedkv::workload::synthetic::{SizeDist, SyntheticRequests};
 use pagedkv::workload::trace::read_trace;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub type BoxError = Box<dyn std::error::Error>;
-
-/// PCIe 5.0 ×16, one direction: 32 GT/s × 16 lanes × 128/130 / 8 bits.
-pub const PCIE5_X16_GBPS: f64 = 63.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClockArg {
@@ -133,25 +126,8 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 10.0)]
     pub aging_delay: f64,
 
-    /// Beyond vLLM: a KV tier in host memory of this many blocks: blocks evicted from the GPU
-    /// prefix cache go there, and admissions load them back instead of recomputing.
-    #[arg(long, conflicts_with = "cpu_offload_gib", value_parser = count(0..))]
-    pub cpu_offload_blocks: Option<usize>,
-    /// The host tier's size in GiB per GPU (blocks of the model's KV at the block size); per
-    /// replica with the local scope, the one shared pool with the global scope.
-    #[arg(long)]
-    pub cpu_offload_gib: Option<f64>,
-    /// The host tier's eviction policy (`sim cache`'s, OPT excepted).
-    #[arg(long, value_enum, default_value_t = TierPolicy::Lru)]
-    pub cpu_offload_policy: TierPolicy,
-    /// Host link for the tier, GB/s per GPU, or a `pagedkv swap --json` file whose measured copy
-    /// rate (the slower direction, at the nearest block size) is used [default: 63, PCIe 5.0 ×16,
-    /// an assumption].
-    #[arg(long)]
-    pub offload_bandwidth: Option<String>,
-    /// local: a tier per replica; global: one tier every replica shares (Mooncake's pool).
-    #[arg(long, value_enum, default_value_t = OffloadScope::Local)]
-    pub cpu_offload_scope: OffloadScope,
+    #[command(flatten)]
+    pub tier: crate::sim_tier_args::TierArgs,
 
     /// Model preset.
     #[arg(long, default_value = "llama-3.1-8b")]
@@ -271,36 +247,6 @@ fn model_shape(name: &str) -> Result<ModelShape, String> {
     })
 }
 
-/// The host link from `pagedkv swap --json` output at the row nearest `block_size`: the slower
-/// direction's batched copy rate.
-fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), String> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
-    let v = strict_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
-    let rate = |r: &serde_json::Value, dir: &str| r.get(dir)?.get("batched_gbps")?.as_f64();
-    let row = v
-        .get("rows")
-        .and_then(|r| r.as_array())
-        .and_then(|rows| {
-            rows.iter()
-                .filter_map(|r| Some((r.get("block_size")?.as_u64()? as usize, r)))
-                .min_by_key(|(b, _)| b.abs_diff(block_size))
-        })
-        .ok_or_else(|| format!("{name}: not `pagedkv swap --json` output (no rows)"))?;
-    let gbps = rate(row.1, "swap_in")
-        .zip(rate(row.1, "swap_out"))
-        .map(|(i, o)| i.min(o))
-        .ok_or_else(|| format!("{name}: row for block size {} lacks batched_gbps", row.0))?;
-    let device = v.get("device").and_then(|d| d.as_str()).unwrap_or("?");
-    Ok((
-        gbps,
-        format!(
-            "measured by pagedkv swap on {device} at block size {}",
-            row.0
-        ),
-    ))
-}
-
 /// What the settings were resolved from, for the report.
 pub struct Resolved {
     pub settings: RunSettings,
@@ -406,42 +352,11 @@ pub fn settings(
         return Err("block sizes must be at least 1".into());
     }
     let mut offload_source = None;
-    if args.cpu_offload_blocks.is_some() || args.cpu_offload_gib.is_some() {
-        let (gbps, source) = match &args.offload_bandwidth {
-            None => (
-                PCIE5_X16_GBPS,
-                "PCIe 5.0 ×16 per direction, an assumption (measure with pagedkv swap)".into(),
-            ),
-            Some(s) => match s.parse::<f64>() {
-                Ok(g) => (g, "--offload-bandwidth".to_string()),
-                Err(_) => swap_file_gbps(Path::new(s), block_size)?,
-            },
-        };
-        let blocks = match (args.cpu_offload_blocks, args.cpu_offload_gib) {
-            (Some(b), _) => b,
-            (None, Some(gib)) => {
-                if !(gib.is_finite() && gib > 0.0) {
-                    return Err(format!("--cpu-offload-gib must be > 0, got {gib}").into());
-                }
-                let per_block =
-                    pagedkv::sim::engine::step_time::kv_bytes_per_token_per_gpu(&model, args.tp)
-                        as f64
-                        * block_size as f64;
-                (gib * (1u64 << 30) as f64 / per_block) as usize
-            }
-            (None, None) => unreachable!("checked above"),
-        };
-        e.cpu_offload = Some(CpuOffload {
-            blocks,
-            policy: args.cpu_offload_policy,
-            gbps,
-            scope: args.cpu_offload_scope,
-        });
+    if let Some((o, source)) =
+        crate::sim_tier_args::resolve(&args.tier, &model, args.tp, block_size)?
+    {
+        e.cpu_offload = Some(o);
         offload_source = Some(source);
-    } else if args.offload_bandwidth.is_some() {
-        return Err(
-            "--offload-bandwidth needs a tier (--cpu-offload-blocks or --cpu-offload-gib)".into(),
-        );
     }
     e.validate()?;
     e.check_as_vllm()?;
@@ -506,40 +421,9 @@ pub fn describe_limits(r: &Resolved) -> Vec<String> {
         },
     ];
     if let (Some(o), Some(src)) = (e.cpu_offload, &r.offload_source) {
-        out.push(format!(
-            "host tier: {} blocks, {} eviction, {} scope, {} GB/s per GPU ({src}); beyond vLLM 0.33's engine",
-            o.blocks, o.policy, o.scope, o.gbps
-        ));
+        out.push(crate::sim_tier_args::describe(&o, src, r.block_size));
     }
     out
-}
-
-/// One line on the host tier's effect: hits per tier, blocks moved, TTFT with and without it.
-pub fn tier_line(
-    with: &pagedkv::sim::engine::EngineReport,
-    stats: pagedkv::sim::engine::host_tier::TierStats,
-    without: &pagedkv::sim::engine::EngineReport,
-) -> String {
-    let (scale, unit) = if with.time_unit == "s" {
-        (1e3, "ms")
-    } else {
-        (1.0, "steps")
-    };
-    let ttft = |r: &pagedkv::sim::engine::EngineReport| {
-        r.ttft.map_or("-".into(), |d| {
-            format!("{:.1}/{:.1}", d.p50 * scale, d.p99 * scale)
-        })
-    };
-    format!(
-        "host tier: prompt tokens hit in the GPU cache {}, loaded from the host {} ({} blocks stored, {} loaded), computed {}; TTFT p50/p99 {} {unit} with the tier, {} without",
-        with.prefix_cache_hit_tokens,
-        with.offload_hit_tokens,
-        stats.stored_blocks,
-        stats.loaded_blocks,
-        with.prompt_computed_tokens,
-        ttft(with),
-        ttft(without),
-    )
 }
 
 /// The workload line both `sim engine` and `sim cluster` print: requests, how many carry

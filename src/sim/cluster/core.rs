@@ -12,7 +12,7 @@ use super::book::{Book, Happened};
 use super::router::{Arrival, Choice, Replicas, Router, RouterKind, RouterStats};
 use crate::sim::engine::driver::{StepSink, System};
 use crate::sim::engine::hash::BlockHash;
-use crate::sim::engine::host_tier::{HostTier, SharedTier};
+use crate::sim::engine::host_tier::{HostTier, OffloadMode};
 use crate::sim::engine::request::Req;
 use crate::sim::engine::{config::ConfigError, Engine};
 use crate::sim::engine::{
@@ -35,7 +35,7 @@ pub struct Placement {
 struct View<'a> {
     engines: &'a [Engine],
     book: &'a Book,
-    tiers: &'a [SharedTier],
+    tiers: &'a [HostTier],
     tier_of: &'a [usize],
 }
 
@@ -56,11 +56,12 @@ impl Replicas for View<'_> {
         let Some(&t) = self.tier_of.get(r) else {
             return 0;
         };
-        let tier = self.tiers[t].lock().expect("tier lock");
-        hashes[from..]
-            .iter()
-            .take_while(|&&h| tier.contains(h))
-            .count()
+        let per_chunk = self.engines[r]
+            .scheduler()
+            .cfg
+            .cpu_offload
+            .map_or(1, |o| o.blocks_per_chunk);
+        self.tiers[t].held_blocks(hashes, from, per_chunk)
     }
 }
 
@@ -79,7 +80,8 @@ pub struct ClusterCore {
     steps_clock: bool,
     /// Under a step clock: the step every replica takes next.
     step_index: u64,
-    pub tiers: Vec<SharedTier>,
+    /// The host tiers, owned here and lent to a replica for each of its steps.
+    pub tiers: Vec<HostTier>,
     /// Per replica, its tier's index in `tiers` (empty without tiers).
     tier_of: Vec<usize>,
     block_size: u32,
@@ -88,8 +90,7 @@ pub struct ClusterCore {
 
 impl ClusterCore {
     /// `replicas` engines of `cfg` on `clock` behind `router`; with `cfg.cpu_offload` a host tier
-    /// per replica or one shared, as its scope says (`tier_key_space`: the distinct blocks the
-    /// workload can fill).
+    /// per replica or one shared, as its scope says.
     pub fn new(
         cfg: &EngineConfig,
         clock: &Clock,
@@ -97,33 +98,34 @@ impl ClusterCore {
         router: Box<dyn Router>,
         recording: Recording,
         slo: Slo,
-        tier_key_space: usize,
     ) -> Result<ClusterCore, EngineError> {
         if replicas == 0 {
             return Err(ConfigError("a cluster needs at least one replica".into()).into());
         }
-        let mut engines = (0..replicas)
+        let engines = (0..replicas)
             .map(|_| Engine::open(cfg.clone(), clock.clone(), recording, slo))
             .collect::<Result<Vec<_>, _>>()?;
         let mut tiers = Vec::new();
         let mut tier_of = Vec::new();
-        if let Some(o) = cfg.cpu_offload {
+        if let Some(o) = &cfg.cpu_offload {
+            // vLLM's manager serves one engine's connector; shared, a replica would wait on
+            // chunks another replica is still storing with nothing to wake it.
+            if o.mode == OffloadMode::Native && o.scope == OffloadScope::Global && replicas > 1 {
+                return Err(ConfigError(
+                    "a native host tier serves one replica (vLLM's OffloadingConnector); a tier shared by replicas is modelled in store-on-evict mode only".into(),
+                )
+                .into());
+            }
             let count = match o.scope {
                 OffloadScope::Local => replicas,
                 OffloadScope::Global => 1,
             };
             for _ in 0..count {
-                tiers.push(
-                    HostTier::new(o.policy, o.blocks, tier_key_space)
-                        .map_err(ConfigError)?
-                        .shared(),
-                );
+                tiers.push(HostTier::new(o)?);
             }
-            for (r, e) in engines.iter_mut().enumerate() {
-                let t = if count == 1 { 0 } else { r };
-                e.attach_tier(tiers[t].clone());
-                tier_of.push(t);
-            }
+            tier_of = (0..replicas)
+                .map(|r| if count == 1 { 0 } else { r })
+                .collect();
         }
         let block_size = engines[0].block_size();
         Ok(ClusterCore {
@@ -158,6 +160,15 @@ impl ClusterCore {
         let k = *self.by_uid.get(&uid)?;
         let p = &self.placed[k as usize];
         Some((p, self.engines[p.replica as usize].request(p.index)))
+    }
+
+    /// Replica `rep`'s step, lent its host tier (its own, or the one every replica shares).
+    fn step_replica(&mut self, rep: usize) -> Result<bool, EngineError> {
+        let tier = match self.tier_of.get(rep) {
+            Some(&t) => self.tiers.get_mut(t),
+            None => None,
+        };
+        self.engines[rep].advance(tier)
     }
 
     /// Records the first tokens and finishes of replica `rep`'s last step.
@@ -291,7 +302,7 @@ impl System for ClusterCore {
                 .filter(|&a| a > self.step_index as f64)
                 .map(|a| a.ceil() as u64 - 1);
             for rep in 0..self.engines.len() {
-                self.engines[rep].advance()?;
+                self.step_replica(rep)?;
                 if let Some(rec) = self.engines[rep].last_record() {
                     steps(rep, rec)?;
                 }
@@ -315,7 +326,7 @@ impl System for ClusterCore {
             }
         }
         if let Some((rep, _)) = soonest {
-            if self.engines[rep].advance()? {
+            if self.step_replica(rep)? {
                 if let Some(rec) = self.engines[rep].last_record() {
                     steps(rep, rec)?;
                 }
@@ -327,5 +338,120 @@ impl System for ClusterCore {
 
     fn finished(&self) -> usize {
         self.done
+    }
+
+    fn copies_in_flight(&self) -> bool {
+        self.engines.iter().any(Engine::tier_busy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::cluster::router::{build, Reason, RouterConfig};
+    use crate::sim::engine::host_tier::manager::ChunkKey;
+    use crate::sim::engine::CpuOffload;
+    use crate::workload::serving::Prompt;
+
+    /// Two replicas with a native host tier each (chunks of `per_chunk` blocks of 4 tokens).
+    fn cluster(per_chunk: usize) -> ClusterCore {
+        let cfg = EngineConfig {
+            block_size: 4,
+            num_gpu_blocks: 64,
+            cpu_offload: Some(CpuOffload {
+                mode: OffloadMode::Native,
+                chunks: 16,
+                blocks_per_chunk: per_chunk,
+                policy: crate::sim::cache::Policy::Lru,
+                prompt_only: true,
+                gbps: 1.0,
+                scope: OffloadScope::Local,
+            }),
+            ..EngineConfig::default()
+        };
+        let router = build(RouterKind::KvAware, &RouterConfig::default(), 2, 4);
+        ClusterCore::new(
+            &cfg,
+            &Clock::Steps,
+            2,
+            router,
+            Recording::default(),
+            Slo::default(),
+        )
+        .unwrap()
+    }
+
+    fn prompt() -> ServingRequest {
+        ServingRequest {
+            id: "p".into(),
+            arrival: 0.0,
+            prompt: Prompt::Tokens((1..=17).collect()),
+            output_len: 1,
+            priority: 0,
+        }
+    }
+
+    /// Stores the chunks ending at `ends` (in blocks) of the prompt's hashes in replica `rep`'s
+    /// tier, completed or still in flight.
+    fn store(c: &mut ClusterCore, rep: usize, hashes: &[BlockHash], ends: &[usize], done: bool) {
+        let tier = c.tiers[rep].native().unwrap();
+        let keys: Vec<ChunkKey> = ends
+            .iter()
+            .map(|&e| ChunkKey {
+                key: hashes[e - 1],
+                end: 4 * e as u32,
+            })
+            .collect();
+        tier.prepare_store(&keys, 9).unwrap();
+        if done {
+            tier.complete_store(&keys.iter().map(|k| k.key).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn the_kv_aware_router_credits_the_blocks_a_replicas_own_host_tier_holds() {
+        let r = prompt();
+        let mut probe = Req::new(&r, 0.0, 0, 0);
+        let hashes: Vec<BlockHash> = (0..4).map(|j| probe.block_hash(j, 4)).collect();
+        for (per_chunk, ends, held) in [(1, vec![1, 2, 3], 3), (2, vec![2, 4], 4), (2, vec![4], 0)]
+        {
+            let mut c = cluster(per_chunk);
+            store(&mut c, 1, &hashes, &ends, true);
+            let view = View {
+                engines: &c.engines,
+                book: &c.book,
+                tiers: &c.tiers,
+                tier_of: &c.tier_of,
+            };
+            // Consecutive from the first block: chunk [3, 4] alone is past a miss.
+            assert_eq!(
+                view.host_blocks(1, &hashes, 0),
+                held,
+                "{per_chunk} {ends:?}"
+            );
+            assert_eq!(view.host_blocks(0, &hashes, 0), 0);
+            if held == 0 {
+                continue;
+            }
+            assert_eq!(view.host_blocks(1, &hashes, 1), held - 1);
+            let s = Submission {
+                request: &r,
+                uid: 0,
+                predicted: 1.0,
+                id_rank: 0,
+            };
+            c.submit(s, 0.0).unwrap();
+            // Replica 1's logit is lower by 0.75 per held block: no tie to draw.
+            let (p, _) = c.placed(0).unwrap();
+            assert_eq!(p.replica, 1);
+            assert!(
+                matches!(p.choice.reason, Reason::Cost { tied: 1, .. }),
+                "{p:?}"
+            );
+        }
+        // A chunk whose store is still in flight is not yet a hit.
+        let mut c = cluster(1);
+        store(&mut c, 1, &hashes, &[1, 2], false);
+        assert_eq!(c.tiers[1].held_blocks(&hashes, 0, 1), 0);
     }
 }

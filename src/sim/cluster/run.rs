@@ -7,7 +7,6 @@ use super::core::ClusterCore;
 use super::router::{self, RouterConfig, RouterKind, RouterStats};
 use crate::sim::engine::driver::drive;
 use crate::sim::engine::engine::TimelinePoint;
-use crate::sim::engine::host_tier::tier_key_space;
 use crate::sim::engine::host_tier::TierStats;
 use crate::sim::engine::metrics::{report, EngineReport, Integrals};
 use crate::sim::engine::model_len::accepted;
@@ -110,15 +109,7 @@ pub fn run(
         spec.replicas,
         block_size as u32,
     );
-    let mut c = ClusterCore::new(
-        &cfg,
-        &clock,
-        spec.replicas,
-        router,
-        rec,
-        s.slo,
-        tier_key_space(&ok, block_size),
-    )?;
+    let mut c = ClusterCore::new(&cfg, &clock, spec.replicas, router, rec, s.slo)?;
     drive(
         &mut c,
         &prepared,
@@ -176,6 +167,7 @@ fn outcome(
         e0.report().time_unit,
     );
     total.busy_fraction /= c.engines.len() as f64;
+    total.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
     total.rejected = rejected;
     // Request lines in the input's order, refused ones included; a served request's uid is its
     // index among the served.
@@ -231,11 +223,7 @@ fn outcome(
         per_replica,
         starved_replicas: c.stats.starved(),
         router_stats: c.stats.clone(),
-        tiers: c
-            .tiers
-            .iter()
-            .map(|t| t.lock().expect("tier lock").stats)
-            .collect(),
+        tiers: c.tiers.iter().map(|t| t.stats()).collect(),
         requests: lines,
         timelines: c.engines.iter().map(|e| e.timeline().to_vec()).collect(),
     }

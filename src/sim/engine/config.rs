@@ -54,6 +54,7 @@ pub enum Preemption {
 #[serde(rename_all = "kebab-case")]
 pub enum OffloadScope {
     /// One tier per replica.
+    #[value(alias = "per-replica")]
     Local,
     /// One tier shared by every replica of a cluster (Mooncake's pool).
     Global,
@@ -61,12 +62,19 @@ pub enum OffloadScope {
 
 crate::value_names::display_as_value_name!(OffloadScope);
 
-/// Beyond vLLM 0.33's engine: a KV cache tier in host memory ([`super::host_tier`]).
+/// A KV cache tier in host memory ([`super::host_tier`]): vLLM 0.33's native CPU offloading, or
+/// the simulator's store-on-evict tier.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CpuOffload {
-    /// Blocks the tier holds (of the engine's block size).
-    pub blocks: usize,
+    pub mode: super::host_tier::OffloadMode,
+    /// Chunks the tier holds; a chunk is `blocks_per_chunk` blocks of the engine's block size.
+    pub chunks: usize,
+    /// vLLM's `blocks_per_chunk` (1 in store-on-evict mode).
+    pub blocks_per_chunk: usize,
+    /// lru or arc (vLLM's) in native mode; any `sim cache` policy but OPT in store-on-evict.
     pub policy: crate::sim::cache::Policy,
+    /// Native: store prompt chunks only (vLLM's `offload_prompt_only`, on by default).
+    pub prompt_only: bool,
     /// Host link, GB/s per GPU.
     pub gbps: f64,
     pub scope: OffloadScope,
@@ -307,8 +315,9 @@ impl EngineConfig {
             }
         }
         if let Some(o) = &self.cpu_offload {
-            if o.blocks == 0 {
-                return bad("--cpu-offload-blocks must be at least 1".into());
+            use super::host_tier::{evict_policy_names, OffloadMode, TierPolicy};
+            if o.chunks == 0 || o.blocks_per_chunk == 0 {
+                return bad("the host tier needs at least 1 chunk of at least 1 block".into());
             }
             if !(o.gbps.is_finite() && o.gbps > 0.0) {
                 return bad(format!(
@@ -316,11 +325,32 @@ impl EngineConfig {
                     o.gbps
                 ));
             }
-            if o.policy == crate::sim::cache::Policy::Opt {
-                return bad(format!(
-                    "--cpu-offload-policy opt needs the future; use one of {}",
-                    super::host_tier::tier_policy_names()
-                ));
+            match o.mode {
+                OffloadMode::Native => {
+                    if TierPolicy::of(o.policy).is_none() {
+                        return bad(format!(
+                            "the native host tier evicts by vLLM's lru or arc, not {} (other policies: --cpu-offload-mode store-on-evict)",
+                            o.policy
+                        ));
+                    }
+                    if matches!(self.preemption, Preemption::Swap { .. }) {
+                        return bad("swap preemption and the native host tier both model a host copy of KV; use one, or --cpu-offload-mode store-on-evict".into());
+                    }
+                }
+                OffloadMode::StoreOnEvict => {
+                    if o.policy == crate::sim::cache::Policy::Opt {
+                        return bad(format!(
+                            "--cpu-offload-policy opt needs the future; use one of {}",
+                            evict_policy_names()
+                        ));
+                    }
+                    if o.blocks_per_chunk != 1 {
+                        return bad(
+                            "the store-on-evict tier holds single blocks (blocks per chunk 1)"
+                                .into(),
+                        );
+                    }
+                }
             }
         }
         Ok(())

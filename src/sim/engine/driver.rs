@@ -24,12 +24,20 @@ pub trait System {
 
     /// Requests finished so far.
     fn finished(&self) -> usize;
+
+    /// Whether work is left once every request has finished: a host tier's copies in flight, or
+    /// the last store try of requests that just finished (vLLM's engine keeps stepping while its
+    /// connector has such work: `Scheduler.has_requests`).
+    fn copies_in_flight(&self) -> bool {
+        false
+    }
 }
 
 /// Where the steps a system takes go: (replica, record).
 pub type StepSink<'a> = dyn FnMut(usize, &StepRecord) -> Result<(), EngineError> + 'a;
 
-/// Feeds `p`'s requests to `sys` at their arrivals and advances it until every one has finished;
+/// Feeds `p`'s requests to `sys` at their arrivals and advances it until every one has finished
+/// and its copies are done;
 /// `steps` gets every step taken, `progress(finished, total)` is called now and then.
 pub fn drive(
     sys: &mut dyn System,
@@ -41,7 +49,7 @@ pub fn drive(
     let mut next = 0;
     let mut events = 0u64;
     let mut now = 0.0f64;
-    while sys.finished() < total {
+    while sys.finished() < total || sys.copies_in_flight() {
         let t = sys.next_event_time();
         match (p.arrival(next), t) {
             (Some(a), _) if t.is_none_or(|t| a <= t) => {
@@ -53,6 +61,7 @@ pub fn drive(
                 now = now.max(t);
                 sys.advance(steps)?
             }
+            (_, None) if sys.finished() == total => break,
             (_, None) => {
                 return Err(EngineError::Unfinished {
                     time: now,

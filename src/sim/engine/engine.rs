@@ -6,7 +6,7 @@
 
 use super::config::{ConfigError, EngineConfig, Preemption};
 use super::hash::BlockHash;
-use super::host_tier::{tier_key_space, HostTier, SharedTier};
+use super::host_tier::{HostTier, TierStats};
 use super::metrics::{report, EngineReport, Integrals, Slo};
 use super::request::Req;
 use super::scheduler::{Plan, Scheduler};
@@ -130,6 +130,10 @@ pub struct Engine {
     record: Option<StepRecord>,
     timeline: Vec<TimelinePoint>,
     slo: Slo,
+    /// The host tier this engine owns (`sim engine`); a cluster's replicas are lent theirs.
+    tier: Option<HostTier>,
+    /// Seconds: a step that scheduled nothing waits here for the host tier's next copy.
+    wake: Option<f64>,
 }
 
 /// The latest arrival a step clock takes: 2^52, so that every step index up to twice that is
@@ -163,18 +167,9 @@ impl Engine {
     ) -> Result<Engine, EngineError> {
         cfg.validate()?;
         let prepared = prepare(&cfg, requests)?;
-        let tier = match cfg.cpu_offload {
-            Some(o) => Some(
-                HostTier::new(o.policy, o.blocks, tier_key_space(requests, cfg.block_size))
-                    .map_err(ConfigError)?
-                    .shared(),
-            ),
-            None => None,
-        };
+        let tier = cfg.cpu_offload.as_ref().map(HostTier::new).transpose()?;
         let mut e = Engine::open(cfg, clock, recording, slo)?;
-        if let Some(t) = tier {
-            e.attach_tier(t);
-        }
+        e.tier = tier;
         for k in 0..prepared.len() {
             e.submit(prepared.submission(k), Vec::new())?;
         }
@@ -195,8 +190,16 @@ impl Engine {
             }
             _ => u64::MAX,
         };
+        // The host tier's link: one GPU's share of a block over it.
+        let offload_seconds_per_block = match (&cfg.cpu_offload, &clock) {
+            (Some(o), Clock::Seconds(m)) => Some(
+                kv_bytes_per_token_per_gpu(&m.model, m.tp) as f64 * cfg.block_size as f64
+                    / (o.gbps * 1e9),
+            ),
+            _ => None,
+        };
         Ok(Engine {
-            sched: Scheduler::new(cfg, Vec::new(), host_tokens),
+            sched: Scheduler::new(cfg, Vec::new(), host_tokens, offload_seconds_per_block),
             clock,
             order: Vec::new(),
             next: 0,
@@ -213,12 +216,9 @@ impl Engine {
             record: None,
             timeline: Vec::new(),
             slo,
+            tier: None,
+            wake: None,
         })
-    }
-
-    /// Sends the blocks this engine's prefix cache evicts to `tier` (its own or a shared one).
-    pub fn attach_tier(&mut self, tier: SharedTier) {
-        self.sched.kv.attach_tier(tier);
     }
 
     /// Adds a request, arriving at its time (no earlier than the requests submitted before it);
@@ -285,6 +285,9 @@ impl Engine {
     /// When the next step begins: now while requests or batches remain, else at the next
     /// arrival; `None` with nothing submitted left to do. (Seconds; under a step clock, now.)
     pub fn next_step_time(&self) -> Option<f64> {
+        if let Some(w) = self.wake {
+            return Some(self.next_arrival().map_or(w, |a| a.min(w)).max(self.now));
+        }
         if self.sched.has_requests() || !self.queue.is_empty() {
             return Some(self.now);
         }
@@ -313,12 +316,29 @@ impl Engine {
         self.slo
     }
 
-    /// The host tier's counts (shared with other engines when the tier is).
-    pub fn tier_stats(&self) -> Option<super::host_tier::TierStats> {
-        self.sched
-            .kv
-            .tier()
-            .map(|t| t.lock().expect("tier lock").stats)
+    /// Gives this engine a host tier of its own, lent to each of its steps (`sim engine`; a
+    /// cluster keeps its replicas' tiers and lends them itself).
+    pub fn attach_tier(&mut self, tier: HostTier) {
+        self.tier = Some(tier);
+    }
+
+    /// Whether its host tier still has copies in flight or stores to try.
+    pub fn tier_busy(&self) -> bool {
+        self.sched.tier_busy()
+    }
+
+    /// The host tier this engine owns (`sim engine`; a cluster's replicas own none).
+    pub fn host_tier(&self) -> Option<&HostTier> {
+        self.tier.as_ref()
+    }
+
+    pub fn host_tier_mut(&mut self) -> Option<&mut HostTier> {
+        self.tier.as_mut()
+    }
+
+    /// The counts of the host tier this engine owns.
+    pub fn tier_stats(&self) -> Option<TierStats> {
+        self.tier.as_ref().map(HostTier::stats)
     }
 
     /// Adds the requests that have arrived by the step beginning now: arrival <= step index under
@@ -352,7 +372,7 @@ impl Engine {
         Snapshot {
             used_blocks: self.sched.kv.used_blocks(),
             running: self.sched.running.len(),
-            waiting: self.sched.waiting.len(),
+            waiting: self.sched.num_waiting(),
         }
     }
 
@@ -361,23 +381,31 @@ impl Engine {
     /// output of a batch (this one when synchronous; the oldest of the two in flight when async).
     /// A step clock logs idle steps too, the first and the last of a spell (the ones between are
     /// skipped: [`Engine::skip_idle_steps_to`]); in seconds the clock jumps to the next arrival.
-    /// Returns false once every request has finished.
+    /// Returns false once every request has finished (and the host tier's copies are done).
+    /// The engine lends its own host tier, if it has one, to the step.
     pub fn step(&mut self) -> Result<bool, EngineError> {
-        if self.done == self.sched.reqs.len() {
+        if self.done == self.sched.reqs.len() && !self.sched.tier_busy() {
             return Ok(false);
         }
         let idle = self.idle_until_arrival();
-        let stepped = self.advance()?;
+        let mut tier = self.tier.take();
+        let stepped = self.advance(tier.as_mut());
+        self.tier = tier;
         if let Some(arrival) = idle {
             self.skip_idle_steps_to(arrival.ceil() as u64 - 1);
         }
-        Ok(stepped)
+        stepped
     }
 
-    /// One step as [`Engine::step`], idle steps all taken, also when every request has finished (a cluster's replicas
-    /// step together under a step clock, idle or not). In seconds, with nothing to run and no
-    /// arrival ahead, it does nothing and returns false.
-    pub fn advance(&mut self) -> Result<bool, EngineError> {
+    /// One step as [`Engine::step`], also when every request has finished (a cluster's replicas
+    /// step together under a step clock, idle or not), with `tier` lent by the tier's owner (a
+    /// cluster: the replica's own tier, or the one every replica shares). In seconds, with
+    /// nothing to run and no arrival ahead, it does nothing and returns false.
+    pub fn advance(&mut self, mut tier: Option<&mut HostTier>) -> Result<bool, EngineError> {
+        if let Some(w) = self.wake.take() {
+            // Waited for the host tier's next copy, or an arrival before it.
+            self.now = self.now.max(self.next_arrival().map_or(w, |a| a.min(w)));
+        }
         self.admit_arrivals();
         let index = self.next_index;
         let steps = matches!(self.clock, Clock::Steps);
@@ -391,7 +419,7 @@ impl Engine {
         let mut to_process = None;
         if self.sched.has_requests() {
             let mut plan = self.spare.pop().unwrap_or_default();
-            self.sched.schedule(&mut plan);
+            self.sched.schedule(&mut plan, tier.as_deref_mut());
             if let Some(rec) = &mut record {
                 let id = |i: u32| self.sched.reqs[i as usize].id.clone();
                 rec.scheduled = Ordered(
@@ -403,22 +431,34 @@ impl Engine {
                 rec.preempted = plan.preempted.iter().map(|&i| id(i)).collect();
                 rec.prefix_hit_tokens =
                     Ordered(plan.admitted.iter().map(|&(i, h)| (id(i), h)).collect());
+                rec.kv_load_tokens =
+                    Ordered(plan.kv_loads.iter().map(|&(i, n)| (id(i), n)).collect());
+                rec.kv_store_chunks =
+                    Ordered(plan.kv_stores.iter().map(|&(i, n)| (id(i), n)).collect());
             }
             let stalled = plan.scheduled.is_empty()
                 && plan.preempted.is_empty()
                 && self.queue.is_empty()
                 && self.sched.running.is_empty()
-                && !self.sched.waiting.is_empty();
+                && self.sched.num_waiting() > 0
+                && !self.sched.tier_busy();
             if stalled && self.next_arrival().is_none() {
                 return Err(EngineError::Stalled {
                     step: index,
-                    waiting: self.sched.waiting.len(),
+                    waiting: self.sched.num_waiting(),
                 });
             }
             let duration = self.duration(&plan);
-            let start = self.now.max(self.gpu_free);
+            // A flushed host-tier store can hold the forward back.
+            let start = self
+                .sched
+                .begin_transfers(&mut plan, self.now.max(self.gpu_free));
             self.gpu_free = start + duration;
+            self.sched.end_transfers(start + duration);
             let tokens = plan.total_tokens();
+            if !steps && tokens == 0 && self.sched.tier_busy() {
+                self.wake = self.sched.next_transfer_done();
+            }
             let batch = Batch {
                 state: self.snapshot(),
                 plan,
@@ -442,7 +482,7 @@ impl Engine {
                 return Ok(false);
             };
             self.now = self.now.max(t);
-            return self.advance();
+            return self.advance(tier);
         }
         if let Some(batch) = to_process {
             // A step clock stamps outputs at the end of the step that processes them.
@@ -451,7 +491,7 @@ impl Engine {
             } else {
                 batch.start + batch.duration
             };
-            self.process(batch, at);
+            self.process(batch, at, tier);
             if !steps {
                 self.now = self.now.max(at);
             }
@@ -485,7 +525,7 @@ impl Engine {
     /// Whether this engine has nothing to schedule and nothing in flight: its next step is idle
     /// unless a request arrives for it.
     pub fn is_idle(&self) -> bool {
-        !self.sched.has_requests() && self.queue.is_empty()
+        !self.sched.has_requests() && self.queue.is_empty() && !self.sched.tier_busy()
     }
 
     /// Under a step clock, while [`Engine::is_idle`]: makes `step` the next step when it lies
@@ -505,7 +545,7 @@ impl Engine {
     }
 
     /// Processes a batch's output at time `at` and accounts for its time on the GPU.
-    fn process(&mut self, batch: Batch, at: f64) {
+    fn process(&mut self, batch: Batch, at: f64, tier: Option<&mut HostTier>) {
         let before = self.first_tokens.len();
         for s in &batch.plan.scheduled {
             if s.samples && self.sched.reqs[s.req as usize].first_token_time.is_nan() {
@@ -513,7 +553,7 @@ impl Engine {
             }
         }
         self.sched
-            .update_from_output(&batch.plan, at, &mut self.finished);
+            .update_from_output(&batch.plan, at, &mut self.finished, tier);
         // A sample may be discarded (a request preempted while its step ran): keep the requests
         // that did get their first token.
         let reqs = &self.sched.reqs;
@@ -562,7 +602,7 @@ impl Engine {
     }
 
     pub fn report(&self) -> EngineReport {
-        report(
+        let mut r = report(
             &self.sched.reqs,
             &self.sched.stats,
             &self.integrals,
@@ -572,7 +612,9 @@ impl Engine {
                 Clock::Steps => "steps",
                 Clock::Seconds(_) => "s",
             },
-        )
+        );
+        r.offload_mode = self.sched.cfg.cpu_offload.map(|o| o.mode);
+        r
     }
 
     /// Every invariant of the scheduler and the block manager (see [`Scheduler::check`]).
@@ -593,7 +635,10 @@ impl super::driver::System for Engine {
 
     fn advance(&mut self, steps: &mut super::driver::StepSink<'_>) -> Result<(), EngineError> {
         let idle = self.idle_until_arrival();
-        if Engine::advance(self)? {
+        let mut tier = self.tier.take();
+        let stepped = Engine::advance(self, tier.as_mut());
+        self.tier = tier;
+        if stepped? {
             if let Some(r) = &self.record {
                 steps(0, r)?;
             }
@@ -606,5 +651,9 @@ impl super::driver::System for Engine {
 
     fn finished(&self) -> usize {
         self.done
+    }
+
+    fn copies_in_flight(&self) -> bool {
+        self.tier_busy()
     }
 }

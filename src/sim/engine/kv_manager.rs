@@ -1,11 +1,10 @@
 //! vLLM's KV cache manager for one full-attention group (`kv_cache_manager.py` over
 //! `single_type_kv_cache_manager.py`'s `FullAttentionManager`): prefix lookups, slot allocation
-//! with the admission gates, block caching, and freeing in eviction order. Block tables live in the
-//! requests ([`Req::blocks`]).
+//! with the admission gates (and the tokens a KV connector loads), block caching, and freeing in
+//! eviction order. Block tables live in the requests ([`Req::blocks`]).
 
 use super::block_pool::BlockPool;
 use super::config::EngineConfig;
-use super::host_tier::SharedTier;
 use super::request::{Req, Status};
 
 #[derive(Debug, Clone)]
@@ -16,10 +15,8 @@ pub struct KvManager {
     max_model_len: u64,
     watermark_blocks: usize,
     new_blocks: Vec<u32>,
-    /// The host tier that takes evicted blocks, if any.
-    tier: Option<SharedTier>,
-    /// Blocks copied to the host tier since the last [`KvManager::take_stored`].
-    stored: u64,
+    /// Blocks handed to requests since the last [`KvManager::take_step_blocks`], when kept.
+    step_blocks: Option<Vec<u32>>,
 }
 
 /// What an admission's allocation is asked to do (a running request passes no hit).
@@ -30,6 +27,12 @@ pub struct Alloc<'a> {
     /// Prefix-cache hit blocks and the tokens they hold.
     pub hit: &'a [u32],
     pub hit_tokens: u32,
+    /// Tokens a KV connector loads after the hit (vLLM's `num_external_computed_tokens`).
+    pub external_tokens: u32,
+    /// Leave the blocks uncached until the load is done (vLLM's `delay_cache_blocks`).
+    pub delay_cache: bool,
+    /// Free blocks to leave for the prefills in flight (vLLM's `reserved_blocks`).
+    pub reserved_blocks: usize,
     /// Admission gate: the whole sequence so far must fit.
     pub full_sequence_must_fit: bool,
     /// Some request is running: the watermark applies.
@@ -45,60 +48,38 @@ impl KvManager {
             max_model_len: cfg.max_model_len as u64,
             watermark_blocks: cfg.watermark_blocks(),
             new_blocks: Vec::new(),
-            tier: None,
-            stored: 0,
+            step_blocks: None,
         }
     }
 
-    /// Sends the blocks the prefix cache evicts to `tier`, and looks there past the GPU's hits.
-    pub fn attach_tier(&mut self, tier: SharedTier) {
+    /// Keeps the hashes of the cached blocks the pool evicts, for a store-on-evict host tier
+    /// ([`super::block_pool::BlockPool::drain_evicted`]).
+    pub fn record_evictions(&mut self) {
         self.pool.record_evictions();
-        self.tier = Some(tier);
     }
 
-    pub fn tier(&self) -> Option<&SharedTier> {
-        self.tier.as_ref()
+    /// Keeps the blocks handed to requests (new ones, and the hits an admission adopts): a
+    /// native host tier flushes the stores that read blocks handed out again.
+    pub fn keep_step_blocks(&mut self) {
+        self.step_blocks.get_or_insert_with(Vec::new);
     }
 
-    /// Blocks copied to the host tier since the last call.
-    pub fn take_stored(&mut self) -> u64 {
-        std::mem::take(&mut self.stored)
+    /// The blocks handed out since the last call (empty unless kept).
+    pub fn take_step_blocks(&mut self) -> Vec<u32> {
+        self.step_blocks
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
-    /// How many of `r`'s full blocks after its first `from` (the GPU hit) the host tier holds in
-    /// a row, within the `num_tokens - 1` tokens a lookup may cover.
-    pub fn host_hit_blocks(&self, r: &mut Req, from: u32) -> u32 {
-        let Some(tier) = &self.tier else { return 0 };
-        if !self.caching {
-            return 0;
-        }
-        let tier = tier.lock().expect("tier lock");
-        let max_blocks = (r.num_tokens() - 1) / self.block_size;
-        let mut n = 0;
-        for j in from..max_blocks {
-            let h = r.block_hash(j, self.block_size);
-            if !tier.contains(h) {
-                break;
-            }
-            n += 1;
-        }
-        n
+    /// Blocks `r` still needs to hold its whole sequence (vLLM's `_request_remaining_blocks`).
+    pub fn remaining_blocks(&self, r: &Req) -> usize {
+        let full = u64::from(r.num_tokens()).min(self.max_model_len);
+        (full.div_ceil(u64::from(self.block_size)) as usize).saturating_sub(r.blocks.len())
     }
 
-    /// Loads `n` blocks of `r` from the host tier, after its first `from`.
-    pub fn load_from_host(&mut self, r: &mut Req, from: u32, n: u32) {
-        if n == 0 {
-            return;
-        }
-        let mut tier = self
-            .tier
-            .as_ref()
-            .expect("a tier")
-            .lock()
-            .expect("tier lock");
-        for j in from..from + n {
-            tier.load(r.block_hash(j, self.block_size));
-        }
+    pub fn caching(&self) -> bool {
+        self.caching
     }
 
     pub fn block_size(&self) -> u32 {
@@ -142,10 +123,12 @@ impl KvManager {
     }
 
     /// vLLM's `allocate_slots`: on success the request holds blocks for its computed tokens, the
-    /// hit and `new_tokens` more, and its full blocks are cached; on failure nothing changed.
+    /// hit, the external tokens and `new_tokens` more, and its full blocks are cached (unless
+    /// delayed); on failure nothing changed.
     pub fn allocate_slots(&mut self, r: &mut Req, a: Alloc) -> bool {
         let local_computed = u64::from(r.num_computed + a.hit_tokens);
-        let total_computed = local_computed.min(self.max_model_len);
+        let total_computed =
+            (local_computed + u64::from(a.external_tokens)).min(self.max_model_len);
         let watermark =
             if a.has_scheduled_reqs && matches!(r.status, Status::Waiting | Status::Preempted) {
                 self.watermark_blocks
@@ -159,7 +142,8 @@ impl KvManager {
             }
         }
         let need_slot = (total_computed + u64::from(a.new_tokens)).min(self.max_model_len);
-        if self.blocks_to_allocate(r, need_slot, a.hit) + watermark > self.pool.num_free() {
+        let available = self.pool.num_free().saturating_sub(a.reserved_blocks);
+        if self.blocks_to_allocate(r, need_slot, a.hit) + watermark > available {
             return false;
         }
         if r.num_cached_block.is_none() && (!a.hit.is_empty() || a.hit_tokens > 0) {
@@ -168,6 +152,9 @@ impl KvManager {
             self.pool.touch(a.hit);
             r.blocks.extend_from_slice(a.hit);
             r.num_cached_block = Some(r.blocks.len() as u32);
+            if let Some(v) = &mut self.step_blocks {
+                v.extend_from_slice(a.hit);
+            }
         }
         let required = need_slot.div_ceil(u64::from(self.block_size)) as usize;
         if required > r.blocks.len() {
@@ -175,15 +162,11 @@ impl KvManager {
             self.pool
                 .get_new_blocks(required - r.blocks.len(), &mut self.new_blocks);
             r.blocks.extend_from_slice(&self.new_blocks);
-            if let Some(tier) = &self.tier {
-                let mut tier = tier.lock().expect("tier lock");
-                for h in self.pool.drain_evicted() {
-                    tier.store(h);
-                    self.stored += 1;
-                }
+            if let Some(v) = &mut self.step_blocks {
+                v.extend_from_slice(&self.new_blocks);
             }
         }
-        if self.caching {
+        if self.caching && !a.delay_cache {
             let to_cache =
                 (total_computed + u64::from(a.new_tokens)).min(u64::from(r.num_tokens()));
             self.cache_blocks(r, to_cache as u32);
@@ -228,7 +211,13 @@ impl KvManager {
     pub fn check(&self, reqs: &[Req]) -> Result<(), String> {
         let mut holders = vec![0u32; self.pool.num_blocks()];
         for r in reqs {
-            if r.status != Status::Running {
+            // Running, loading from a host tier, or loaded and not admitted yet.
+            let holds = match r.status {
+                Status::Running | Status::LoadingKv => true,
+                Status::Waiting | Status::Preempted => r.num_computed > 0,
+                _ => false,
+            };
+            if !holds {
                 if !r.blocks.is_empty() {
                     return Err(format!("{} ({:?}) holds blocks", r.id, r.status));
                 }
@@ -245,7 +234,7 @@ impl KvManager {
                 holders[b as usize] += 1;
             }
             let need = u64::from(r.num_computed).div_ceil(u64::from(self.block_size)) as usize;
-            if r.status == Status::Running && r.blocks.len() < need {
+            if r.blocks.len() < need {
                 return Err(format!(
                     "{}: {} blocks for {} computed tokens",
                     r.id,

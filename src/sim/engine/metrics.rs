@@ -121,10 +121,20 @@ pub struct EngineReport {
     /// Fraction of the prompt tokens found in the cache at each request's first admission (as
     /// `prefix_cache_hit_ratio` once every request was admitted; 0 without caching).
     pub prompt_hit_ratio: f64,
+    /// The host tier's mode (`native`, `store-on-evict`), with one: the figures below come from it.
+    pub offload_mode: Option<super::host_tier::OffloadMode>,
     /// Host tier: prompt tokens loaded from it instead of computed, every admission; and the
-    /// fraction of the prompt tokens it served at first admissions.
+    /// fraction of the prompt tokens it served at first admissions. (Not prefix-cache hits: a
+    /// hit in host memory counts in vLLM's external prefix cache below.)
     pub offload_hit_tokens: u64,
     pub offload_prompt_hit_ratio: f64,
+    /// Native tier: vLLM's `vllm:external_prefix_cache_queries` and `_hits` (tokens past the GPU
+    /// hit at each admission that looks up, and the tokens the tier held); those of admissions
+    /// after a preemption apart, as vLLM's `preempted_*`.
+    pub external_prefix_cache_queries: u64,
+    pub external_prefix_cache_hits: u64,
+    pub preempted_external_prefix_cache_queries: u64,
+    pub preempted_external_prefix_cache_hits: u64,
     /// Prompt tokens computed at first admissions (neither tier held them).
     pub prompt_computed_tokens: u64,
     /// Requests vLLM's server refuses under max_model_len (they never reach the engine).
@@ -179,13 +189,14 @@ pub fn report(
     };
     let good =
         (slo.ttft.is_some() || slo.tpot.is_some()).then(|| done.iter().filter(meets).count());
+    // Prompt tokens either cache served at the first admission; the last is always computed
+    // (a whole prompt loaded from the host tier computes it again).
+    let served = |r: &Req| {
+        (r.first_hit.unwrap_or(0) + r.first_offload_hit.unwrap_or(0)).min(r.prompt_len - 1)
+    };
     let ideal: u64 = reqs
         .iter()
-        .map(|r| {
-            u64::from(r.prompt_len + r.num_output.max(1) - 1).saturating_sub(u64::from(
-                r.first_hit.unwrap_or(0) + r.first_offload_hit.unwrap_or(0),
-            ))
-        })
+        .map(|r| u64::from(r.prompt_len + r.num_output.max(1) - 1 - served(r)))
         .sum();
     let scheduled: u64 = reqs.iter().map(|r| r.scheduled_tokens).sum();
     let first_hits: u64 = reqs
@@ -196,6 +207,7 @@ pub fn report(
         .iter()
         .map(|r| u64::from(r.first_offload_hit.unwrap_or(0)))
         .sum();
+    let first_served: u64 = reqs.iter().map(|r| u64::from(served(r))).sum();
     let all_prompts: u64 = reqs.iter().map(|r| u64::from(r.prompt_len)).sum();
     let busy = integ.busy;
     let avg = |x: f64| if busy > 0.0 { x / busy } else { 0.0 };
@@ -231,9 +243,14 @@ pub fn report(
             .then(|| stats.preempted_prefix_hits as f64 / stats.preempted_prefix_queries as f64),
         preempted_prefix_cache_hit_tokens: stats.preempted_prefix_hits,
         prompt_hit_ratio: first_hits as f64 / all_prompts.max(1) as f64,
+        offload_mode: None,
         offload_hit_tokens: stats.offload_hits,
         offload_prompt_hit_ratio: first_loads as f64 / all_prompts.max(1) as f64,
-        prompt_computed_tokens: all_prompts.saturating_sub(first_hits + first_loads),
+        external_prefix_cache_queries: stats.external_queries,
+        external_prefix_cache_hits: stats.external_hits,
+        preempted_external_prefix_cache_queries: stats.preempted_external_queries,
+        preempted_external_prefix_cache_hits: stats.preempted_external_hits,
+        prompt_computed_tokens: all_prompts - first_served,
         rejected: 0,
         shortened: 0,
         usable_blocks,

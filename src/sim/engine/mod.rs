@@ -41,14 +41,16 @@
 //! early (as the fake model of the golden recordings); block hashes are 64-bit ([`hash`]);
 //! `max_model_len` is unlimited unless set; one full-attention KV group (no hybrid or sliding-window
 //! models, so no partial-block hits), no speculative decoding, multimodal encoders, LoRA,
-//! structured output, KV connectors or pipeline parallelism; admission's skip of a preempted
+//! structured output, KV connectors other than native offloading, or pipeline parallelism; admission's skip of a preempted
 //! request whose stale output is still in flight is not modelled (with two batches in flight that
 //! output is always processed before the next admission).
 //!
 //! Beyond vLLM, each off by default: swap preemption ([`config::Preemption::Swap`]), admission
 //! orders by predicted or true output length and priority with aging ([`config::Policy`]), block
-//! sizes that are not powers of two, tensor parallelism in the step-time model, and a KV tier in
-//! host memory ([`host_tier`]). An engine can also be opened empty and fed request by request
+//! sizes that are not powers of two, tensor parallelism in the step-time model. A KV tier in host
+//! memory ([`host_tier`]) follows vLLM 0.33's native CPU offloading (its `OffloadingConnector`,
+//! not part of the engine without `--kv-offloading-size`), or the simulator's store-on-evict
+//! tier. An engine can also be opened empty and fed request by request
 //! ([`Engine::open`], [`Engine::submit`]): [`crate::sim::cluster`] drives its replicas so.
 //!
 //! - [`config`]: settings and presets; [`request`], [`waiting`]: request state and queue;
@@ -85,7 +87,7 @@ pub use driver::{drive, System};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, Slo};
 pub use profile::{load_profile, parse_profile, Profile};
-pub use run::{Outcome, RunSettings};
+pub use run::{Outcome, RunSettings, TierReport};
 pub use setup::{prepare, Prepared, Submission};
 pub use step_log::StepRecord;
 pub use step_time::{Gpu, StepModel};

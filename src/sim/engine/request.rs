@@ -16,6 +16,8 @@ pub enum Status {
     Running,
     /// Preempted, back in the waiting queue.
     Preempted,
+    /// Holds its blocks while the host tier loads its prefix (vLLM's `WAITING_FOR_REMOTE_KVS`).
+    LoadingKv,
     Finished,
 }
 

@@ -2,11 +2,10 @@
 //! each block size, the step-time model with that block size's attention efficiency; several block
 //! sizes in parallel.
 
-use super::config::{ConfigError, EngineConfig};
+use super::config::EngineConfig;
 use super::driver::drive;
 use super::engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
-use super::host_tier::TierStats;
-use super::host_tier::{tier_key_space, HostTier};
+use super::host_tier::{HostTier, TierStats};
 use super::metrics::{EngineReport, Slo};
 use super::model_len::accepted;
 use super::profile::Profile;
@@ -50,12 +49,38 @@ pub struct Outcome {
     pub report: EngineReport,
     /// The host tier's counts, with one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tier: Option<TierStats>,
+    pub tier: Option<TierReport>,
     #[serde(skip)]
     pub timeline: Vec<TimelinePoint>,
 }
 
+/// A host tier's counts, with the bytes they moved.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TierReport {
+    #[serde(flatten)]
+    pub stats: TierStats,
+    /// Over every GPU of the replica.
+    pub stored_bytes: u64,
+    pub loaded_bytes: u64,
+}
+
 impl RunSettings {
+    /// Bytes of KV one block of `block_size` tokens holds over all of a replica's GPUs.
+    pub fn block_bytes(&self, block_size: usize) -> u64 {
+        super::step_time::kv_bytes_per_token_per_gpu(&self.model, self.tp)
+            * (block_size * self.tp) as u64
+    }
+
+    /// `stats` with the bytes they moved at `block_size`.
+    pub fn tier_report(&self, stats: TierStats, block_size: usize) -> TierReport {
+        let b = self.block_bytes(block_size);
+        TierReport {
+            stats,
+            stored_bytes: stats.stored_blocks * b,
+            loaded_bytes: stats.loaded_blocks * b,
+        }
+    }
+
     /// The same settings without the host KV tier: the runs a tier's effect is measured against.
     pub fn without_host_tier(&self) -> RunSettings {
         let mut plain = self.clone();
@@ -124,10 +149,9 @@ impl RunSettings {
         let requests = &served.requests[..];
         let prepared = prepare(&cfg, requests)?;
         let mut e = Engine::open(cfg, clock, rec, self.slo)?;
-        if let Some(o) = e.scheduler().cfg.cpu_offload {
-            let tier = HostTier::new(o.policy, o.blocks, tier_key_space(requests, block_size))
-                .map_err(ConfigError)?;
-            e.attach_tier(tier.shared());
+        if let Some(o) = &e.scheduler().cfg.cpu_offload {
+            let tier = HostTier::new(o)?;
+            e.attach_tier(tier);
         }
         let mut out = step_log;
         drive(
@@ -152,7 +176,7 @@ impl RunSettings {
             num_gpu_blocks,
             efficiency,
             report,
-            tier: e.tier_stats(),
+            tier: e.tier_stats().map(|t| self.tier_report(t, block_size)),
             timeline: e.timeline().to_vec(),
         })
     }

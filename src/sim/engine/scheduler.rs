@@ -1,11 +1,19 @@
 //! vLLM V1's scheduler (`vllm/v1/core/sched/scheduler.py`, 0.33): one token budget per step,
 //! running requests first and in order, then waiting ones; preemption by recompute; output
 //! processing that samples one token per request whose chunk reached the end of its sequence.
+//! With a host tier ([`super::host_tier`]), lent for each call: vLLM's queue of requests that
+//! hold blocks (`kv_holding_waiting`, drained first; requests loading from the tier wait there),
+//! skipped requests (`skip_request`), and the connector's hooks.
 
 use super::config::{EngineConfig, Policy, Preemption};
+use super::host_tier::connector::Connector;
+use super::host_tier::{HostTier, OffloadMode};
 use super::kv_manager::{Alloc, KvManager};
 use super::request::{Req, Status};
 use super::waiting::{Rank, WaitingQueue};
+
+mod admit;
+mod tier;
 
 /// One request's share of a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,9 +38,15 @@ pub struct Plan {
     /// Swap preemption: tokens of KV copied to the host and back in this step.
     pub swap_out_tokens: u64,
     pub swap_in_tokens: u64,
-    /// Host tier: tokens of KV loaded back for admissions, and copied out for evicted blocks.
+    /// Store-on-evict host tier: tokens of KV loaded back for admissions, and copied out for
+    /// evicted blocks (the step's own copies).
     pub offload_load_tokens: u64,
     pub offload_store_tokens: u64,
+    /// Native host tier: requests whose prefix loads from it (tokens), and chunks stored per
+    /// request, in this step's schedule; the copies its poll reports done.
+    pub kv_loads: Vec<(u32, u32)>,
+    pub kv_stores: Vec<(u32, u32)>,
+    pub offload_done: Vec<u64>,
 }
 
 impl SchedStats {
@@ -46,6 +60,10 @@ impl SchedStats {
         self.swapped_out_tokens += o.swapped_out_tokens;
         self.swapped_in_tokens += o.swapped_in_tokens;
         self.offload_hits += o.offload_hits;
+        self.external_queries += o.external_queries;
+        self.external_hits += o.external_hits;
+        self.preempted_external_queries += o.preempted_external_queries;
+        self.preempted_external_hits += o.preempted_external_hits;
     }
 }
 
@@ -58,6 +76,9 @@ impl Plan {
         self.swap_in_tokens = 0;
         self.offload_load_tokens = 0;
         self.offload_store_tokens = 0;
+        self.kv_loads.clear();
+        self.kv_stores.clear();
+        self.offload_done.clear();
     }
 
     pub fn total_tokens(&self) -> u64 {
@@ -81,6 +102,13 @@ pub struct SchedStats {
     pub swapped_in_tokens: u64,
     /// Host tier: prompt tokens admissions found there (beyond the GPU's hits).
     pub offload_hits: u64,
+    /// Native host tier, vLLM's `external_prefix_cache_queries/hits`: at each admission that
+    /// looks up (first ones; then admissions after a preemption), the tokens past the GPU hit
+    /// and the tokens the tier holds.
+    pub external_queries: u64,
+    pub external_hits: u64,
+    pub preempted_external_queries: u64,
+    pub preempted_external_hits: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -90,7 +118,17 @@ pub struct Scheduler {
     pub reqs: Vec<Req>,
     pub running: Vec<u32>,
     pub waiting: WaitingQueue,
+    /// vLLM's `kv_holding_waiting`: waiting requests that hold blocks (loading from the host
+    /// tier, or loaded and not admitted yet), served before `waiting`.
+    pub holding: WaitingQueue,
     pub stats: SchedStats,
+    /// The native host tier's scheduler side.
+    pub offload: Option<Connector>,
+    /// Schedules so far (the step a host tier's copy was created in).
+    schedules: u64,
+    /// vLLM's `_inflight_prefills` (kept with a native tier, whose loads reserve the blocks these
+    /// prefills still need): admitted or loading, prefill not done.
+    inflight: std::collections::BTreeSet<u32>,
     /// Swap preemption: host space left, in tokens of KV.
     host_tokens_left: u64,
     /// Requests finished since the last schedule (vLLM reports their ids in the next one).
@@ -99,11 +137,41 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// `host_tokens` is the host space for swapped KV, in tokens (ignored unless swapping).
-    pub fn new(cfg: EngineConfig, reqs: Vec<Req>, host_tokens: u64) -> Self {
+    /// `host_tokens` is the host space for swapped KV, in tokens (ignored unless swapping);
+    /// `offload_seconds_per_block` the host tier's link (`None`: copies take no time).
+    pub fn new(
+        cfg: EngineConfig,
+        reqs: Vec<Req>,
+        host_tokens: u64,
+        offload_seconds_per_block: Option<f64>,
+    ) -> Self {
+        let mut kv = KvManager::new(&cfg);
+        let offload = match cfg.cpu_offload {
+            Some(o) if o.mode == OffloadMode::Native => {
+                if offload_seconds_per_block.is_some() {
+                    kv.keep_step_blocks();
+                }
+                Some(Connector::new(
+                    cfg.block_size as u32,
+                    o.blocks_per_chunk as u32,
+                    o.prompt_only,
+                    cfg.enable_prefix_caching,
+                    offload_seconds_per_block,
+                ))
+            }
+            Some(_) => {
+                kv.record_evictions();
+                None
+            }
+            None => None,
+        };
         Scheduler {
-            kv: KvManager::new(&cfg),
+            kv,
             waiting: WaitingQueue::new(cfg.scheduling_policy),
+            holding: WaitingQueue::new(cfg.scheduling_policy),
+            offload,
+            schedules: 0,
+            inflight: std::collections::BTreeSet::new(),
             cfg,
             reqs,
             running: Vec::new(),
@@ -129,9 +197,19 @@ impl Scheduler {
         self.waiting.add(i, rank);
     }
 
-    /// vLLM's `has_requests`: requests wait or run, or finished ones are not reported yet.
+    /// vLLM's `has_requests`: requests wait or run, or finished ones are not reported yet, or
+    /// the host tier has copies in flight.
     pub fn has_requests(&self) -> bool {
-        !self.running.is_empty() || !self.waiting.is_empty() || self.finished_unreported
+        !self.running.is_empty()
+            || !self.waiting.is_empty()
+            || !self.holding.is_empty()
+            || self.finished_unreported
+            || self.tier_busy()
+    }
+
+    /// Requests waiting, in either queue.
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len() + self.holding.len()
     }
 
     /// The running request to preempt: the most recently admitted (FCFS), or the one ranked last
@@ -168,6 +246,7 @@ impl Scheduler {
         r.stale = r.in_flight;
         r.placeholders = 0;
         r.preemptions += 1;
+        self.inflight.remove(&i);
         self.stats.preemptions += 1;
         plan.preempted.push(i);
         let rank = self.rank(i);
@@ -180,9 +259,11 @@ impl Scheduler {
         self.host_tokens_left += u64::from(std::mem::take(&mut r.swapped_tokens));
     }
 
-    /// One call of vLLM's `schedule()`, with `_update_after_schedule`.
-    pub fn schedule(&mut self, plan: &mut Plan) {
+    /// One call of vLLM's `schedule()`, with `_update_after_schedule` (and, with a native host
+    /// tier, the connector's `build_connector_meta`); `tier` is this engine's host tier, if any.
+    pub fn schedule(&mut self, plan: &mut Plan, mut tier: Option<&mut HostTier>) {
         plan.clear();
+        self.schedules += 1;
         let cfg = &self.cfg;
         let mut budget = cfg.max_num_batched_tokens as u64;
         // The cap on a prefill chunk only applies when another request could use the budget.
@@ -222,10 +303,15 @@ impl Scheduler {
                     new_tokens: n as u32,
                     hit: &[],
                     hit_tokens: 0,
+                    external_tokens: 0,
+                    delay_cache: false,
+                    reserved_blocks: 0,
                     full_sequence_must_fit: false,
                     has_scheduled_reqs: true,
                 };
-                if self.kv.allocate_slots(&mut self.reqs[ri as usize], alloc) {
+                let ok = self.kv.allocate_slots(&mut self.reqs[ri as usize], alloc);
+                self.store_evicted(&mut tier, plan);
+                if ok {
                     break true;
                 }
                 let pos = self.victim();
@@ -264,9 +350,8 @@ impl Scheduler {
         }
 
         if plan.preempted.is_empty() {
-            self.admit(plan, &mut budget, threshold);
+            self.admit(plan, &mut budget, threshold, &mut tier);
         }
-        plan.offload_store_tokens = self.kv.take_stored() * u64::from(self.kv.block_size());
 
         self.finished_unreported = false;
         let async_scheduling = self.cfg.async_scheduling;
@@ -279,91 +364,39 @@ impl Scheduler {
             if async_scheduling && s.samples {
                 r.placeholders += 1;
             }
+            if s.samples {
+                self.inflight.remove(&s.req);
+            }
         }
-    }
-
-    /// The waiting loop: admit from the head of the queue while budget, seats and blocks last.
-    fn admit(&mut self, plan: &mut Plan, budget: &mut u64, threshold: u64) {
-        let caching = self.cfg.enable_prefix_caching;
-        while *budget > 0 {
-            let Some(wi) = self.waiting.peek() else { break };
-            if self.running.len() >= self.cfg.max_num_seqs {
-                break;
-            }
-            let mut hit = std::mem::take(&mut self.hit);
-            let r = &mut self.reqs[wi as usize];
-            debug_assert_eq!(r.num_computed, 0);
-            let hit_tokens = self.kv.get_computed_blocks(r, &mut hit);
-            let num_tokens = r.num_tokens();
-            // A host tier: the blocks it holds right after the hit load instead of computing.
-            let hit_blocks = hit.len() as u32;
-            let host_blocks = self.kv.host_hit_blocks(r, hit_blocks);
-            let loaded = host_blocks * self.kv.block_size();
-            // Swap preemption: what the host holds beyond the hit comes back without compute.
-            let restored = r
-                .swapped_tokens
-                .min(num_tokens - 1)
-                .saturating_sub(hit_tokens + loaded);
-            let computed = hit_tokens + loaded + restored;
-            let mut n = u64::from(num_tokens - computed);
-            if threshold > 0 && n > threshold {
-                n = threshold;
-            }
-            if !self.cfg.enable_chunked_prefill && n > *budget {
-                self.hit = hit;
-                break;
-            }
-            n = n.min(*budget);
-            let alloc = Alloc {
-                new_tokens: loaded + restored + n as u32,
-                hit: &hit,
-                hit_tokens,
-                full_sequence_must_fit: self.cfg.scheduler_reserve_full_isl,
-                has_scheduled_reqs: !self.running.is_empty(),
-            };
-            let ok = self.kv.allocate_slots(r, alloc);
-            self.hit = hit;
-            if !ok {
-                break;
-            }
-            if caching && r.preemptions > 0 {
-                self.stats.preempted_prefix_queries += u64::from(num_tokens);
-                self.stats.preempted_prefix_hits += u64::from(hit_tokens);
-            } else if caching {
-                self.stats.prefix_queries += u64::from(num_tokens);
-                self.stats.prefix_hits += u64::from(hit_tokens);
-            }
-            r.first_hit.get_or_insert(hit_tokens);
-            r.first_offload_hit.get_or_insert(loaded);
-            if loaded > 0 {
-                self.kv.load_from_host(r, hit_blocks, host_blocks);
-                plan.offload_load_tokens += u64::from(loaded);
-                self.stats.offload_hits += u64::from(loaded);
-            }
-            r.status = Status::Running;
-            r.num_computed = computed;
-            if r.swapped_tokens > 0 {
-                plan.swap_in_tokens += u64::from(restored);
-                self.stats.swapped_in_tokens += u64::from(restored);
-                self.release_host(wi);
-            }
-            self.waiting.pop();
-            self.running.push(wi);
-            plan.scheduled.push(Scheduled {
-                req: wi,
-                tokens: n as u32,
-                context: computed,
-                samples: false,
-            });
-            plan.admitted.push((wi, hit_tokens));
-            *budget -= n;
+        if let (Some(c), Some(t)) = (&mut self.offload, tier.and_then(HostTier::native)) {
+            let reqs = &mut self.reqs;
+            let scheduled: Vec<(u32, u32)> = plan
+                .scheduled
+                .iter()
+                .map(|s| (s.req, reqs[s.req as usize].num_computed))
+                .collect();
+            c.store_pass(
+                scheduled.into_iter(),
+                reqs,
+                self.schedules,
+                t,
+                &mut plan.kv_stores,
+            );
         }
     }
 
     /// vLLM's `update_from_output` for `plan`'s step, whose output is processed at `now`: one token
     /// (id 0) per request whose chunk reached the end of its sequence; requests that reach
     /// `max_tokens` (or `max_model_len`) finish and free their blocks. Pushes them to `finished`.
-    pub fn update_from_output(&mut self, plan: &Plan, now: f64, finished: &mut Vec<u32>) {
+    /// With a native host tier (`tier`), then the copies the step's poll reported
+    /// (`_update_from_kv_xfer_finished`).
+    pub fn update_from_output(
+        &mut self,
+        plan: &Plan,
+        now: f64,
+        finished: &mut Vec<u32>,
+        tier: Option<&mut HostTier>,
+    ) {
         let first = finished.len();
         let max_model_len = self.cfg.max_model_len as u64;
         for s in &plan.scheduled {
@@ -396,9 +429,14 @@ impl Scheduler {
             if stopped {
                 r.status = Status::Finished;
                 r.finish_time = now;
+                if let Some(c) = &mut self.offload {
+                    c.request_finished(s.req, r);
+                }
+                self.inflight.remove(&s.req);
                 self.kv.free(r);
                 if status_before != Status::Running {
                     self.waiting.remove(s.req);
+                    self.holding.remove(s.req);
                 }
                 self.release_host(s.req);
                 finished.push(s.req);
@@ -411,6 +449,9 @@ impl Scheduler {
             for &i in &finished[first..] {
                 self.reqs[i as usize].drop_state();
             }
+        }
+        if let (Some(c), Some(t)) = (&mut self.offload, tier.and_then(HostTier::native)) {
+            c.complete(&plan.offload_done, t);
         }
     }
 
@@ -427,20 +468,30 @@ impl Scheduler {
                 ));
             }
         }
-        for i in self.waiting.ordered() {
+        for (holds, i) in (self.waiting.ordered().into_iter().map(|i| (false, i)))
+            .chain(self.holding.ordered().into_iter().map(|i| (true, i)))
+        {
             place[i as usize] += 1;
-            let s = self.reqs[i as usize].status;
-            if !matches!(s, Status::Waiting | Status::Preempted) {
+            let r = &self.reqs[i as usize];
+            let ok = match r.status {
+                Status::Waiting | Status::Preempted => holds == (r.num_computed > 0),
+                Status::LoadingKv => holds,
+                _ => false,
+            };
+            if !ok {
                 return Err(format!(
-                    "{} waits with status {s:?}",
-                    self.reqs[i as usize].id
+                    "{} waits with status {:?} and {} computed tokens in the {} queue",
+                    r.id,
+                    r.status,
+                    r.num_computed,
+                    if holds { "holding" } else { "waiting" }
                 ));
             }
         }
         for (i, r) in self.reqs.iter().enumerate() {
             let want = u8::from(matches!(
                 r.status,
-                Status::Waiting | Status::Preempted | Status::Running
+                Status::Waiting | Status::Preempted | Status::Running | Status::LoadingKv
             ));
             if place[i] != want {
                 return Err(format!(

@@ -9,7 +9,10 @@
 //! `scheduled` in scheduling order (running requests first, then admitted ones); `preempted` in the
 //! order of this step's schedule; `finished` in this step's output processing; `free_blocks` after
 //! it (cached but unreferenced blocks count as free, the null block does not); `prefix_hit_tokens`
-//! for every request admitted from the waiting queue in this step, 0 included.
+//! for every request admitted from the waiting queue in this step, 0 included (the tokens it had
+//! computed before this step: with a native host tier, those it loaded too). With a native host
+//! tier, when not empty: `kv_load_tokens`, the requests that start loading from the tier in this
+//! step and the tokens they load; `kv_store_chunks`, the chunks each request's store took.
 
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -18,6 +21,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// A JSON object whose key order matters (request id -> count).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ordered(pub Vec<(String, u32)>);
+
+impl Ordered {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 impl Serialize for Ordered {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -69,6 +78,12 @@ pub struct StepRecord {
     pub finished: Vec<String>,
     pub free_blocks: usize,
     pub prefix_hit_tokens: Ordered,
+    /// Native host tier: the requests admitted to load from it in this step, with the tokens they
+    /// load (vLLM's external hit), and the chunks each request's store took in this step.
+    #[serde(default, skip_serializing_if = "Ordered::is_empty")]
+    pub kv_load_tokens: Ordered,
+    #[serde(default, skip_serializing_if = "Ordered::is_empty")]
+    pub kv_store_chunks: Ordered,
 }
 
 impl StepRecord {
@@ -99,6 +114,7 @@ mod tests {
             finished: vec![],
             free_blocks: 11,
             prefix_hit_tokens: Ordered(vec![("r10".into(), 8)]),
+            ..Default::default()
         };
         let line = r.to_line();
         assert!(

@@ -16,6 +16,9 @@
 //!   over NVLink, plus a fixed latency each.
 //! - CPU overhead (scheduling, output processing) adds to every step in the synchronous loop; with
 //!   async scheduling it overlaps the GPU and only shows when a step is shorter than it.
+//! - Host-tier copies count here for the store-on-evict tier only (its loads precede the compute
+//!   that reads them, its stores run beside it); the native tier's copies run on their own
+//!   streams and are timed apart ([`super::host_tier::transfer`]).
 //!
 //! Where it is wrong: no kernel reaches the datasheet peaks it uses for weights and FLOPs (real
 //! decode reads weights at ~85-90% of HBM bandwidth, prefill GEMMs at ~50-70% of peak), so absolute
@@ -112,7 +115,8 @@ pub struct StepModel {
     pub overlap_cpu: bool,
     /// Host link for swap preemption, GB/s (per GPU, each moving its shard).
     pub swap_gbps: Option<f64>,
-    /// Host link for the KV host tier, GB/s per GPU (see [`StepModel::step_seconds`]).
+    /// Host link for the KV host tier, GB/s per GPU (store-on-evict copies count in
+    /// [`StepModel::step_seconds`]; the native tier times its own, [`super::host_tier::transfer`]).
     pub offload_gbps: Option<f64>,
 }
 
@@ -144,8 +148,8 @@ impl StepModel {
         let swap = self.swap_gbps.map_or(0.0, |g| {
             (plan.swap_in_tokens + plan.swap_out_tokens) as f64 * kv_per_token / (g * 1e9)
         });
-        // Host tier: blocks loaded for admissions precede the compute that reads them; evicted
-        // blocks are copied out by the copy engine while the step computes.
+        // Store-on-evict tier: blocks loaded for admissions precede the compute that reads them;
+        // evicted blocks are copied out by the copy engine while the step computes.
         let (load, store) = self.offload_gbps.map_or((0.0, 0.0), |g| {
             let per_token = kv_per_token / (g * 1e9);
             (
