@@ -436,7 +436,7 @@ mod tests {
     #[test]
     fn csv_errors_name_the_line() {
         let cases = [
-            ("0,1\n1,x\n", 2, "size `x`"),
+            ("0,1\n1,x\n", 2, "size \"x\""),
             ("0,1\n\n1,-2\n", 3, "size must be"),
             ("0,1,2,3\n", 1, "fields"),
             ("0,1,gold\n", 1, "class"),

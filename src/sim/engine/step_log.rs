@@ -94,11 +94,52 @@ impl StepRecord {
     pub fn parse_line(line: &str) -> Result<StepRecord, String> {
         serde_json::from_str(line).map_err(|e| e.to_string())
     }
+
+    /// A step in which nothing happened: nothing scheduled, preempted, finished, hit, loaded or
+    /// stored.
+    pub fn is_idle(&self) -> bool {
+        self.scheduled.is_empty()
+            && self.preempted.is_empty()
+            && self.finished.is_empty()
+            && self.prefix_hit_tokens.is_empty()
+            && self.kv_load_tokens.is_empty()
+            && self.kv_store_chunks.is_empty()
+    }
+}
+
+/// A log of every step (vLLM's) as the simulator logs it under a step clock: of each spell of
+/// idle steps, only the first and the last (`Engine::skip_idle_steps_to`).
+pub fn without_idle_interiors(log: Vec<StepRecord>) -> Vec<StepRecord> {
+    let idle = |i: usize| log.get(i).is_some_and(StepRecord::is_idle);
+    let keep: Vec<bool> = (0..log.len())
+        .map(|i| !(i > 0 && idle(i - 1) && idle(i) && idle(i + 1)))
+        .collect();
+    log.into_iter()
+        .zip(keep)
+        .filter_map(|(r, k)| k.then_some(r))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_spell_keeps_its_first_and_last_steps() {
+        let rec = |step: u64, busy: bool| StepRecord {
+            step,
+            time: step as f64,
+            scheduled: Ordered(if busy { vec![("a".into(), 1)] } else { vec![] }),
+            ..Default::default()
+        };
+        let busy = [
+            true, false, false, false, false, true, false, false, true, false,
+        ];
+        let log: Vec<StepRecord> = (0..busy.len()).map(|i| rec(i as u64, busy[i])).collect();
+        let steps: Vec<u64> = without_idle_interiors(log).iter().map(|r| r.step).collect();
+        // 1..=4 keep 1 and 4; 6, 7 are a spell of two; the last idle step ends the log.
+        assert_eq!(steps, [0, 1, 4, 5, 6, 7, 8, 9]);
+    }
 
     #[test]
     fn round_trips_in_order_with_integer_times() {

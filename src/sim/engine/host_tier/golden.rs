@@ -4,7 +4,7 @@
 //! every copy in the next step's output, the rule the simulator's step clock follows).
 
 use super::OffloadMode;
-use crate::sim::engine::step_log::StepRecord;
+use crate::sim::engine::step_log::{without_idle_interiors, StepRecord};
 use crate::sim::engine::{step_records, CpuOffload, EngineConfig, OffloadScope};
 use crate::workload::scenario::parse_scenario;
 use std::path::{Path, PathBuf};
@@ -66,6 +66,7 @@ fn native_offloading_equals_vllm_step_for_step() {
             .lines()
             .map(|l| StepRecord::parse_line(l).unwrap())
             .collect();
+        let golden = without_idle_interiors(golden);
         let first_diff = (0..golden.len().max(ours.len())).find(|&i| golden.get(i) != ours.get(i));
         if let Some(i) = first_diff {
             let line =
