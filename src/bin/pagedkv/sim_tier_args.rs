@@ -202,7 +202,8 @@ pub fn resolve(
             "PCIe 5.0 ×16 per direction, an assumption (measure with pagedkv swap)".into(),
         ),
         Some(s) => match s.parse::<f64>() {
-            Ok(g) => (g, "--offload-bandwidth".to_string()),
+            Ok(g) if g.is_finite() && g > 0.0 => (g, "--offload-bandwidth".to_string()),
+            Ok(g) => return Err(format!("--offload-bandwidth must be > 0 GB/s, got {g}")),
             Err(_) => swap_file_gbps(Path::new(s), block_size)?,
         },
     };

@@ -258,14 +258,15 @@ impl EngineConfig {
         self.validate()
     }
 
-    /// Checks what the engine relies on; the message names vLLM's flag.
+    /// Checks what the engine relies on; a message names the setting as vLLM's config does (the
+    /// scenario file's key; the command line's flag is the same name with dashes).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError(m));
         for (name, v) in [
-            ("--block-size", self.block_size),
-            ("--max-num-seqs", self.max_num_seqs),
-            ("--max-num-batched-tokens", self.max_num_batched_tokens),
-            ("--max-model-len", self.max_model_len),
+            ("block_size", self.block_size),
+            ("max_num_seqs", self.max_num_seqs),
+            ("max_num_batched_tokens", self.max_num_batched_tokens),
+            ("max_model_len", self.max_model_len),
         ] {
             if v == 0 {
                 return bad(format!("{name} must be at least 1"));
@@ -293,7 +294,7 @@ impl EngineConfig {
         }
         if !(0.0..1.0).contains(&self.watermark) {
             return bad(format!(
-                "--watermark must be in [0, 1), got {}",
+                "watermark must be in [0, 1), got {}",
                 self.watermark
             ));
         }
@@ -321,7 +322,7 @@ impl EngineConfig {
             }
             if !(o.gbps.is_finite() && o.gbps > 0.0) {
                 return bad(format!(
-                    "--offload-bandwidth must be > 0 GB/s, got {}",
+                    "the host link's bandwidth must be > 0 GB/s, got {}",
                     o.gbps
                 ));
             }
@@ -329,18 +330,18 @@ impl EngineConfig {
                 OffloadMode::Native => {
                     if TierPolicy::of(o.policy).is_none() {
                         return bad(format!(
-                            "the native host tier evicts by vLLM's lru or arc, not {} (other policies: --cpu-offload-mode store-on-evict)",
+                            "the native host tier evicts by vLLM's lru or arc, not {} (other policies: the store-on-evict tier)",
                             o.policy
                         ));
                     }
                     if matches!(self.preemption, Preemption::Swap { .. }) {
-                        return bad("swap preemption and the native host tier both model a host copy of KV; use one, or --cpu-offload-mode store-on-evict".into());
+                        return bad("swap preemption and the native host tier both model a host copy of KV; use one, or the store-on-evict tier".into());
                     }
                 }
                 OffloadMode::StoreOnEvict => {
                     if o.policy == crate::sim::cache::Policy::Opt {
                         return bad(format!(
-                            "--cpu-offload-policy opt needs the future; use one of {}",
+                            "the host tier cannot evict by opt, which needs the future; use one of {}",
                             evict_policy_names()
                         ));
                     }
@@ -372,7 +373,7 @@ impl EngineConfig {
         }
         if !self.enable_chunked_prefill && self.max_num_batched_tokens < self.max_model_len {
             return bad(format!(
-                "vLLM refuses max_num_batched_tokens ({}) below max_model_len ({}) without chunked prefill (raise the budget, lower --max-model-len, or enable chunked prefill)",
+                "vLLM refuses max_num_batched_tokens ({}) below max_model_len ({}) without chunked prefill (raise the budget, lower max_model_len, or enable chunked prefill)",
                 self.max_num_batched_tokens, self.max_model_len
             ));
         }

@@ -104,7 +104,7 @@ impl RunSettings {
             )
             .ok_or_else(|| {
                 super::config::ConfigError(format!(
-                    "{}'s weights leave no KV pool on {} × {} at gpu_memory_utilization {} (use --tp or --num-gpu-blocks-override)",
+                    "{}'s weights leave no KV pool on {} × {} at gpu_memory_utilization {} (raise tensor_parallel_size or set num_gpu_blocks_override)",
                     self.model.name, self.tp, self.gpu.name, self.gpu_memory_utilization
                 ))
             })?,
