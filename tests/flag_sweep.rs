@@ -6,7 +6,7 @@
 //!
 //! Cost: about 1,000 runs of a few tens of milliseconds, on every core: 10-20 s of CPU. The
 //! hardware commands (attention, swap, sleep-wake, sweep, the labs) take seconds a run even when
-//! small and are left to their own tests; `sim cluster` joins when its rewrite lands.
+//! small and are left to their own tests.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 /// A command and the arguments that keep one run of it small.
 const COMMANDS: &[(&[&str], &[&str])] = &[
     (&["sim", "engine"], &["--poisson", "2", "--requests", "10"]),
+    (
+        &["sim", "cluster"],
+        &["--poisson", "2", "--requests", "10", "--replicas", "2"],
+    ),
     (&["sim", "sched"], &["--jobs", "100"]),
     (
         &["sim", "cache"],

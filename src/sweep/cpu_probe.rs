@@ -17,7 +17,9 @@ use super::attention_probe::cpu_attention_gbps;
 use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cpu::pages::{HostBuf, Pages};
-use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
+use crate::device::cpu::stream::{
+    limit_bytes, llc_override, sysfs_last_level_cache_bytes, MemoryProbe, LLC_ENV, LLC_MULTIPLE,
+};
 use crate::kv::{BlockTable, Dtype, Fp8E4m3, Fp8E5m2, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use crate::timing::median_secs;
 use half::{bf16, f16};
@@ -165,6 +167,14 @@ impl BandwidthProbe for CpuProbe {
                 "{} probe: {:.0}% of the K pool's resident memory in huge pages",
                 self.pages.label(),
                 100.0 * share
+            ));
+        }
+        if let (Ok(Some(llc)), sysfs) = (llc_override(), sysfs_last_level_cache_bytes()) {
+            notes.push(format!(
+                "{LLC_ENV} sets the last-level cache to {} KiB (sysfs: {}): limits and gathers \
+                 over less than 4x the real cache may be served from it",
+                llc >> 10,
+                sysfs.map_or("not given".into(), |b| format!("{} KiB", b >> 10))
             ));
         }
         let floor = limit_bytes(1);

@@ -190,6 +190,11 @@ fn main() -> ExitCode {
             return ExitCode::from(e.exit_code().clamp(0, 255) as u8);
         }
     };
+    // Settings read from the environment are input too: refused before any command starts.
+    if let Err(e) = pagedkv::device::cpu::stream::llc_override() {
+        eprintln!("pagedkv: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Info(args) => info::run(args),
         Command::Attention(args) => attention::run(args),

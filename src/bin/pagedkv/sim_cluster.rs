@@ -52,6 +52,7 @@ pub struct Args {
     /// preemptions (one run only).
     #[arg(long)]
     request_log: Option<PathBuf>,
+    /// Print the report as JSON (one object, every router's run) instead of the table.
     #[arg(long)]
     json: bool,
     /// Write cluster.json and SVG plots (load per replica over time, hit ratio per router).

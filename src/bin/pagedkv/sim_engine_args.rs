@@ -75,20 +75,30 @@ pub struct EngineArgs {
     /// size [default: what the GPU's memory leaves after the weights].
     #[arg(long, value_parser = count(0..))]
     pub num_gpu_blocks_override: Option<usize>,
+    /// vLLM's --gpu-memory-utilization: the GPU memory's share for weights, activations and the
+    /// KV pool [default: the preset's].
     #[arg(long)]
     pub gpu_memory_utilization: Option<f64>,
+    /// vLLM's --max-num-seqs: requests running at once [default: the preset's].
     #[arg(long, value_parser = count(0..))]
     pub max_num_seqs: Option<usize>,
+    /// vLLM's --max-num-batched-tokens: tokens scheduled in one step [default: the preset's].
     #[arg(long, value_parser = count(0..))]
     pub max_num_batched_tokens: Option<usize>,
+    /// vLLM's --enable-prefix-caching [default: the preset's, on in vLLM 0.33].
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     pub enable_prefix_caching: bool,
+    /// vLLM's --no-enable-prefix-caching.
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
+    /// vLLM's --enable-chunked-prefill [default: the preset's, on in vLLM 0.33].
     #[arg(long, overrides_with = "no_enable_chunked_prefill")]
     pub enable_chunked_prefill: bool,
+    /// vLLM's --no-enable-chunked-prefill.
     #[arg(long)]
     pub no_enable_chunked_prefill: bool,
+    /// vLLM's --long-prefill-token-threshold: the most prompt tokens one request is scheduled in
+    /// a step (0: no limit) [default: the preset's].
     #[arg(long, value_parser = count(0..))]
     pub long_prefill_token_threshold: Option<usize>,
     /// fcfs, priority (vLLM's); sjf, srpt, aging (beyond vLLM).

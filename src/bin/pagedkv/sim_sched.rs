@@ -96,12 +96,6 @@ enum ArgError {
     JobCount(usize),
     #[error("--out sweeps the load of a generated workload; it cannot be used with --jobs-file")]
     OutWithFile,
-    #[error("{what} {value} would take about {events:.1e} events to simulate; raise it")]
-    TooFine {
-        what: &'static str,
-        value: f64,
-        events: f64,
-    },
     #[error("cannot read jobs file {path}: {err}")]
     Read { path: String, err: std::io::Error },
 }
@@ -177,7 +171,10 @@ pub fn run(args: Args) -> CmdResult {
             )
         }
     };
-    check_event_count(&args, &jobs)?;
+    // Refused before any policy runs, not after the first ones have printed.
+    for &kind in &args.policy {
+        pagedkv::sim::sched::check_event_count(&jobs, kind, &args.params())?;
+    }
     let measured_load = offered_load(&jobs);
     if args.jobs_file.is_some() && measured_load >= 1.0 {
         eprintln!(
@@ -220,38 +217,6 @@ pub fn run(args: Args) -> CmdResult {
     }
     if let Some(dir) = &args.out {
         outln!("plot: {}", dir.join(PLOT_FILE).display())?;
-    }
-    Ok(())
-}
-
-/// Refuses quanta and boost periods so fine that the run would not finish in reasonable time.
-fn check_event_count(args: &Args, jobs: &[Job]) -> Result<(), ArgError> {
-    const LIMIT: f64 = 2e9;
-    let sliced = args
-        .policy
-        .iter()
-        .any(|k| matches!(k, PolicyKind::Rr | PolicyKind::Mlfq));
-    let work: f64 = jobs.iter().map(|j| j.size).sum();
-    let slices = work / args.quantum;
-    if sliced && slices > LIMIT {
-        return Err(ArgError::TooFine {
-            what: "--quantum",
-            value: args.quantum,
-            events: slices,
-        });
-    }
-    let span = jobs.last().map_or(0.0, |j| j.arrival) + work;
-    if let Some(boost) = args
-        .boost
-        .filter(|_| args.policy.contains(&PolicyKind::Mlfq))
-    {
-        if span / boost > LIMIT {
-            return Err(ArgError::TooFine {
-                what: "--boost",
-                value: boost,
-                events: span / boost,
-            });
-        }
     }
     Ok(())
 }

@@ -34,9 +34,41 @@ const FALLBACK_LLC: usize = 64 << 20;
 /// Bytes per parallel task: one huge page, so a task never leaves its page.
 const PIECE: usize = 2 << 20;
 
+/// Sets the last-level cache size the limits assume, in sysfs's format (`32M`, `512K`), instead
+/// of what sysfs says: a VM's share of a large host cache, or runs that check a report's shape and
+/// not the memory's speed (the CLI tests: over 4x a 480 MiB cache, each limit costs seconds).
+pub const LLC_ENV: &str = "PAGEDKV_LLC";
+/// The largest override taken: no cache is larger, and the limits' buffer is four times it.
+const MAX_LLC_OVERRIDE: usize = 4 << 30;
+
+/// The cache size [`LLC_ENV`] sets: `None` when unset, an error naming it when it is not a size
+/// from 1 byte to 4G. The CLI checks it before any command runs.
+pub fn llc_override() -> Result<Option<usize>, String> {
+    let text = match std::env::var(LLC_ENV) {
+        Err(std::env::VarError::NotPresent) => return Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => String::new(),
+        Ok(text) => text,
+    };
+    match parse_cache_size(&text) {
+        Some(n) if (1..=MAX_LLC_OVERRIDE).contains(&n) => Ok(Some(n)),
+        _ => Err(format!(
+            "{LLC_ENV} must be a cache size from 1 to 4G as sysfs writes them (32M, 512K), got '{}'",
+            crate::quote::clip(&text)
+        )),
+    }
+}
+
+/// The last-level cache the limits assume: [`LLC_ENV`]'s when set (and valid), else sysfs's.
+pub fn last_level_cache_bytes() -> Option<usize> {
+    llc_override()
+        .ok()
+        .flatten()
+        .or_else(sysfs_last_level_cache_bytes)
+}
+
 /// The largest data or unified cache of CPU 0 (bytes), from
 /// /sys/devices/system/cpu/cpu0/cache/index*/{type,size}; `None` when sysfs does not say.
-pub fn last_level_cache_bytes() -> Option<usize> {
+pub fn sysfs_last_level_cache_bytes() -> Option<usize> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
     dir.filter_map(|entry| {
         let path = entry.ok()?.path();
@@ -57,20 +89,22 @@ fn parse_cache_size(text: &str) -> Option<usize> {
         None => (text, ""),
     };
     let n: usize = digits.parse().ok()?;
-    match unit {
-        "" => Some(n),
-        "K" => Some(n << 10),
-        "M" => Some(n << 20),
-        "G" => Some(n << 30),
-        _ => None,
-    }
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
 }
 
 /// The bytes the limits are measured over for a measurement of `bytes`: at least
 /// [`LLC_MULTIPLE`] times the last-level cache, in whole pieces.
 pub fn limit_bytes(bytes: usize) -> usize {
     let llc = last_level_cache_bytes().unwrap_or(FALLBACK_LLC);
-    bytes.max(LLC_MULTIPLE * llc).div_ceil(2 * PIECE) * 2 * PIECE
+    let pieces = bytes.max(LLC_MULTIPLE * llc).div_ceil(2 * PIECE);
+    pieces.min(usize::MAX / (2 * PIECE)) * 2 * PIECE
 }
 
 /// One buffer, populated with huge pages where possible, that the limits are measured over.
@@ -278,11 +312,17 @@ mod tests {
         assert_eq!(parse_cache_size("1M"), Some(1 << 20));
         assert_eq!(parse_cache_size("512"), Some(512));
         assert_eq!(parse_cache_size("big"), None);
+        assert_eq!(parse_cache_size("99999999999999999999G"), None);
+        assert_eq!(parse_cache_size("18446744073709551615G"), None);
         if let Some(llc) = last_level_cache_bytes() {
             assert!(llc >= 1 << 10, "{llc}");
             assert!(limit_bytes(1) >= LLC_MULTIPLE * llc);
         }
         assert_eq!(limit_bytes(1 << 40), 1 << 40);
+        assert_eq!(
+            limit_bytes(usize::MAX),
+            usize::MAX / (2 * PIECE) * 2 * PIECE
+        );
     }
 
     #[test]

@@ -99,6 +99,44 @@ pub enum SchedError {
     NoJobs,
     #[error("the simulated time passes f64's largest value (1.8e308): arrivals, sizes and switch costs add up beyond it; choose smaller ones")]
     TimeOverflow,
+    #[error("{what} {value} would take about {events:.1e} events to simulate (at most {MAX_EVENTS:.0e}); raise it")]
+    TooFine {
+        what: &'static str,
+        value: f64,
+        events: f64,
+    },
+}
+
+/// The most time slices or boosts a run may take: a few minutes of simulation.
+pub const MAX_EVENTS: f64 = 2e9;
+
+/// Refuses a quantum (round-robin, MLFQ) or an MLFQ boost period so fine for `jobs` that the run
+/// would not end in reasonable time; other policies take one event per arrival and completion.
+pub fn check_event_count(
+    jobs: &[Job],
+    kind: PolicyKind,
+    p: &SchedParams,
+) -> Result<(), SchedError> {
+    let work: f64 = jobs.iter().map(|j| j.size).sum();
+    let slices = work / p.quantum;
+    if matches!(kind, PolicyKind::Rr | PolicyKind::Mlfq) && slices > MAX_EVENTS {
+        return Err(SchedError::TooFine {
+            what: "quantum",
+            value: p.quantum,
+            events: slices,
+        });
+    }
+    let span = jobs.last().map_or(0.0, |j| j.arrival) + work;
+    match p.boost {
+        Some(boost) if kind == PolicyKind::Mlfq && span / boost > MAX_EVENTS => {
+            Err(SchedError::TooFine {
+                what: "boost period",
+                value: boost,
+                events: span / boost,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 impl SchedParams {
@@ -186,6 +224,7 @@ pub fn predicted_sizes(jobs: &[Job], sigma: f64, seed: u64) -> Vec<f64> {
 pub fn trace_policy(jobs: &[Job], kind: PolicyKind, p: &SchedParams) -> Result<Trace, SchedError> {
     p.validate()?;
     validate_jobs(jobs)?;
+    check_event_count(jobs, kind, p)?;
     let c = p.switch_cost;
     match kind {
         PolicyKind::Fcfs => simulate(jobs, Fcfs::default(), c),
@@ -258,4 +297,59 @@ pub fn run_policy(
         switches: trace.switches,
         per_class,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jobs(n: usize, size: f64) -> Vec<Job> {
+        (0..n)
+            .map(|i| Job {
+                arrival: i as f64,
+                size,
+                class: Class::Interactive,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_quantum_or_boost_too_fine_for_the_work_is_refused_before_the_run() {
+        // 1000 units of work in slices of 1e-7: 1e10 slices, above the 2e9 bound.
+        let work = jobs(1000, 1.0);
+        let fine = SchedParams {
+            quantum: 1e-7,
+            ..SchedParams::default()
+        };
+        for kind in [PolicyKind::Rr, PolicyKind::Mlfq] {
+            match trace_policy(&work, kind, &fine) {
+                Err(SchedError::TooFine { what, events, .. }) => {
+                    assert_eq!(what, "quantum");
+                    assert!((events - 1e10).abs() < 1.0, "{events}");
+                }
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        // Policies that never slice run with the same quantum (one event per arrival and end).
+        assert!(trace_policy(&work, PolicyKind::Fcfs, &fine).is_ok());
+        // A boost every 1e-7 over a span of 999 + 1000: refused for MLFQ only.
+        let boosted = SchedParams {
+            boost: Some(1e-7),
+            ..SchedParams::default()
+        };
+        assert!(matches!(
+            trace_policy(&work, PolicyKind::Mlfq, &boosted),
+            Err(SchedError::TooFine {
+                what: "boost period",
+                ..
+            })
+        ));
+        assert!(trace_policy(&work, PolicyKind::Rr, &boosted).is_ok());
+        // Just under the bound: passes the check (not run here).
+        let at = SchedParams {
+            quantum: 1000.0 / MAX_EVENTS * (1.0 + 1e-9),
+            ..SchedParams::default()
+        };
+        assert_eq!(check_event_count(&work, PolicyKind::Rr, &at), Ok(()));
+    }
 }
