@@ -542,3 +542,26 @@ fn a_last_level_cache_setting_that_is_not_a_size_is_refused_before_any_command()
     );
     assert!(notes.contains("limits over 4 MiB"), "{notes}");
 }
+
+#[test]
+fn a_sweep_without_bandwidth_probes_does_not_ask_for_their_memory() {
+    // Was: refused in 2 GiB for the probes' buffers (4x the last-level cache and more) that
+    // --no-bandwidth never maps.
+    let out = pagedkv_limited(&[
+        "sweep",
+        "--no-bandwidth",
+        "--no-end-to-end",
+        "--requests",
+        "50",
+        "--json",
+    ]);
+    let v = cli::json(&out);
+    assert_eq!(v["basis"], "throughput proxy");
+    // With the probes, a pool beyond the limit is refused before any probe runs, naming it.
+    let out = pagedkv_limited(&["sweep", "--probe-mib", "4096", "--no-end-to-end"]);
+    let err = own_error(&out);
+    assert!(
+        err.contains("the CPU bandwidth probe of 4 GiB needs"),
+        "{err}"
+    );
+}

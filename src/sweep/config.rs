@@ -325,14 +325,9 @@ impl SweepConfig {
         requests: &[Request],
         gpu: bool,
     ) -> Result<ProbeOptions, SweepError> {
-        let cpu_floor_mib = || crate::device::cpu::stream::limit_bytes(1) >> 20;
-        let probe_mib = match (self.probe_mib, gpu, self.quick) {
-            (Some(mib), _, _) => mib,
-            (None, false, true) => cpu_floor_mib().max(64),
-            (None, false, false) => cpu_floor_mib().max(256),
-            (None, true, true) => 512,
-            (None, true, false) => 2048,
-        };
+        let probe_mib = self
+            .probe_mib
+            .unwrap_or_else(|| self.default_probe_mib(gpu));
         let reps = self.reps.unwrap_or(DEFAULT_REPS);
         let rounds = self.rounds.unwrap_or(DEFAULT_ROUNDS);
         if probe_mib == 0 || probe_mib > 65_536 || reps == 0 || reps > 1000 {
@@ -345,14 +340,6 @@ impl SweepConfig {
         }
         let token_bytes = m.kv_heads * m.head_dim * m.dtype.bytes();
         super::bandwidth::check_pool_size(probe_mib << 20, token_bytes)?;
-        if !gpu {
-            let what = format!(
-                "the CPU bandwidth probe of {}",
-                crate::host_memory::bytes((probe_mib as u64) << 20)
-            );
-            crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(probe_mib << 20), &what)
-                .map_err(|e| invalid(e.to_string()))?;
-        }
         Ok(ProbeOptions {
             pool_bytes: probe_mib << 20,
             reps,
@@ -361,6 +348,32 @@ impl SweepConfig {
             seed: self.seed,
             attention: self.attention_batch(m, requests, gpu)?,
         })
+    }
+
+    /// Refuses, before anything runs, a CPU probe whose buffers (see
+    /// [`super::cpu_probe::host_bytes`]) exceed the memory this host has available; nothing to
+    /// check on a GPU or without bandwidth probes.
+    pub fn check_probe_fits(&self, opts: &ProbeOptions, gpu: bool) -> Result<(), SweepError> {
+        if gpu || !self.bandwidth {
+            return Ok(());
+        }
+        let what = format!(
+            "the CPU bandwidth probe of {}",
+            crate::host_memory::bytes(opts.pool_bytes as u64)
+        );
+        crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(opts.pool_bytes), &what)
+            .map_err(|e| invalid(e.to_string()))
+    }
+
+    /// The probe pool without `--probe-mib` (MiB): see [`Self::probe_options`].
+    pub fn default_probe_mib(&self, gpu: bool) -> usize {
+        let cpu_floor_mib = || crate::device::cpu::stream::limit_bytes(1) >> 20;
+        match (gpu, self.quick) {
+            (false, true) => cpu_floor_mib().max(64),
+            (false, false) => cpu_floor_mib().max(256),
+            (true, true) => 512,
+            (true, false) => 2048,
+        }
     }
 
     /// Attention's decode batch (`None` without attention): a fixed context, or the workload's
@@ -520,9 +533,10 @@ mod tests {
         let gpu = c.probe_options(&m, &requests, true).unwrap();
         assert_eq!(gpu.pool_bytes, 512 << 20);
         assert_eq!(gpu.attention.unwrap().lens, vec![2048; 32]);
-        let cpu = c.probe_options(&m, &requests, false).unwrap();
-        assert!(cpu.pool_bytes >= 64 << 20);
-        assert_eq!(cpu.attention.unwrap().lens, vec![1024; 4]);
+        // The CPU's defaults (not built: whether they fit depends on this machine's free memory).
+        assert!(c.default_probe_mib(false) >= 64);
+        let a = c.attention_batch(&m, &requests, false).unwrap().unwrap();
+        assert_eq!(a.lens, vec![1024; 4]);
         // The workload's contexts, capped, at least one token each.
         c.attention_trace_context = true;
         c.attention_context = Some(1000);

@@ -73,6 +73,7 @@ impl SweepPlan {
         let window = config.capacity_requests()?;
         let device = Device::detect(config.device)?;
         let opts = config.probe_options(&m, &requests, device.is_cuda())?;
+        config.check_probe_fits(&opts, device.is_cuda())?;
         Ok(SweepPlan {
             config: config.clone(),
             m,
