@@ -39,6 +39,18 @@ pub enum Isa {
     Avx512,
 }
 
+/// Whether this CPU runs the AVX2 kernels (AVX2, FMA, F16C).
+#[cfg(target_arch = "x86_64")]
+pub fn avx2_available() -> bool {
+    avx2::available()
+}
+
+/// Whether this CPU runs the AVX-512 kernels (F, BW, VL, with AVX2's).
+#[cfg(target_arch = "x86_64")]
+pub fn avx512_available() -> bool {
+    avx512::available()
+}
+
 /// A group of query heads in runs of 4, 2 and 1 (`(first head, heads)`): four heads' score
 /// accumulators fill the registers with two rows; more heads read each row again, from L1.
 pub fn group_runs(group: usize) -> impl Iterator<Item = (usize, usize)> {
