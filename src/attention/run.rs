@@ -2,10 +2,12 @@
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
 use super::problem::{describe, host_bytes};
+use super::roofline::{attention_lane_fmas, Roofline};
 use super::{
     attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
     ProblemOptions, SplitPlan,
 };
+use crate::device::cpu::fma::FmaLimit;
 use crate::device::{cpu, Device, DeviceError, Limits};
 use crate::host_memory::{self, TooLarge};
 use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
@@ -135,6 +137,9 @@ pub struct AttentionReport {
     pub contiguous_frac_of_stream: f64,
     /// Paged time over contiguous time: what paging costs.
     pub paged_over_contiguous: f64,
+    /// The CPU's roofline: K and V at the stream limit, the FMAs at the FMA limit measured in
+    /// the same run (None on a GPU).
+    pub roofline: Option<Roofline>,
 }
 
 /// Measures a problem built from `lens` with q of `dtype` and K/V stored as `kv_dtype` (the same,
@@ -201,6 +206,8 @@ struct Timed<T> {
     paged_out: Vec<T>,
     contiguous_out: Vec<T>,
     limits: Limits,
+    /// The CPU's FMA limit, measured beside `limits` (None on a GPU).
+    fma: Option<FmaLimit>,
     plan: SplitPlan,
     copies: usize,
     /// Further engines on the same problem.
@@ -265,6 +272,11 @@ where
         .collect();
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
+    let total_tokens = p.lens.iter().map(|&l| l as usize).sum();
+    let roofline = timed.fma.map(|fma| {
+        let fmas = attention_lane_fmas(total_tokens, p.shape.num_heads, p.shape.head_dim);
+        Roofline::new(kv, timed.limits.stream_gbps, fmas, fma, timed.paged_s * 1e6)
+    });
     Ok(AttentionReport {
         device: device.name(),
         engine: timed.engine,
@@ -281,7 +293,7 @@ where
         head_dim: p.shape.head_dim,
         block_size: p.spec.block_size,
         max_context: p.max_len,
-        total_tokens: p.lens.iter().map(|&l| l as usize).sum(),
+        total_tokens,
         partitions: timed.plan.num_partitions,
         partition_size: timed.plan.partition_size,
         copies_rotated: timed.copies,
@@ -299,6 +311,7 @@ where
         paged_frac_of_copy: paged_gbps / timed.limits.copy_gbps,
         contiguous_frac_of_stream: contiguous_gbps / timed.limits.stream_gbps,
         paged_over_contiguous: timed.paged_s / timed.contiguous_s,
+        roofline,
     })
 }
 
@@ -332,6 +345,9 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         0,
         || cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
     )?;
+    let fma = phase(progress, "attention: measuring the FMA limit", 0, || {
+        cpu::fma::fma_limit(cpu::stream::MIN_PASSES)
+    });
     Ok(Timed {
         engine: None,
         paged_s,
@@ -339,6 +355,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         paged_out,
         contiguous_out,
         limits,
+        fma: Some(fma),
         // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
@@ -379,6 +396,7 @@ where
         paged_out: main.paged.1,
         contiguous_out: main.contiguous.1,
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
+        fma: None,
         plan,
         copies,
         others: runs.collect(),
