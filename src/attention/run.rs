@@ -15,7 +15,7 @@ use crate::launch::attention::{dispatched, has_instance};
 use crate::launch::{Engine, Layout};
 use crate::progress::{phase, Progress};
 use crate::stats::median;
-use crate::timing::median_secs;
+use crate::timing::timed;
 use half::{bf16, f16};
 use serde::Serialize;
 use thiserror::Error;
@@ -323,22 +323,30 @@ fn run_cpu<T: KvElem, KV: KvElem>(
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
-    // One warm-up run and the timed runs of each layout.
-    let runs = 1 + opts.iters.max(1) as u64;
-    let time = |what: &str, layout: Layout, out: &mut [T]| {
-        phase(progress, what, runs, || {
-            median_secs(1, opts.iters, || {
-                p.attend_cpu(layout, out);
-                progress.advance(1);
-            })
-        })
-    };
-    let paged_s = time("attention: paged runs", Layout::Paged, &mut paged_out);
-    let contiguous_s = time(
-        "attention: contiguous runs",
-        Layout::Contiguous,
-        &mut contiguous_out,
+    // One warm-up run of each layout, then the timed runs in turns: a spell of other work on a
+    // shared machine slows both layouts alike, so their ratio holds where their times do not.
+    let iters = opts.iters.max(1);
+    let (mut paged, mut contiguous) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    phase(
+        progress,
+        "attention: paged and contiguous runs, in turns",
+        2 * (1 + iters) as u64,
+        || {
+            for i in 0..=iters {
+                for (layout, out, times) in [
+                    (Layout::Paged, &mut paged_out, &mut paged),
+                    (Layout::Contiguous, &mut contiguous_out, &mut contiguous),
+                ] {
+                    let (_, d) = timed(|| p.attend_cpu(layout, out));
+                    if i > 0 {
+                        times.push(d.as_secs_f64());
+                    }
+                    progress.advance(1);
+                }
+            }
+        },
     );
+    let (paged_s, contiguous_s) = (median(&paged), median(&contiguous));
     let limits = phase(
         progress,
         "attention: measuring the memory limits",
