@@ -2,7 +2,7 @@
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
 use super::problem::{describe, host_bytes};
-use super::roofline::{attention_lane_fmas, Roofline};
+use super::roofline::{attention_lane_fmas, in_cache_secs_per_token, Roofline};
 use super::{
     attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
     ProblemOptions, SplitPlan,
@@ -30,6 +30,8 @@ pub enum RunError {
     Memory(#[from] std::io::Error),
     #[error(transparent)]
     TooLarge(#[from] TooLarge),
+    #[error(transparent)]
+    InCache(#[from] super::roofline::InCacheError),
     #[error(
         "q in {0} with K and V in {1}: K/V are stored as q is, or in fp8 with q in f16 or bf16"
     )]
@@ -206,8 +208,9 @@ struct Timed<T> {
     paged_out: Vec<T>,
     contiguous_out: Vec<T>,
     limits: Limits,
-    /// The CPU's FMA limit, measured beside `limits` (None on a GPU).
-    fma: Option<FmaLimit>,
+    /// The CPU's FMA limit and the paged kernel's seconds per token with K and V in cache,
+    /// measured beside `limits` (None on a GPU).
+    compute: Option<(FmaLimit, f64)>,
     plan: SplitPlan,
     copies: usize,
     /// Further engines on the same problem.
@@ -273,9 +276,11 @@ where
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
     let total_tokens = p.lens.iter().map(|&l| l as usize).sum();
-    let roofline = timed.fma.map(|fma| {
+    let roofline = timed.compute.map(|(fma, token_s)| {
         let fmas = attention_lane_fmas(total_tokens, p.shape.num_heads, p.shape.head_dim);
-        Roofline::new(kv, timed.limits.stream_gbps, fmas, fma, timed.paged_s * 1e6)
+        let in_cache_us = token_s * total_tokens as f64 * 1e6;
+        let stream = timed.limits.stream_gbps;
+        Roofline::new(kv, stream, fmas, fma, in_cache_us, timed.paged_s * 1e6)
     });
     Ok(AttentionReport {
         device: device.name(),
@@ -356,6 +361,12 @@ fn run_cpu<T: KvElem, KV: KvElem>(
     let fma = phase(progress, "attention: measuring the FMA limit", 0, || {
         cpu::fma::fma_limit(cpu::stream::MIN_PASSES)
     });
+    let in_cache = phase(
+        progress,
+        "attention: the kernel with K and V in cache",
+        0,
+        || in_cache_secs_per_token(p, cpu::stream::MIN_PASSES),
+    )?;
     Ok(Timed {
         engine: None,
         paged_s,
@@ -363,7 +374,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         paged_out,
         contiguous_out,
         limits,
-        fma: Some(fma),
+        compute: Some((fma, in_cache)),
         // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
@@ -404,7 +415,7 @@ where
         paged_out: main.paged.1,
         contiguous_out: main.contiguous.1,
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
-        fma: None,
+        compute: None,
         plan,
         copies,
         others: runs.collect(),
