@@ -3,9 +3,12 @@
 //! the pool hold NaN, so reading past a sequence fails the check.
 
 use half::{bf16, f16};
-use pagedkv::attention::{attention_f64, relative_error, tolerance, AttentionShape, Problem};
+use pagedkv::attention::{
+    attention_f64, relative_error, tolerance, AttentionShape, Problem, ProblemOptions, Scales,
+};
 use pagedkv::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
-use pagedkv::kv::{Dtype, KvElem};
+use pagedkv::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
+use pagedkv::launch::Layout;
 use rand::{Rng, SeedableRng};
 
 fn check<T: KvElem>(
@@ -60,6 +63,31 @@ fn check<T: KvElem>(
     );
 }
 
+/// An fp8 cache (one scale per KV head) with f16 q: against the oracle over the values as stored
+/// (dequantised), so the bound is f16's, not the format's; paged and contiguous agree exactly.
+fn check_fp8<KV: KvElem>(shape: AttentionShape, block_size: usize, lens: &[usize], seed: u64) {
+    let opts = ProblemOptions {
+        scales: Scales::CalibratedPerHead,
+        ..ProblemOptions::default()
+    };
+    let p = Problem::<f16, KV>::with_options(shape, block_size, lens, seed, opts).unwrap();
+    let reference = attention_f64(&p);
+    let [mut paged, mut contiguous] = [0, 1].map(|_| vec![f16::from_f32(f32::NAN); p.q.len()]);
+    p.attend_cpu(Layout::Paged, &mut paged);
+    p.attend_cpu(Layout::Contiguous, &mut contiguous);
+    let e = relative_error(&paged, &reference);
+    assert!(
+        e <= tolerance(Dtype::F16),
+        "{:?} bs {block_size} lens {lens:?}: paged error {e}",
+        KV::DTYPE
+    );
+    assert_eq!(
+        bytemuck::cast_slice::<f16, u8>(&paged),
+        bytemuck::cast_slice::<f16, u8>(&contiguous),
+        "paged and contiguous differ"
+    );
+}
+
 fn random_case(rng: &mut impl Rng) -> (AttentionShape, usize, Vec<usize>) {
     let head_dim = [16, 64, 128, 256][rng.random_range(0..4)];
     let kv_heads = rng.random_range(1..=3);
@@ -87,6 +115,8 @@ fn every_dtype_and_block_size_matches_the_oracle() {
             check::<f16>(shape, 1 << log_bs, &lens, seed, tolerance(Dtype::F16));
             check::<bf16>(shape, 1 << log_bs, &lens, seed, tolerance(Dtype::Bf16));
             check::<f32>(shape, 1 << log_bs, &lens, seed, tolerance(Dtype::F32));
+            check_fp8::<Fp8E4m3>(shape, 1 << log_bs, &lens, seed);
+            check_fp8::<Fp8E5m2>(shape, 1 << log_bs, &lens, seed);
         }
     }
 }

@@ -2,10 +2,12 @@
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
 use super::problem::{describe, host_bytes};
+use super::roofline::{attention_lane_fmas, in_cache_secs_per_token, Roofline};
 use super::{
     attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
     ProblemOptions, SplitPlan,
 };
+use crate::device::cpu::fma::FmaLimit;
 use crate::device::{cpu, Device, DeviceError, Limits};
 use crate::host_memory::{self, TooLarge};
 use crate::kv::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
@@ -13,7 +15,7 @@ use crate::launch::attention::{dispatched, has_instance};
 use crate::launch::{Engine, Layout};
 use crate::progress::{phase, Progress};
 use crate::stats::median;
-use crate::timing::median_secs;
+use crate::timing::timed;
 use half::{bf16, f16};
 use serde::Serialize;
 use thiserror::Error;
@@ -28,6 +30,8 @@ pub enum RunError {
     Memory(#[from] std::io::Error),
     #[error(transparent)]
     TooLarge(#[from] TooLarge),
+    #[error(transparent)]
+    InCache(#[from] super::roofline::InCacheError),
     #[error(
         "q in {0} with K and V in {1}: K/V are stored as q is, or in fp8 with q in f16 or bf16"
     )]
@@ -135,6 +139,9 @@ pub struct AttentionReport {
     pub contiguous_frac_of_stream: f64,
     /// Paged time over contiguous time: what paging costs.
     pub paged_over_contiguous: f64,
+    /// The CPU's roofline: K and V at the stream limit, the FMAs at the FMA limit measured in
+    /// the same run (None on a GPU).
+    pub roofline: Option<Roofline>,
 }
 
 /// Measures a problem built from `lens` with q of `dtype` and K/V stored as `kv_dtype` (the same,
@@ -201,6 +208,9 @@ struct Timed<T> {
     paged_out: Vec<T>,
     contiguous_out: Vec<T>,
     limits: Limits,
+    /// The CPU's FMA limit and the paged kernel's seconds per token with K and V in cache,
+    /// measured beside `limits` (None on a GPU).
+    compute: Option<(FmaLimit, f64)>,
     plan: SplitPlan,
     copies: usize,
     /// Further engines on the same problem.
@@ -265,6 +275,13 @@ where
         .collect();
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
+    let total_tokens = p.lens.iter().map(|&l| l as usize).sum();
+    let roofline = timed.compute.map(|(fma, token_s)| {
+        let fmas = attention_lane_fmas(total_tokens, p.shape.num_heads, p.shape.head_dim);
+        let in_cache_us = token_s * total_tokens as f64 * 1e6;
+        let stream = timed.limits.stream_gbps;
+        Roofline::new(kv, stream, fmas, fma, in_cache_us, timed.paged_s * 1e6)
+    });
     Ok(AttentionReport {
         device: device.name(),
         engine: timed.engine,
@@ -281,7 +298,7 @@ where
         head_dim: p.shape.head_dim,
         block_size: p.spec.block_size,
         max_context: p.max_len,
-        total_tokens: p.lens.iter().map(|&l| l as usize).sum(),
+        total_tokens,
         partitions: timed.plan.num_partitions,
         partition_size: timed.plan.partition_size,
         copies_rotated: timed.copies,
@@ -299,6 +316,7 @@ where
         paged_frac_of_copy: paged_gbps / timed.limits.copy_gbps,
         contiguous_frac_of_stream: contiguous_gbps / timed.limits.stream_gbps,
         paged_over_contiguous: timed.paged_s / timed.contiguous_s,
+        roofline,
     })
 }
 
@@ -310,27 +328,44 @@ fn run_cpu<T: KvElem, KV: KvElem>(
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
-    // One warm-up run and the timed runs of each layout.
-    let runs = 1 + opts.iters.max(1) as u64;
-    let time = |what: &str, layout: Layout, out: &mut [T]| {
-        phase(progress, what, runs, || {
-            median_secs(1, opts.iters, || {
-                p.attend_cpu(layout, out);
-                progress.advance(1);
-            })
-        })
-    };
-    let paged_s = time("attention: paged runs", Layout::Paged, &mut paged_out);
-    let contiguous_s = time(
-        "attention: contiguous runs",
-        Layout::Contiguous,
-        &mut contiguous_out,
+    // One warm-up run of each layout, then the timed runs in turns: a spell of other work on a
+    // shared machine slows both layouts alike, so their ratio holds where their times do not.
+    let iters = opts.iters.max(1);
+    let (mut paged, mut contiguous) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
+    phase(
+        progress,
+        "attention: paged and contiguous runs, in turns",
+        2 * (1 + iters) as u64,
+        || {
+            for i in 0..=iters {
+                for (layout, out, times) in [
+                    (Layout::Paged, &mut paged_out, &mut paged),
+                    (Layout::Contiguous, &mut contiguous_out, &mut contiguous),
+                ] {
+                    let (_, d) = timed(|| p.attend_cpu(layout, out));
+                    if i > 0 {
+                        times.push(d.as_secs_f64());
+                    }
+                    progress.advance(1);
+                }
+            }
+        },
     );
+    let (paged_s, contiguous_s) = (median(&paged), median(&contiguous));
     let limits = phase(
         progress,
         "attention: measuring the memory limits",
         0,
         || cpu::stream::memory_limits(p.kv_bytes(), opts.iters),
+    )?;
+    let fma = phase(progress, "attention: measuring the FMA limit", 0, || {
+        cpu::fma::fma_limit(cpu::stream::MIN_PASSES)
+    });
+    let in_cache = phase(
+        progress,
+        "attention: the kernel with K and V in cache",
+        0,
+        || in_cache_secs_per_token(p, cpu::stream::MIN_PASSES),
     )?;
     Ok(Timed {
         engine: None,
@@ -339,6 +374,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         paged_out,
         contiguous_out,
         limits,
+        compute: Some((fma, in_cache)),
         // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
@@ -379,6 +415,7 @@ where
         paged_out: main.paged.1,
         contiguous_out: main.contiguous.1,
         limits: dev.memory_limits(p.kv_bytes(), opts.iters.max(3))?,
+        compute: None,
         plan,
         copies,
         others: runs.collect(),

@@ -296,6 +296,22 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
         r.stream_gbps,
         r.paged_over_contiguous
     )?;
+    if let Some(roof) = &r.roofline {
+        outln!(
+            "roofline: K/V at the read-only stream {:.1} us; {:.0} M lane-FMAs at the FMA limit \
+             ({:.1} G/s, {} threads x {} lanes) {:.1} us; the paged kernel with K/V in cache \
+             {:.1} us (all measured in this run): {} binds; paged time at {:.3} of the bound",
+            roof.memory_us,
+            roof.lane_fmas / 1e6,
+            roof.fma.lane_fmas_per_s / 1e9,
+            roof.fma.threads,
+            roof.fma.lanes,
+            roof.fma_us,
+            roof.in_cache_us,
+            roof.binds,
+            roof.paged_frac_of_bound
+        )?;
+    }
     if r.copies_rotated > 1 {
         outln!(
             "timed runs took turns over {} copies of the problem, so that they read memory, not the L2 cache",

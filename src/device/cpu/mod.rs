@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod cache_ops;
+pub mod fma;
 pub mod gather;
 pub mod pages;
 mod simd;

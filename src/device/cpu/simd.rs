@@ -1,15 +1,18 @@
-//! The inner loops of CPU attention and gathers, over rows of `hd` elements: the AVX2 + FMA + F16C
-//! kernels of [`avx2`] where the CPU has them and `hd` is a multiple of 8, portable loops otherwise.
-//! The choice is made once per call ([`Kernels::detect`]); both give the same results up to f32
-//! rounding, and a given choice is deterministic.
+//! The inner loops of CPU attention and gathers, over rows of `hd` elements: the AVX-512 kernels of
+//! [`avx512`] where the CPU has them and `hd` is a multiple of 16, the AVX2 + FMA + F16C kernels of
+//! [`avx2`] where `hd` is a multiple of 8, portable loops otherwise. The choice is made once per
+//! call ([`Kernels::detect`]); all give the same results up to f32 rounding, and a given choice is
+//! deterministic.
 //!
 //! Attention kernels work on one step (up to [`MAX_STEP_ROWS`] rows of one KV head) for a run of
 //! `g` query heads of its GQA group, `g` one of 1, 2, 4 ([`group_runs`]): each K and V row is
-//! loaded once for the run. Scores are laid out `[row][g]`, so the eight lanes of a vector hold
-//! `8 / g` rows of every head, and the lanes past the last row hold -inf (weight 0).
+//! loaded once for the run. Scores are laid out `[row][g]`, so the `L` lanes of a vector hold
+//! `L / g` rows of every head, and the lanes past the last row hold -inf (weight 0).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod prefetch;
 
 pub use prefetch::{Ahead, Span};
@@ -24,8 +27,28 @@ pub const SCORES_LEN: usize = MAX_STEP_ROWS * 4;
 /// The kernels chosen for one call, for rows of `hd` elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernels {
-    avx2: bool,
+    isa: Isa,
     hd: usize,
+}
+
+/// The instruction sets of the kernel sets, narrowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    Portable,
+    Avx2,
+    Avx512,
+}
+
+/// Whether this CPU runs the AVX2 kernels (AVX2, FMA, F16C).
+#[cfg(target_arch = "x86_64")]
+pub fn avx2_available() -> bool {
+    avx2::available()
+}
+
+/// Whether this CPU runs the AVX-512 kernels (F, BW, VL, with AVX2's).
+#[cfg(target_arch = "x86_64")]
+pub fn avx512_available() -> bool {
+    avx512::available()
 }
 
 /// A group of query heads in runs of 4, 2 and 1 (`(first head, heads)`): four heads' score
@@ -47,39 +70,64 @@ pub fn group_runs(group: usize) -> impl Iterator<Item = (usize, usize)> {
 impl Kernels {
     /// The fastest kernels this CPU runs for rows of `hd` elements.
     pub fn detect(hd: usize) -> Self {
+        Self::available(hd)
+            .pop()
+            .expect("the portable loops run anywhere")
+    }
+
+    /// Every kernel set this CPU runs for rows of `hd` elements, narrowest first.
+    pub fn available(hd: usize) -> Vec<Self> {
+        let mut sets = vec![Self::portable(hd)];
         #[cfg(target_arch = "x86_64")]
         if hd.is_multiple_of(8) && avx2::available() {
-            return Kernels { avx2: true, hd };
+            sets.push(Kernels { isa: Isa::Avx2, hd });
+            if hd.is_multiple_of(16) && avx512::available() {
+                sets.push(Kernels {
+                    isa: Isa::Avx512,
+                    hd,
+                });
+            }
         }
-        Self::portable(hd)
+        sets
     }
 
     /// The portable loops, whatever the CPU.
     pub fn portable(hd: usize) -> Self {
-        Kernels { avx2: false, hd }
+        Kernels {
+            isa: Isa::Portable,
+            hd,
+        }
     }
 
     #[cfg(test)]
-    pub fn is_avx2(&self) -> bool {
-        self.avx2
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Lanes of the score vectors: [`Self::scores`] pads its scores to a multiple of this.
+    fn lanes(self) -> usize {
+        match self.isa {
+            Isa::Avx512 => 16,
+            _ => 8,
+        }
     }
 
     /// How often [`Self::scores`] and [`Self::accumulate`] together call [`Ahead::beat`] for a
     /// step of `rows` rows and a whole group of `group` heads.
     pub fn beats(self, group: usize, rows: usize) -> usize {
         group_runs(group)
-            .map(|(_, g)| {
-                if self.avx2 {
-                    rows.div_ceil(8 / g) + self.hd.div_ceil(16)
-                } else {
-                    2 * rows
-                }
+            .map(|(_, g)| match self.isa {
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => rows.div_ceil(16 / g) + avx512::column_passes(g, self.hd).count(),
+                Isa::Avx2 => rows.div_ceil(8 / g) + self.hd.div_ceil(16),
+                _ => 2 * rows,
             })
             .sum()
     }
 
     /// `s[c * g + h] = scale * q[h] · k[rows[c]..][..hd]` for the `g` heads of `q` (`[g, hd]`,
-    /// `g` one of 1, 2, 4); lanes `rows.len() * g` up to the next multiple of 8 get -inf.
+    /// `g` one of 1, 2, 4); lanes `rows.len() * g` up to the next multiple of the kernels' lanes
+    /// (8 or 16) get -inf.
     #[allow(clippy::too_many_arguments)]
     pub fn scores<T: KvElem>(
         self,
@@ -94,20 +142,33 @@ impl Kernels {
         let hd = self.hd;
         assert!(matches!(g, 1 | 2 | 4) && q.len() >= g * hd);
         assert!(!rows.is_empty() && rows.len() <= MAX_STEP_ROWS && s.len() >= SCORES_LEN);
-        assert!(rows.iter().all(|&r| r + hd <= k.len()), "row out of range");
-        let (n, padded) = (rows.len() * g, (rows.len() * g).div_ceil(8) * 8);
+        assert!(last_row_end(rows, hd) <= k.len(), "row out of range");
+        let lanes = self.lanes();
+        let (n, padded) = (rows.len() * g, (rows.len() * g).div_ceil(lanes) * lanes);
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `detect` found the features and `hd % 8 == 0`; rows and lengths checked.
-            unsafe {
+        match self.isa {
+            // SAFETY: `available` found the features and `hd % 16 == 0`; rows and lengths
+            // checked.
+            Isa::Avx512 => unsafe {
+                match g {
+                    1 => avx512::scores::<T, 1, 16>(q, k, rows, hd, scale, s, ahead),
+                    2 => avx512::scores::<T, 2, 8>(q, k, rows, hd, scale, s, ahead),
+                    _ => avx512::scores::<T, 4, 4>(q, k, rows, hd, scale, s, ahead),
+                }
+                s[n..padded].fill(f32::NEG_INFINITY);
+                return;
+            },
+            // SAFETY: `available` found the features and `hd % 8 == 0`; rows and lengths checked.
+            Isa::Avx2 => unsafe {
                 match g {
                     1 => avx2::scores::<T, 1, 8>(q, k, rows, hd, scale, s, ahead),
                     2 => avx2::scores::<T, 2, 4>(q, k, rows, hd, scale, s, ahead),
                     _ => avx2::scores::<T, 4, 2>(q, k, rows, hd, scale, s, ahead),
                 }
-            }
-            s[n..padded].fill(f32::NEG_INFINITY);
-            return;
+                s[n..padded].fill(f32::NEG_INFINITY);
+                return;
+            },
+            Isa::Portable => {}
         }
         let mut buf = vec![0f32; hd];
         for (c, &r) in rows.iter().enumerate() {
@@ -135,9 +196,9 @@ impl Kernels {
         assert!(matches!(g, 1 | 2 | 4) && maxs.len() == g && sums.len() == g);
         assert!((1..=MAX_STEP_ROWS).contains(&rows));
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
+        if self.isa >= Isa::Avx2 {
             let s = &mut s[..(rows * g).div_ceil(8) * 8];
-            // SAFETY: `detect` found the features; `s` holds whole padded vectors.
+            // SAFETY: `available` found the features; `s` holds whole padded vectors.
             unsafe {
                 return match g {
                     1 => avx2::softmax::<1>(s, as_array(maxs), as_array(sums)),
@@ -179,18 +240,28 @@ impl Kernels {
         let hd = self.hd;
         assert!(matches!(g, 1 | 2 | 4) && acc.len() == g * hd);
         assert!(rows.len() <= MAX_STEP_ROWS && s.len() >= rows.len() * g);
-        assert!(rows.iter().all(|&r| r + hd <= v.len()), "row out of range");
+        assert!(last_row_end(rows, hd) <= v.len(), "row out of range");
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
+        match self.isa {
             // SAFETY: as in `scores`.
-            unsafe {
+            Isa::Avx512 => unsafe {
+                match g {
+                    1 => avx512::accumulate::<T, 1>(s, v, rows, hd, rescale, acc, ahead),
+                    2 => avx512::accumulate::<T, 2>(s, v, rows, hd, rescale, acc, ahead),
+                    _ => avx512::accumulate::<T, 4>(s, v, rows, hd, rescale, acc, ahead),
+                }
+                return;
+            },
+            // SAFETY: as in `scores`.
+            Isa::Avx2 => unsafe {
                 match g {
                     1 => avx2::accumulate::<T, 1>(s, v, rows, hd, rescale, acc, ahead),
                     2 => avx2::accumulate::<T, 2>(s, v, rows, hd, rescale, acc, ahead),
                     _ => avx2::accumulate::<T, 4>(s, v, rows, hd, rescale, acc, ahead),
                 }
-            }
-            return;
+                return;
+            },
+            Isa::Portable => {}
         }
         for (h, a) in acc.chunks_exact_mut(hd).enumerate() {
             a.iter_mut().for_each(|x| *x *= rescale[h]);
@@ -208,12 +279,18 @@ impl Kernels {
     /// The f32 sum of `x` (any length).
     pub fn sum<T: KvElem>(self, x: &[T]) -> f32 {
         #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `detect` found the features.
+        if self.isa >= Isa::Avx2 {
+            // SAFETY: `available` found the features.
             return unsafe { avx2::sum(x) };
         }
         x.iter().map(|e| e.to_f32()).sum()
     }
+}
+
+/// Where the furthest of `rows` ends (a maximum, which vectorises where a search for an
+/// offender would not).
+fn last_row_end(rows: &[usize], hd: usize) -> usize {
+    rows.iter().fold(0, |m, &r| m.max(r)).saturating_add(hd)
 }
 
 /// A slice of known length as an array.

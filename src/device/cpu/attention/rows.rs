@@ -36,28 +36,34 @@ impl RowLocator for PagedRows<'_> {
         self.spec.elem_offset(block, head, offset, 0)
     }
 
-    /// One table lookup per block rather than per token.
+    /// One table lookup per block rather than per token, and one division per call: at block
+    /// size 1 a division per token cost more than the rest of the lookup.
     fn rows(&self, seq: usize, head: usize, t0: usize, out: &mut [usize]) {
-        let hd = self.spec.head_dim;
+        let (bs, hd) = (self.spec.block_size, self.spec.head_dim);
+        let table = self.table.row(seq);
+        let (mut entry, mut offset) = (t0 / bs, t0 % bs);
         let mut i = 0;
         while i < out.len() {
-            let (block, offset) = self.table.locate(seq, t0 + i);
-            let run = (self.spec.block_size - offset).min(out.len() - i);
-            let base = self.spec.elem_offset(block, head, offset, 0);
+            let run = (bs - offset).min(out.len() - i);
+            let base = self
+                .spec
+                .elem_offset(table[entry] as usize, head, offset, 0);
             for (j, r) in out[i..i + run].iter_mut().enumerate() {
                 *r = base + j * hd;
             }
-            i += run;
+            (i, entry, offset) = (i + run, entry + 1, 0);
         }
     }
 
     /// A block the tokens fill is one span (`[num_kv_heads, block_size, head_dim]` in a row); a
-    /// block they cover in part gives one span per KV head.
+    /// block they cover in part gives one span per KV head. As in [`Self::rows`], one division.
     fn spans(&self, seq: usize, t0: usize, t1: usize, out: &mut Vec<Span>) {
         let (bs, hd) = (self.spec.block_size, self.spec.head_dim);
+        let table = self.table.row(seq);
+        let (mut entry, mut offset) = (t0 / bs, t0 % bs);
         let mut t = t0;
         while t < t1 {
-            let (block, offset) = self.table.locate(seq, t);
+            let block = table[entry] as usize;
             let run = (bs - offset).min(t1 - t);
             if run == bs {
                 out.push(Span {
@@ -70,7 +76,7 @@ impl RowLocator for PagedRows<'_> {
                     len: run * hd,
                 }));
             }
-            t += run;
+            (t, entry, offset) = (t + run, entry + 1, 0);
         }
     }
 }

@@ -62,26 +62,36 @@ impl<'a, T> Ahead<'a, T> {
         (64 / std::mem::size_of::<T>().max(1)).max(1)
     }
 
-    /// Issues the next `per_beat` lines of K and of V.
+    /// Issues the next `per_beat` lines of K and of V: a run of lines per span, the span looked
+    /// up once per run rather than once per line.
     #[inline]
     pub fn beat(&mut self) {
         self.beats += 1;
         let line = Self::line_elems();
-        for _ in 0..self.per_beat {
+        let mut left = self.per_beat;
+        while left > 0 {
             let Some(span) = self.spans.get(self.span) else {
                 return;
             };
-            let at = span.start + self.at;
             debug_assert!(
-                at < self.k.len() && at < self.v.len(),
+                span.start + span.len <= self.k.len() && span.start + span.len <= self.v.len(),
                 "span outside the pools"
             );
             // wrapping_add: a prefetch never dereferences, so no bound needs to hold.
-            prefetch_l2(self.k.as_ptr().wrapping_add(at));
-            prefetch_l2(self.v.as_ptr().wrapping_add(at));
-            self.at += line;
-            if self.at >= span.len {
+            let k = self.k.as_ptr().wrapping_add(span.start);
+            let v = self.v.as_ptr().wrapping_add(span.start);
+            let end = span.len.min(self.at + left * line);
+            let mut at = self.at;
+            while at < end {
+                prefetch_l2(k.wrapping_add(at));
+                prefetch_l2(v.wrapping_add(at));
+                at += line;
+            }
+            left -= (at - self.at) / line;
+            if at >= span.len {
                 (self.span, self.at) = (self.span + 1, 0);
+            } else {
+                self.at = at;
             }
         }
     }

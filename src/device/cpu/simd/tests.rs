@@ -1,6 +1,7 @@
 //! Both kernel sets against f64 loops over the same rows.
 
 use super::*;
+use crate::kv::{Fp8E4m3, Fp8E5m2};
 use half::{bf16, f16};
 use rand::{Rng, SeedableRng};
 
@@ -67,7 +68,7 @@ fn check_step<T: KvElem>(kernels: Kernels, g: usize, n_rows: usize, rng: &mut im
     for (i, &want) in want_s.iter().enumerate() {
         assert!(close(s[i], want), "{what}: score {i}: {} vs {want}", s[i]);
     }
-    let padded = (n_rows * g).div_ceil(8) * 8;
+    let padded = (n_rows * g).div_ceil(kernels.lanes()) * kernels.lanes();
     assert!(s[n_rows * g..padded]
         .iter()
         .all(|&x| x == f32::NEG_INFINITY));
@@ -119,12 +120,14 @@ fn check_step<T: KvElem>(kernels: Kernels, g: usize, n_rows: usize, rng: &mut im
 fn every_kernel_set_matches_f64_loops() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     for hd in [8, 16, 24, 64, 128, 12] {
-        for kernels in [Kernels::detect(hd), Kernels::portable(hd)] {
+        for kernels in Kernels::available(hd) {
             for g in [1, 2, 4] {
                 for n_rows in [1, 3, 16, 17, MAX_STEP_ROWS] {
                     check_step::<f16>(kernels, g, n_rows, &mut rng);
                     check_step::<bf16>(kernels, g, n_rows, &mut rng);
                     check_step::<f32>(kernels, g, n_rows, &mut rng);
+                    check_step::<Fp8E4m3>(kernels, g, n_rows, &mut rng);
+                    check_step::<Fp8E5m2>(kernels, g, n_rows, &mut rng);
                 }
             }
             let k: Vec<f16> = (0..77).map(|i| f16::from_f32(i as f32 * 0.25)).collect();
@@ -132,16 +135,22 @@ fn every_kernel_set_matches_f64_loops() {
             assert!((kernels.sum(&k) as f64 - want).abs() < 1e-4 * want);
         }
     }
-    if Kernels::detect(128).is_avx2() {
-        assert!(!Kernels::detect(12).is_avx2());
-    } else {
-        eprintln!("AVX2 kernels not tested: this CPU lacks AVX2/FMA/F16C");
+    assert_eq!(Kernels::detect(12).isa(), Isa::Portable);
+    match Kernels::detect(128).isa() {
+        Isa::Avx512 => assert_eq!(Kernels::detect(24).isa(), Isa::Avx2),
+        Isa::Avx2 => eprintln!("AVX-512 kernels not tested: this CPU lacks AVX-512 F/BW/VL"),
+        Isa::Portable => eprintln!("vector kernels not tested: this CPU lacks AVX2/FMA/F16C"),
     }
 }
 
 #[test]
 fn kernels_beat_as_often_as_they_announce() {
-    let hd = 24;
+    for hd in [24, 48, 128] {
+        kernels_beat_as_often_as_they_announce_at(hd);
+    }
+}
+
+fn kernels_beat_as_often_as_they_announce_at(hd: usize) {
     let k = vec![f16::from_f32(0.5); 64 * hd];
     let rows: Vec<usize> = (0..17).map(|i| i * hd).collect();
     // Enough lines that no beat finds the requests exhausted before the last.
@@ -149,7 +158,7 @@ fn kernels_beat_as_often_as_they_announce() {
         start: 0,
         len: k.len(),
     }];
-    for kernels in [Kernels::detect(hd), Kernels::portable(hd)] {
+    for kernels in Kernels::available(hd) {
         for group in [1, 2, 3, 4, 8] {
             let mut ahead = Ahead::new(&k, &k, &spans, kernels.beats(group, rows.len()));
             let mut s = vec![0f32; SCORES_LEN];
@@ -169,29 +178,23 @@ fn kernels_beat_as_often_as_they_announce() {
     }
 }
 
-/// The AVX2 widening of every fp8 code equals the table the portable loops use (bit for bit; a
-/// NaN code gives a NaN), in each of the eight lanes.
+/// The vector widening of every fp8 code (AVX2's eight lanes, AVX-512's sixteen) equals the
+/// table the portable loops use (bit for bit; a NaN code gives a NaN), in every lane.
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn avx2_fp8_widening_matches_every_code() {
+fn vector_fp8_widening_matches_every_code() {
     use crate::kv::fp8::decode_table;
-    use crate::kv::{Fp8E4m3, Fp8E5m2};
-    if !avx2::available() {
-        eprintln!("skipped: this CPU has no AVX2/FMA/F16C");
-        return;
-    }
-    fn check<T: KvElem>(format: crate::kv::Fp8Format) {
+    use std::arch::x86_64::{_mm256_storeu_ps, _mm512_storeu_ps};
+    fn check<T: KvElem, const L: usize>(
+        format: crate::kv::Fp8Format,
+        load: impl Fn(&[T]) -> [f32; L],
+    ) {
         let table = decode_table(format);
-        for lane in 0..8 {
+        for lane in 0..L {
             for code in 0..=255u8 {
-                let mut bytes = [0x11u8; 8];
+                let mut bytes = [0x11u8; L];
                 bytes[lane] = code;
-                let elems: &[T] = bytemuck::cast_slice(&bytes);
-                // SAFETY: AVX2 checked above; eight one-byte elements.
-                let got = unsafe { avx2::load8::<T>(elems.as_ptr()) };
-                let mut out = [0f32; 8];
-                // SAFETY: eight floats.
-                unsafe { std::arch::x86_64::_mm256_storeu_ps(out.as_mut_ptr(), got) };
+                let out = load(bytemuck::cast_slice(&bytes));
                 let want = table[code as usize];
                 let ok = if want.is_nan() {
                     out[lane].is_nan()
@@ -200,13 +203,37 @@ fn avx2_fp8_widening_matches_every_code() {
                 };
                 assert!(
                     ok,
-                    "{format} code {code:#04x} lane {lane}: {} != {want}",
+                    "{format} {L} lanes: code {code:#04x} lane {lane}: {} != {want}",
                     out[lane]
                 );
-                assert_eq!(out[(lane + 1) % 8].to_bits(), table[0x11].to_bits());
+                assert_eq!(out[(lane + 1) % L].to_bits(), table[0x11].to_bits());
             }
         }
     }
-    check::<Fp8E4m3>(crate::kv::Fp8Format::E4M3);
-    check::<Fp8E5m2>(crate::kv::Fp8Format::E5M2);
+    fn eight<T: KvElem>(elems: &[T]) -> [f32; 8] {
+        let mut out = [0f32; 8];
+        // SAFETY: AVX2 checked by the caller; eight one-byte elements, eight floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), avx2::load8::<T>(elems.as_ptr())) };
+        out
+    }
+    fn sixteen<T: KvElem>(elems: &[T]) -> [f32; 16] {
+        let mut out = [0f32; 16];
+        // SAFETY: AVX-512 checked by the caller; sixteen one-byte elements, sixteen floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), avx512::load16::<T>(elems.as_ptr())) };
+        // Undone as the kernels undo it (exact: a power of two).
+        out.map(|x| x / avx512::widening::<T>())
+    }
+    use crate::kv::Fp8Format::{E4M3, E5M2};
+    if avx2::available() {
+        check::<Fp8E4m3, 8>(E4M3, eight);
+        check::<Fp8E5m2, 8>(E5M2, eight);
+    } else {
+        eprintln!("AVX2 widening not tested: this CPU has no AVX2/FMA/F16C");
+    }
+    if avx512::available() {
+        check::<Fp8E4m3, 16>(E4M3, sixteen);
+        check::<Fp8E5m2, 16>(E5M2, sixteen);
+    } else {
+        eprintln!("AVX-512 widening not tested: this CPU has no AVX-512 F/BW/VL");
+    }
 }
