@@ -4,6 +4,7 @@
 pub mod fatbin;
 pub mod foreign;
 pub mod gpu_facts;
+pub mod names;
 pub mod occupancy;
 pub mod report;
 pub mod sass;

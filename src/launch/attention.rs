@@ -6,8 +6,10 @@
 
 use super::split::SplitPlan;
 use super::{instances, to_i32, to_u32, LaunchError};
-use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_TC_SMEM_BYTES, ATTENTION_THREADS};
+use crate::kernels::ATTENTION_THREADS;
 use crate::kv::{BlockTable, Dtype, KvSpec};
+
+pub use crate::kernels::names::{kernel_name, Engine, Layout};
 
 /// The shape of one decode step: query heads, KV heads (GQA when fewer), head dim, softmax scale.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -22,15 +24,6 @@ impl AttentionShape {
     pub fn group(&self) -> usize {
         self.num_heads / self.num_kv_heads
     }
-}
-
-/// Which cache a kernel reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// `[num_blocks, num_kv_heads, block_size, head_dim]` through a block table.
-    Paged,
-    /// `[num_seqs, num_kv_heads, max_len, head_dim]`.
-    Contiguous,
 }
 
 /// What one decode step reads, in host memory, laid out as the kernels take it: q (and the output)
@@ -149,69 +142,6 @@ pub struct AttentionLaunch {
     /// Elements of `part_max` and `part_sum`, `[num_seqs, num_heads, num_partitions]` (1 when not
     /// split: a launch still passes a buffer); `part_out` holds `head_dim` times as many.
     pub partial_elems: usize,
-}
-
-/// What computes a decode-attention kernel's products: f32 FMAs on the CUDA cores
-/// (kernels/attention.cuh, every shape) or mma.sync on the tensor cores (kernels/attention_tc.cuh,
-/// the shapes `PAGEDKV_FOR_EACH_TC_ATTENTION` lists: grouped heads at head dim 128).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Engine {
-    CudaCores,
-    TensorCores,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::CudaCores => "cuda-cores",
-            Engine::TensorCores => "tensor-cores",
-        }
-    }
-
-    /// Dynamic shared memory every launch of this engine's kernels passes (their cp.async rings).
-    pub fn smem_bytes(self) -> u32 {
-        match self {
-            Engine::CudaCores => ATTENTION_SMEM_BYTES,
-            Engine::TensorCores => ATTENTION_TC_SMEM_BYTES,
-        }
-    }
-}
-
-impl std::fmt::Display for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The instance name of decode attention for `layout` on `engine` with q of `dtype` and K/V stored
-/// as `kv_dtype`: `paged_attention_f16_d128_g4`, `paged_attention_f16_kvfp8_e4m3_d128_g4`, and on
-/// tensor cores `paged_attention_tc_f16_d128_g4`.
-pub fn kernel_name(
-    layout: Layout,
-    engine: Engine,
-    dtype: Dtype,
-    kv_dtype: Dtype,
-    head_dim: usize,
-    group: usize,
-) -> String {
-    let prefix = match layout {
-        Layout::Paged => "paged",
-        Layout::Contiguous => "contiguous",
-    };
-    let tc = match engine {
-        Engine::CudaCores => "",
-        Engine::TensorCores => "tc_",
-    };
-    let kv = if kv_dtype == dtype {
-        String::new()
-    } else {
-        format!("_kv{}", kv_dtype.name())
-    };
-    format!(
-        "{prefix}_attention_{tc}{}{kv}_d{head_dim}_g{group}",
-        dtype.name()
-    )
 }
 
 /// The kernels/*.cu file of an instance: fp8 storage and tensor cores have files of their own.
@@ -428,6 +358,7 @@ pub const MERGE_THREADS: u32 = 128;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_TC_SMEM_BYTES};
     use crate::kv::BlockTable;
 
     const ONES: [f32; 2] = [1.0; 2];
