@@ -42,9 +42,10 @@ constexpr int kSlotBytes = 4096;  // K (and V) bytes of a warp's tile
 // ATTENTION_TC_SMEM_BYTES; a launch with less traps):
 //   ring  [kWarps][kStages][2: K, V][kSlotBytes]                 64 KiB
 //   words [kWarps][kStages][kMaxTileTokens] block-table words     1 KiB
+//   ids   [kWarps][kStages][kMaxTileTokens] the tiles' row ids    1 KiB
 constexpr int kRingBytes = kWarps * kStages * 2 * kSlotBytes;
 constexpr int kWordBytes = kWarps * kStages * kMaxTileTokens * 4;
-constexpr int kSmemBytes = kRingBytes + kWordBytes;
+constexpr int kSmemBytes = kRingBytes + 2 * kWordBytes;
 
 // Three CTAs of kSmemBytes fit an sm_90 SM (228 KiB), two an sm_80 one (164 KiB); ptxas may use up
 // to 65536 / (kThreads * n) registers.
@@ -136,6 +137,9 @@ __device__ __forceinline__ void decode_attention(
       reinterpret_cast<unsigned char(*)[kStages][2][kSlotBytes]>(smem)[warp];
   int(*words)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
       reinterpret_cast<int(*)[kMaxTileTokens]>(smem + kRingBytes) + warp * kStages;
+  unsigned(*row_ids)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
+      reinterpret_cast<unsigned(*)[kMaxTileTokens]>(smem + kRingBytes + kWordBytes) +
+      warp * kStages;
 
   // q's A fragments, unscaled (exact in the mma's type): row g is head g of the group (zero past
   // the group), rows g + 8 zero. For k-step kk, register 0 holds dims lo, lo + 1 and register 2
@@ -156,7 +160,7 @@ __device__ __forceinline__ void decode_attention(
   const float qscale = o.scale * 1.4426950408889634f * k_scale[kv_head];
 
   WarpRing<Rows, Elem, kStages, kSlotBytes, ROW_BYTES, true, true> ring{
-      slots, words, rows, k_cache, v_cache, seq, kv_head, wstart, wend, num_tiles, lane};
+      slots, words, row_ids, rows, k_cache, v_cache, kv_head, wstart, wend, num_tiles, lane};
 
   float m = -INFINITY, l = 0.f;  // head g's running max (log2 domain) and this lane's weights
   float acc[NT][4];              // O's C fragments; [2], [3] are the zero rows g + 8
@@ -164,8 +168,8 @@ __device__ __forceinline__ void decode_attention(
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
   ring.start();
-  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
-    ring.next(i);
+  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = ring.next_slot(slot)) {
+    ring.next(i, slot);
     const unsigned char* kslot = slots[slot][0];
     const unsigned char* vslot = slots[slot][1];
     const auto at = [&](const unsigned char* base, int step, int chunk_base) {

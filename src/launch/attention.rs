@@ -298,6 +298,18 @@ impl AttentionLaunch {
             )));
         }
         let seqs = data.lens.len();
+        // The kernels address a row (one token of one KV head) by a 32-bit index into its cache
+        // (`row_id` in kernels/attention.cuh).
+        let rows = match layout {
+            Layout::Paged => data.num_blocks * s.num_kv_heads * data.spec.block_size,
+            Layout::Contiguous => seqs * s.num_kv_heads * data.max_len,
+        };
+        if rows as u64 > 1 << 32 {
+            return Err(LaunchError::Geometry(format!(
+                "the cache holds {rows} rows of one token and KV head: the kernels address at most \
+                 2^32"
+            )));
+        }
         // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
         if seqs > 65_535 || split.num_partitions > 65_535 {
             return Err(LaunchError::Geometry(format!(
@@ -441,6 +453,32 @@ mod tests {
         assert_eq!(m.kernel, "merge_partitions_f16_d128");
         assert_eq!((m.grid, m.scalars), ((8, 2, 1), vec![Scalar::I32(3)]));
         assert_eq!(l.partial_elems, 2 * 8 * 3);
+    }
+
+    #[test]
+    fn caches_past_the_kernels_32_bit_row_ids_are_refused() {
+        let spec = KvSpec::new(2, 128, 16, Dtype::F16).unwrap();
+        let table = BlockTable::from_rows(&[vec![0, 1, 2], vec![3]], &[40, 5], 16).unwrap();
+        let lens = [40, 5];
+        let whole = SplitPlan {
+            num_partitions: 1,
+            partition_size: 40,
+        };
+        let plan = |num_blocks: usize, max_len: usize, layout| {
+            let d = AttentionData {
+                num_blocks,
+                max_len,
+                ..data(&spec, &table, &lens)
+            };
+            AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, layout, whole)
+        };
+        // 2 KV heads x 16 tokens a block: 2^27 blocks are 2^32 rows, one more block is too many.
+        assert!(plan(1 << 27, 40, Layout::Paged).is_ok());
+        let err = plan((1 << 27) + 1, 40, Layout::Paged).unwrap_err();
+        assert!(err.to_string().contains("at most 2^32"), "{err}");
+        // 2 sequences x 2 KV heads: 2^30 tokens each are 2^32 rows.
+        assert!(plan(4, 1 << 30, Layout::Contiguous).is_ok());
+        assert!(plan(4, (1 << 30) + 1, Layout::Contiguous).is_err());
     }
 
     #[test]
