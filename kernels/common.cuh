@@ -335,6 +335,20 @@ __device__ __forceinline__ X opaque(X x) {
     return x;
 }
 
+// A 16-byte load from shared memory that the compiler does not forward a store into (volatile).
+__device__ __forceinline__ uint4 opaque_load(const uint4* p) {
+#ifdef PAGEDKV_EMU
+    return *p;
+#else
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p)))
+                 : "memory");
+    return v;
+#endif
+}
+
 // ---- launch facts ------------------------------------------------------------------------------------
 // Bytes of dynamic shared memory the launch passed (a kernel that needs more can trap).
 #ifdef PAGEDKV_EMU
