@@ -40,10 +40,11 @@ constexpr int kMaxGroup = 8;      // query heads per KV head
 // ATTENTION_SMEM_BYTES; a launch with less traps):
 //   ring  [kWarps][kStages][2: K, V][kLoadsPerTile][32 lanes] 16-byte segments      48 KiB
 //   words [kWarps][kStages][kMaxTileTokens] block-table words                        1.5 KiB
+//   ids   [kWarps][kStages][kMaxTileTokens] the tiles' row ids (attention_ring.cuh)    1.5 KiB
 // More than the 48 KiB a CTA may declare statically: the launcher opts the kernel in.
 constexpr int kRingBytes = kWarps * kStages * 2 * kLoadsPerTile * 32 * 16;
 constexpr int kWordBytes = kWarps * kStages * kMaxTileTokens * 4;
-constexpr int kSmemBytes = kRingBytes + kWordBytes;
+constexpr int kSmemBytes = kRingBytes + 2 * kWordBytes;
 // Partitions are whole multiples of this many tokens (src/attention/split.rs: CHUNK).
 constexpr int kPartitionQuantum = 128;
 
@@ -109,20 +110,21 @@ struct TileShape {
 };
 
 // ---- where a token's K/V row lives ---------------------------------------------------------------
-// stage(): starts copying what token t's row offset is computed from (its block-table word) into
-// shared memory; nothing for a contiguous cache (kStaged false). resolve(): the element offset of
-// the row of token t of KV head `head`, from the staged word.
+// Both hold the CTA's sequence. stage(): starts copying what token t's row is computed from (its
+// block-table word) into shared memory; nothing for a contiguous cache (kStaged false). row_id():
+// the index of the row of token t of KV head `head` in its cache, from the staged word: its first
+// element is at row_id * head_dim. Row ids are 32-bit (the launch plan refuses a cache of more
+// rows: src/launch/attention.rs).
 
 struct PagedRows {
   static constexpr bool kStaged = true;
-  GPTR(const int) block_tables;  // [num_seqs, table_stride]
-  int table_stride;
-  PagedLayout layout;  // the pool: [num_blocks, num_kv_heads, block_size, head_dim]
-  __device__ __forceinline__ void stage(int* word, int seq, int t) const {
-    cp_async4(word, block_tables + ((int64_t)seq * table_stride + layout.block_of(t)));
+  GPTR(const int) table;  // the sequence's row of block_tables [num_seqs, table_stride]
+  PagedLayout layout;     // the pool: [num_blocks, num_kv_heads, block_size, head_dim]
+  __device__ __forceinline__ void stage(int* word, int t) const {
+    cp_async4(word, table + layout.block_of(t));
   }
-  __device__ __forceinline__ int64_t resolve(int block, int, int head, int t) const {
-    return layout.row(block, head, layout.offset_in_block(t));
+  __device__ __forceinline__ unsigned row_id(int block, int head, int t) const {
+    return layout.row_id(block, head, layout.offset_in_block(t));
   }
 };
 
@@ -131,10 +133,10 @@ struct ContiguousRows {
   static constexpr bool kStaged = false;
   int max_len;
   int num_kv_heads;
-  int head_dim;
-  __device__ __forceinline__ void stage(int*, int, int) const {}
-  __device__ __forceinline__ int64_t resolve(int, int seq, int head, int t) const {
-    return (((int64_t)seq * num_kv_heads + head) * max_len + t) * head_dim;
+  int seq;
+  __device__ __forceinline__ void stage(int*, int) const {}
+  __device__ __forceinline__ unsigned row_id(int, int head, int t) const {
+    return ((unsigned)seq * num_kv_heads + head) * max_len + t;
   }
 };
 
@@ -314,6 +316,9 @@ __device__ __forceinline__ void decode_attention(
       reinterpret_cast<unsigned char(*)[kStages][2][Shape::kTileBytes]>(smem)[warp];
   int(*words)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
       reinterpret_cast<int(*)[kMaxTileTokens]>(smem + kRingBytes) + warp * kStages;
+  unsigned(*row_ids)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
+      reinterpret_cast<unsigned(*)[kMaxTileTokens]>(smem + kRingBytes + kWordBytes) +
+      warp * kStages;
 
   // q of this lane's segment, for every query head of the group, in the exp2 domain and with the
   // K scale folded in (q . (k * s) = (q * s) . k).
@@ -330,7 +335,7 @@ __device__ __forceinline__ void decode_attention(
   }
 
   WarpRing<Rows, Elem, kStages, Shape::kTileBytes, ROW_BYTES, Shape::kCrossLane, false> ring{
-      slots, words, rows, k_cache, v_cache, seq, kv_head, wstart, wend, num_tiles, lane};
+      slots, words, row_ids, rows, k_cache, v_cache, kv_head, wstart, wend, num_tiles, lane};
 
   float m[GROUP], l[GROUP], acc[GROUP][VEC];
 #pragma unroll
@@ -348,8 +353,8 @@ __device__ __forceinline__ void decode_attention(
     held_step[j] = held_index<kLoadsPerTile * GROUP, LANES>(j, row_lane) / GROUP;
 
   ring.start();
-  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
-    ring.next(i);
+  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = ring.next_slot(slot)) {
+    ring.next(i, slot);
 
 #pragma unroll
     for (int h = 0; h < Shape::kUpdates; ++h) {
@@ -507,7 +512,7 @@ __device__ __forceinline__ void merge_partitions(
              GPTR(const float) k_scale, GPTR(const float) v_scale,                            \
              GPTR(const int) block_tables, GPTR(const int) seq_lens, int table_stride,        \
              int log2_block_size, int num_partitions, int partition_size, float scale) {      \
-    const attn::PagedRows rows{block_tables, table_stride,                                   \
+    const attn::PagedRows rows{block_tables + (int64_t)blockIdx.y * table_stride,             \
                                PagedLayout{(int)gridDim.x, log2_block_size, D}};              \
     BODY<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache, k_scale,        \
                       v_scale, seq_lens, rows,                                                 \
@@ -521,7 +526,7 @@ __device__ __forceinline__ void merge_partitions(
              GPTR(const float) k_scale, GPTR(const float) v_scale,                            \
              GPTR(const int) seq_lens, int max_len, int num_partitions, int partition_size,   \
              float scale) {                                                                   \
-    const attn::ContiguousRows rows{max_len, (int)gridDim.x, D};                              \
+    const attn::ContiguousRows rows{max_len, (int)gridDim.x, (int)blockIdx.y};             \
     BODY<T, KV, D, G>(out, part_out, part_max, part_sum, q, k_cache, v_cache, k_scale,        \
                       v_scale, seq_lens, rows,                                                 \
                       attn::Outputs{num_partitions, partition_size, scale});                  \

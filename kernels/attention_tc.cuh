@@ -5,26 +5,29 @@
 //
 // Why: on CUDA cores a token of one KV head costs ~90 warp instructions at group 4 and ~150 at
 // group 8 (f16, head dim 128), against ~111 that an H200 can issue per token while its memory
-// streams: the kernel is issue-bound. On tensor cores 16 tokens cost 32 mma and 16 ldmatrix
-// whatever the group (up to 8), about 3 instructions per token, plus the softmax.
+// streams: the kernel is issue-bound. On tensor cores 16 tokens cost 24 mma and 16 ldmatrix
+// whatever the group (up to 8), under 3 instructions per token, plus the softmax and the copies
+// (KERNELS.md, "Tensor cores", counts each part).
 //
-// The tile (FlashAttention-2's arrangement, rows = query heads):
-//   S (16 x 16) = Q (16 heads x HEAD_DIM) . K^T (HEAD_DIM x 16 tokens): 2 n-tiles of 8 tokens,
+// The tiles, 16 tokens at a time:
+//   S (16 x 16) = Q (16 rows x HEAD_DIM) . K^T (HEAD_DIM x 16 tokens): 2 n-tiles of 8 tokens,
 //     HEAD_DIM / 16 k-steps. Rows 0 .. GROUP-1 are the group's heads, the rest zero: a lane
-//     (g = lane / 4, c = lane % 4) holds the scores of head g for tokens 2c, 2c+1, 8+2c, 8+2c+1,
-//     which is exactly the A fragment of P for the next product, so P never leaves registers.
-//   O (16 x HEAD_DIM) += P (16 x 16 tokens) . V (16 tokens x HEAD_DIM): HEAD_DIM / 8 n-tiles.
-//   K's B fragments come from ldmatrix on the ring's rows; V's from ldmatrix.trans (a lane needs
-//   two tokens of one dim). The ring is swizzled (attention_ring.cuh) so those reads are free of
-//   bank conflicts.
+//     (g = lane / 4, c = lane % 4) holds the scores of head g for tokens 2c, 2c+1, 8+2c, 8+2c+1.
+//   O^T (HEAD_DIM x 8 heads) += V^T (HEAD_DIM x 16 tokens) . P^T (16 tokens x 8 heads): HEAD_DIM /
+//     16 m-tiles of one mma each. A lane's scores of head g, exponentiated and paired, are exactly
+//     its B fragment of P^T, so P never leaves registers; the transposed product needs no zero
+//     rows (half as many mma and accumulators as O = P . V with the heads as 16 rows).
+//   K's B fragments come from ldmatrix on the ring's rows, V^T's A fragments from ldmatrix.trans,
+//   each four registers as they arrive. The ring is swizzled (attention_ring.cuh) so those reads
+//   are free of bank conflicts.
 // - fp8 K and V are widened to f16 pairs in registers (cvt.rn.f16x2.e4m3x2 / e5m2x2 on sm_90,
-//   exact), and the mma multiplies f16 (q in bf16 is converted to f16: exact for |q| in [2^-14,
-//   65504]). K: ldmatrix of raw bytes gives a lane dims 4c..4c+3 of a token; widened, they feed the
-//   mma as k = 2c, 2c+1, 2c+8, 2c+9, and q's fragment is built with the same permutation of dims
-//   (a dot product does not care about the order of its terms). V: ldmatrix.trans of raw bytes
-//   gives a lane dims 2g, 2g+1 of two tokens; one byte permute makes two (token, token) pairs, one
-//   per dim, so each 16 dims of V feed two n-tiles, one of even dims and one of odd, and the
-//   output's dims are unpermuted when the warp writes its state.
+//   exact, the upper pair of a register selected by the conversion), and the mma multiplies f16 (q
+//   in bf16 is converted to f16: exact for |q| in [2^-14, 65504]). K: ldmatrix of raw bytes gives
+//   a lane dims 4c..4c+3 of a token; widened, they feed the mma as k = 2c, 2c+1, 2c+8, 2c+9, and
+//   q's fragment is built with the same permutation of dims (a dot product does not care about the
+//   order of its terms). V: ldmatrix.trans of raw bytes gives a lane dims 2g, 2g+1 of two tokens;
+//   one byte permute makes two (token, token) pairs, one per dim, so rows g and g + 8 of an m-tile
+//   are dims 2g and 2g + 1 of its 16, unpermuted when the warp writes its state.
 // - Scores are scaled in f32 after the mma (q enters unscaled, exact); P is rounded to the mma's
 //   input type (f16, or bf16 for bf16 K/V), the sum of weights is kept in f32.
 // - A rescale of the accumulators (a new running max) is skipped by the whole warp when no lane's
@@ -42,9 +45,10 @@ constexpr int kSlotBytes = 4096;  // K (and V) bytes of a warp's tile
 // ATTENTION_TC_SMEM_BYTES; a launch with less traps):
 //   ring  [kWarps][kStages][2: K, V][kSlotBytes]                 64 KiB
 //   words [kWarps][kStages][kMaxTileTokens] block-table words     1 KiB
+//   ids   [kWarps][kStages][kMaxTileTokens] the tiles' row ids    1 KiB
 constexpr int kRingBytes = kWarps * kStages * 2 * kSlotBytes;
 constexpr int kWordBytes = kWarps * kStages * kMaxTileTokens * 4;
-constexpr int kSmemBytes = kRingBytes + kWordBytes;
+constexpr int kSmemBytes = kRingBytes + 2 * kWordBytes;
 
 // Three CTAs of kSmemBytes fit an sm_90 SM (228 KiB), two an sm_80 one (164 KiB); ptxas may use up
 // to 65536 / (kThreads * n) registers.
@@ -69,12 +73,29 @@ struct Operands<T, Fp8<F>> {
   static constexpr bool kFp8 = true;
 };
 
-// Two fp8 codes (the low 16 bits of `codes`, the first in the low byte) as an f16 pair.
+// Two fp8 codes as an f16 pair (the first code in the low half): the low two bytes of `codes`,
+// or the high two. On the GPU the high pair is selected by the conversion's operand (no shift).
 template <__nv_fp8_interpretation_t F>
-__device__ __forceinline__ unsigned fp8x2_to_f16x2(unsigned codes) {
+__device__ __forceinline__ unsigned fp8x2_lo_to_f16x2(unsigned codes) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), F);
   return static_cast<unsigned>(h.x) | static_cast<unsigned>(h.y) << 16;
+}
+template <__nv_fp8_interpretation_t F>
+__device__ __forceinline__ unsigned fp8x2_hi_to_f16x2(unsigned codes) {
+#if defined(PAGEDKV_EMU) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 890
+  return fp8x2_lo_to_f16x2<F>(codes >> 16);
+#else
+  unsigned r;
+  if constexpr (F == __NV_E4M3) {
+    asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n }\n"
+        : "=r"(r) : "r"(codes));
+  } else {
+    asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e5m2x2 %0, hi;\n }\n"
+        : "=r"(r) : "r"(codes));
+  }
+  return r;
+#endif
 }
 
 template <class KV>
@@ -108,7 +129,7 @@ __device__ __forceinline__ void decode_attention(
   constexpr int TILE = kSlotBytes / ROW_BYTES;  // tokens per tile
   constexpr int STEPS = TILE / 16;              // mma steps (16 tokens) per tile
   constexpr int KSTEPS = HEAD_DIM / 16;         // k-steps of q . K^T
-  constexpr int NT = HEAD_DIM / 8;              // n-tiles of P . V
+  constexpr int MT = HEAD_DIM / 16;             // m-tiles (16 dims) of O^T = V^T . P^T
   static_assert(TILE % 16 == 0 && TILE <= kMaxTileTokens, "whole mma steps per tile");
   static_assert(kPartitionQuantum % TILE == 0, "partitions are whole tiles");
 
@@ -118,11 +139,13 @@ __device__ __forceinline__ void decode_attention(
   const int num_heads = gridDim.x * GROUP;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int g = lane / 4, c = lane % 4;  // fragment row (query head) and column pair
+  const int g = lane / 4, c = lane % 4;  // fragment row and column pair
   // The row (of 16) and chunk offset (0 or 1) this lane addresses in an ldmatrix.x4: matrix
-  // lane / 8 is tokens 0-7 or 8-15 (bit 0) of chunk base or base + 1 (bit 1).
-  const int mrow = 8 * ((lane >> 3) & 1) + (lane & 7);
-  const int mchunk = lane >> 4;
+  // i = lane / 8 is tokens 0-7 or 8-15 (bit 1) of chunk base or base + 1 (bit 0), so that
+  // registers 0, 1 are the first 8 tokens' and 2, 3 the last 8 tokens' (K: the B fragments of two
+  // n-tiles; V transposed: the A fragment of one m-tile).
+  const int mrow = 8 * (lane >> 4) + (lane & 7);
+  const int mchunk = (lane >> 3) & 1;
   const int len = seq_lens[seq];
   const int start = part * o.partition_size;
   const int end = min(len, start + o.partition_size);
@@ -136,6 +159,9 @@ __device__ __forceinline__ void decode_attention(
       reinterpret_cast<unsigned char(*)[kStages][2][kSlotBytes]>(smem)[warp];
   int(*words)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
       reinterpret_cast<int(*)[kMaxTileTokens]>(smem + kRingBytes) + warp * kStages;
+  unsigned(*row_ids)[kMaxTileTokens] =  // this warp's [kStages][kMaxTileTokens]
+      reinterpret_cast<unsigned(*)[kMaxTileTokens]>(smem + kRingBytes + kWordBytes) +
+      warp * kStages;
 
   // q's A fragments, unscaled (exact in the mma's type): row g is head g of the group (zero past
   // the group), rows g + 8 zero. For k-step kk, register 0 holds dims lo, lo + 1 and register 2
@@ -151,21 +177,37 @@ __device__ __forceinline__ void decode_attention(
       qa[kk][2] = g < GROUP ? pack2<Mma>(to_float<T>(q[row + hi]), to_float<T>(q[row + hi + 1])) : 0u;
       qa[kk][1] = qa[kk][3] = 0u;
     }
+    // Through shared memory and back, 16 bytes a fragment: a fragment loaded whole stays whole in
+    // its four registers through the loop (built in registers, the compiler writes its zero
+    // halves again every iteration). The last ring slot: the first copies into it are issued after
+    // these loads (ring.start() fills the first kStages - 1 slots).
+    uint4* staged = reinterpret_cast<uint4*>(slots[kStages - 1][0]) + lane * KSTEPS;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk)
+      st_vec(staged + kk, make_uint4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]));
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      const uint4 v = opaque_load(staged + kk);
+      qa[kk][0] = v.x, qa[kk][1] = v.y, qa[kk][2] = v.z, qa[kk][3] = v.w;
+    }
   }
   // Scores in the exp2 domain with the K scale: s * scale * log2(e) * k_scale.
   const float qscale = o.scale * 1.4426950408889634f * k_scale[kv_head];
 
   WarpRing<Rows, Elem, kStages, kSlotBytes, ROW_BYTES, true, true> ring{
-      slots, words, rows, k_cache, v_cache, seq, kv_head, wstart, wend, num_tiles, lane};
+      slots, words, row_ids, rows, k_cache, v_cache, kv_head, wstart, wend, num_tiles, lane};
 
   float m = -INFINITY, l = 0.f;  // head g's running max (log2 domain) and this lane's weights
-  float acc[NT][4];              // O's C fragments; [2], [3] are the zero rows g + 8
+  // O^T's C fragments, m-tile t: rows are dims, columns heads 2c, 2c + 1 ([0], [2]: head 2c; [1],
+  // [3]: head 2c + 1). Rows g and g + 8 are dims 16t + g and 16t + g + 8, or for fp8 16t + 2g and
+  // 16t + 2g + 1 (the order widened V arrives in).
+  float acc[MT][4];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  for (int t = 0; t < MT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
   ring.start();
-  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = slot + 1 == kStages ? 0 : slot + 1) {
-    ring.next(i);
+  for (int i = 0, slot = 0; i < num_tiles; ++i, slot = ring.next_slot(slot)) {
+    ring.next(i, slot);
     const unsigned char* kslot = slots[slot][0];
     const unsigned char* vslot = slots[slot][1];
     const auto at = [&](const unsigned char* base, int step, int chunk_base) {
@@ -179,17 +221,18 @@ __device__ __forceinline__ void decode_attention(
 #pragma unroll
       for (int j = 0; j < 2; ++j) s[st][j][0] = s[st][j][1] = s[st][j][2] = s[st][j][3] = 0.f;
       if constexpr (!FP8) {
-        // Matrices: tokens 0-7 / 8-15 of dims 16kk..+7, then of dims 16kk+8..+15.
+        // Matrices: tokens 0-7 of dims 16kk..+7 and 16kk+8..+15 (n-tile 0's B), then tokens 8-15.
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk) {
           unsigned r[4];
           ldmatrix<4, false>(r, at(kslot, st, 2 * kk));
-          const unsigned b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]};
+          const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
           mma_m16n8k16<Mma>(s[st][0], qa[kk], b0);
           mma_m16n8k16<Mma>(s[st][1], qa[kk], b1);
         }
       } else {
-        // Matrices: tokens 0-7 / 8-15 of dims 16kp'..+15 (kp' = 2kp), then of the next 16.
+        // Matrices: tokens 0-7 of dims 32kp..+15 and of the next 16, then tokens 8-15: register x
+        // is n-tile x / 2 of k-step 2kp + x % 2.
         constexpr auto F = Fp8Format<KV>::kFormat;
 #pragma unroll
         for (int kp = 0; kp < KSTEPS / 2; ++kp) {
@@ -197,8 +240,8 @@ __device__ __forceinline__ void decode_attention(
           ldmatrix<4, false>(r, at(kslot, st, 2 * kp));
 #pragma unroll
           for (int x = 0; x < 4; ++x) {
-            const unsigned b[2] = {fp8x2_to_f16x2<F>(r[x]), fp8x2_to_f16x2<F>(r[x] >> 16)};
-            mma_m16n8k16<Mma>(s[st][x & 1], qa[2 * kp + (x >> 1)], b);
+            const unsigned b[2] = {fp8x2_lo_to_f16x2<F>(r[x]), fp8x2_hi_to_f16x2<F>(r[x])};
+            mma_m16n8k16<Mma>(s[st][x >> 1], qa[2 * kp + (x & 1)], b);
           }
         }
       }
@@ -228,14 +271,20 @@ __device__ __forceinline__ void decode_attention(
       const float alpha = mx > m ? fast_exp2(m - mx) : 1.f;  // 0 the first time (m = -inf)
       if (mx > m) m = mx;
       l *= alpha;
+      // O^T's columns are heads 2c and 2c + 1, whose factors lanes 8c and 8c + 4 hold.
+      const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * c);
+      const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * c + 4);
 #pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        acc[t][0] *= alpha;
-        acc[t][1] *= alpha;
+      for (int t = 0; t < MT; ++t) {
+        acc[t][0] *= a0;
+        acc[t][2] *= a0;
+        acc[t][1] *= a1;
+        acc[t][3] *= a1;
       }
     }
 
-    // O += P . V, step by step: P's A fragment is the step's scores, exponentiated.
+    // O^T += V^T . P^T, step by step: P^T's B fragment is the step's scores of head g,
+    // exponentiated (tokens 2c, 2c+1 and 8+2c, 8+2c+1).
 #pragma unroll
     for (int st = 0; st < STEPS; ++st) {
       float p[2][2];
@@ -246,36 +295,33 @@ __device__ __forceinline__ void decode_attention(
           p[j][h] = fast_exp2(s[st][j][h] - m);  // 0 for the tokens past the end
           l += p[j][h];
         }
-      const unsigned pa[4] = {pack2<Mma>(p[0][0], p[0][1]), 0u, pack2<Mma>(p[1][0], p[1][1]), 0u};
+      const unsigned pb[2] = {pack2<Mma>(p[0][0], p[0][1]), pack2<Mma>(p[1][0], p[1][1])};
       if constexpr (!FP8) {
-        // Matrices (transposed): tokens 0-7 / 8-15 of dims 8(2jp)..+7, then of the next 8.
+        // Matrices (transposed): tokens 0-7 of dims 16t..+7 and 16t+8..+15, then tokens 8-15:
+        // m-tile t's A fragment as it is.
 #pragma unroll
-        for (int jp = 0; jp < NT / 2; ++jp) {
+        for (int t = 0; t < MT; ++t) {
           unsigned r[4];
-          ldmatrix<4, true>(r, at(vslot, st, 2 * jp));
-          const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-          mma_m16n8k16<Mma>(acc[2 * jp], pa, b0);
-          mma_m16n8k16<Mma>(acc[2 * jp + 1], pa, b1);
+          ldmatrix<4, true>(r, at(vslot, st, 2 * t));
+          mma_m16n8k16<Mma>(acc[t], r, pb);
         }
       } else {
-        // Matrices (transposed b16 = byte pairs): tokens 0-7 / 8-15 of 16 dims, then the next 16.
-        // A register holds (token 2c: dims 2g, 2g+1; token 2c+1: dims 2g, 2g+1); the permute makes
-        // (2c, 2c+1 of dim 2g; 2c, 2c+1 of dim 2g+1). n-tile 2q holds chunk q's even dims, 2q + 1
-        // its odd ones.
+        // Matrices (transposed b16 = byte pairs): tokens 0-7 of dims 32cp..+15 and of the next
+        // 16, then tokens 8-15. A register holds (token 2c: dims 2g, 2g+1; token 2c+1: dims 2g,
+        // 2g+1); the permute makes (2c, 2c+1 of dim 2g; 2c, 2c+1 of dim 2g+1): rows g and g + 8
+        // of the m-tile are dims 2g and 2g + 1 of its 16.
         constexpr auto F = Fp8Format<KV>::kFormat;
 #pragma unroll
-        for (int cp = 0; cp < NT / 4; ++cp) {
+        for (int cp = 0; cp < MT / 2; ++cp) {
           unsigned r[4];
           ldmatrix<4, true>(r, at(vslot, st, 2 * cp));
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const unsigned lo = __byte_perm(r[2 * e], 0u, 0x3120);
-            const unsigned hi = __byte_perm(r[2 * e + 1], 0u, 0x3120);
-            const unsigned even[2] = {fp8x2_to_f16x2<F>(lo), fp8x2_to_f16x2<F>(hi)};
-            const unsigned odd[2] = {fp8x2_to_f16x2<F>(lo >> 16), fp8x2_to_f16x2<F>(hi >> 16)};
-            const int q_chunk = 2 * cp + e;
-            mma_m16n8k16<Mma>(acc[2 * q_chunk], pa, even);
-            mma_m16n8k16<Mma>(acc[2 * q_chunk + 1], pa, odd);
+            const unsigned first = __byte_perm(r[e], 0u, 0x3120);
+            const unsigned last = __byte_perm(r[2 + e], 0u, 0x3120);
+            const unsigned a[4] = {fp8x2_lo_to_f16x2<F>(first), fp8x2_hi_to_f16x2<F>(first),
+                                   fp8x2_lo_to_f16x2<F>(last), fp8x2_hi_to_f16x2<F>(last)};
+            mma_m16n8k16<Mma>(acc[2 * cp + e], a, pb);
           }
         }
       }
@@ -290,21 +336,24 @@ __device__ __forceinline__ void decode_attention(
   static_assert(MergeArea<GROUP, HEAD_DIM>::kBytes <= kRingBytes, "merge fits");
   const MergeArea<GROUP, HEAD_DIM> area(smem);
   __syncthreads();
-  if (g < GROUP) {
-    float* row = area.merged + (warp * GROUP + g) * HEAD_DIM;
-    if constexpr (!FP8) {  // n-tile t holds dims 8t + 2c, 8t + 2c + 1
 #pragma unroll
-      for (int t = 0; t < NT; ++t) st_vec(row + 8 * t + 2 * c, make_float2(acc[t][0], acc[t][1]));
-    } else {  // n-tiles 2q, 2q + 1 hold dims 16q + 4c + {0, 2} and 16q + 4c + {1, 3}
+  for (int h = 0; h < 2; ++h) {  // head 2c + h: columns [h] and [2 + h] of every m-tile
+    if (2 * c + h < GROUP) {
+      float* row = area.merged + (warp * GROUP + 2 * c + h) * HEAD_DIM;
 #pragma unroll
-      for (int qc = 0; qc < NT / 2; ++qc)
-        st_vec(row + 16 * qc + 4 * c, make_float4(acc[2 * qc][0], acc[2 * qc + 1][0],
-                                                  acc[2 * qc][1], acc[2 * qc + 1][1]));
+      for (int t = 0; t < MT; ++t) {
+        if constexpr (!FP8) {  // dims 16t + g, 16t + g + 8
+          row[16 * t + g] = acc[t][h];
+          row[16 * t + g + 8] = acc[t][2 + h];
+        } else {  // dims 16t + 2g, 16t + 2g + 1
+          st_vec(row + 16 * t + 2 * g, make_float2(acc[t][h], acc[t][2 + h]));
+        }
+      }
     }
-    if (c == 0) {
-      area.warp_max[warp][g] = m;
-      area.warp_sum[warp][g] = l;
-    }
+  }
+  if (g < GROUP && c == 0) {
+    area.warp_max[warp][g] = m;
+    area.warp_sum[warp][g] = l;
   }
   __syncthreads();
   write_output<T, HEAD_DIM, GROUP>(area, out, part_out, part_max, part_sum, v_scale[kv_head], o);

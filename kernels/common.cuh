@@ -40,6 +40,12 @@ struct PagedLayout {
     __device__ __forceinline__ int64_t row(int64_t block, int head, int offset) const {
         return (((block * num_kv_heads + head) << log2_block_size) + offset) * head_dim;
     }
+    // The same row as an index among the pool's rows (its dim 0 is at row_id * head_dim), for
+    // pools of fewer than 2^32 rows (the attention launch refuses larger ones). The offset is below
+    // the block size, so it is or-ed in.
+    __device__ __forceinline__ unsigned row_id(int block, int head, int offset) const {
+        return (((unsigned)block * num_kv_heads + head) << log2_block_size) | offset;
+    }
     // Element offset of the row of head `head` at a slot (block * block_size + offset).
     __device__ __forceinline__ int64_t slot_row(int64_t slot, int head) const {
         return row(slot >> log2_block_size, head, (int)(slot & ((1 << log2_block_size) - 1)));
@@ -311,6 +317,37 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 #endif
+
+// ---- code generation ----------------------------------------------------------------------------
+// x, through a move the compiler cannot see into: it cannot fold x's computation into what uses it
+// (a pointer stays one register that a loop adds offsets to) nor rematerialise it (a constant stays
+// in its register). The emulator returns x.
+template <class X>
+__device__ __forceinline__ X opaque(X x) {
+#ifndef PAGEDKV_EMU
+    if constexpr (sizeof(X) == 8) {
+        asm volatile("mov.b64 %0, %0;\n" : "+l"(x));
+    } else {
+        static_assert(sizeof(X) == 4, "a 32- or 64-bit value");
+        asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
+    }
+#endif
+    return x;
+}
+
+// A 16-byte load from shared memory that the compiler does not forward a store into (volatile).
+__device__ __forceinline__ uint4 opaque_load(const uint4* p) {
+#ifdef PAGEDKV_EMU
+    return *p;
+#else
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p)))
+                 : "memory");
+    return v;
+#endif
+}
 
 // ---- launch facts ------------------------------------------------------------------------------------
 // Bytes of dynamic shared memory the launch passed (a kernel that needs more can trap).

@@ -2,9 +2,10 @@
 //! least 0.9 of the contiguous kernel's bytes in flight per SM (f16 and bf16, head dim 128, group
 //! 4, sm_90); every sm_90 kernel has a report with a block size the launchers use; the read-only
 //! stream keeps plenty in flight; `pagedkv info --json` carries the figures; every attention kernel
-//! has issue figures (counted again by hand from the listing for three of them); the kernels
-//! dispatched for grouped heads at head dim 128 meet issue 23's aims. Prints the figures
-//! of every attention instance, paged against contiguous, and of the gather and stream kernels.
+//! has issue figures (counted again by hand from the listing for five of them); the kernels
+//! dispatched for grouped heads at head dim 128 meet issue 23's aims, and on tensor cores issue
+//! 32's. Prints the figures of every attention instance, paged against contiguous, and of the
+//! gather and stream kernels.
 //! Skips, saying why, when the kernels or the SASS analysis were not built. (No kernel spilling
 //! registers is checked once, in tests/kernels_fatbin.rs.)
 
@@ -337,7 +338,8 @@ fn issue_per_token_matches_a_count_of_the_listing_by_hand() {
     };
     let dir = std::env::temp_dir().join(format!("pagedkv-hand-count-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // (kernel, module, tokens per iteration: 4 KiB of K and V rows per warp over the row bytes)
+    // (kernel, module, tokens per iteration: 2 KiB of K rows per warp over the row bytes on CUDA
+    // cores, 4 KiB on tensor cores)
     for (kernel, module, tokens) in [
         ("paged_attention_f16_d128_g4", "paged_attention", 8.0),
         ("paged_attention_f16_d128_g8", "paged_attention", 8.0),
@@ -345,6 +347,12 @@ fn issue_per_token_matches_a_count_of_the_listing_by_hand() {
             "paged_attention_f16_kvfp8_e4m3_d128_g4",
             "paged_attention_fp8",
             16.0,
+        ),
+        ("paged_attention_tc_f16_d128_g4", "paged_attention_tc", 16.0),
+        (
+            "paged_attention_tc_f16_kvfp8_e4m3_d128_g8",
+            "paged_attention_tc",
+            32.0,
         ),
     ] {
         let fatbin = dir.join(format!("{module}.fatbin"));
@@ -373,16 +381,24 @@ fn report_kernel_answers_one_kernel_by_name() {
     assert_eq!(report::kernel("no_such_kernel"), None);
 }
 
+/// Issue 32's aim for the tensor-core decode kernels: at most this many warp instructions per token
+/// of a KV head in their main loop (f16, bf16 and fp8 K/V), below the 22.0 (f16) and 30.9 (fp8
+/// e4m3) of FlashInfer 0.7.4's tensor-core decode read the same way (KERNELS.md, "Peers").
+const TENSOR_CORE_ISSUE_AIM: f64 = 20.0;
+
 /// Issue 23's aims for the kernel each shape is dispatched to (sm_90, head dim 128, paged): groups
 /// 4 and 8 with K/V in f16, bf16 and fp8 e4m3, each at most 0.7 of the issue budget per token,
 /// with at least 32 KiB in flight per SM and no spill; where both engines are built, the
 /// dispatched kernel issues fewer instructions per token than the other (the reason it is chosen).
+/// Issue 32's on tensor cores: at most [`TENSOR_CORE_ISSUE_AIM`] per token, three CTAs per SM.
 #[test]
 fn the_dispatched_decode_kernels_meet_the_issue_and_in_flight_aims() {
     let Some(report) = built_report() else {
         return;
     };
-    println!("aims (issue 23): dispatched kernel, issue/token vs budget, in flight, other engine");
+    println!(
+        "aims (issues 23, 32): dispatched kernel, issue/token vs budget, in flight, other engine"
+    );
     for (q, kv) in [
         (Dtype::F16, Dtype::F16),
         (Dtype::Bf16, Dtype::Bf16),
@@ -420,6 +436,17 @@ fn the_dispatched_decode_kernels_meet_the_issue_and_in_flight_aims() {
                 kib(Some(in_flight))
             );
             assert_eq!(k.spill_bytes, Some(0), "{name} spills");
+            if engine == Engine::TensorCores {
+                assert!(
+                    issue <= TENSOR_CORE_ISSUE_AIM,
+                    "{name}: {issue:.1} warp instructions per token, over {TENSOR_CORE_ISSUE_AIM}"
+                );
+                assert!(
+                    k.ctas_per_sm.is_some_and(|c| c >= 3),
+                    "{name}: {:?} CTAs per SM, fewer than 3",
+                    k.ctas_per_sm
+                );
+            }
             if let Some(o) = other_issue {
                 assert!(
                     issue < o,

@@ -4,6 +4,7 @@
 pub mod fatbin;
 pub mod foreign;
 pub mod gpu_facts;
+pub mod names;
 pub mod occupancy;
 pub mod report;
 pub mod sass;
@@ -12,12 +13,12 @@ pub mod token_bytes;
 /// Threads per CTA of the decode-attention kernels (`attn::kThreads` in kernels/attention.cuh).
 pub const ATTENTION_THREADS: u32 = 128;
 /// Dynamic shared memory every decode-attention launch passes: `attn::kSmemBytes` in
-/// kernels/attention.cuh (the cp.async ring and the staged block-table words). A launch with less
-/// traps, so a mismatch fails every emulated attention test.
-pub const ATTENTION_SMEM_BYTES: u32 = 50_688;
+/// kernels/attention.cuh (the cp.async ring, the staged block-table words and the tiles' row ids).
+/// A launch with less traps, so a mismatch fails every emulated attention test.
+pub const ATTENTION_SMEM_BYTES: u32 = 52_224;
 /// The same for the tensor-core kernels: `attn::tc::kSmemBytes` in kernels/attention_tc.cuh (a
-/// 64 KiB ring of 4 KiB tiles, two slots per warp, and the table words).
-pub const ATTENTION_TC_SMEM_BYTES: u32 = 66_560;
+/// 64 KiB ring of 4 KiB tiles, two slots per warp, the table words and the row ids).
+pub const ATTENTION_TC_SMEM_BYTES: u32 = 67_584;
 
 /// One `kernels/NAME.cu`, compiled into a fatbin.
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,6 @@
 //! Bytes one token of one KV head costs a decode-attention kernel (its K row and its V row:
 //! 2 x head dim x the stored element's size), from what the kernel's name says
-//! (`launch::instances::parse_kernel`), stated here once for the static report.
+//! (`kernels::names::parse_kernel`), stated here once for the static report.
 
 use crate::kv::Dtype;
 
@@ -19,9 +19,9 @@ impl AttentionStream {
 }
 
 /// The stream of an attention kernel called `kernel`; `None` for any other kernel. The name is
-/// read by `launch::instances::parse_kernel`, the one reader of attention kernel names.
+/// read by `kernels::names::parse_kernel`, the one reader of attention kernel names.
 pub fn attention_stream(kernel: &str) -> Option<AttentionStream> {
-    let (_, _, i) = crate::launch::instances::parse_kernel(kernel)?;
+    let (_, _, i) = super::names::parse_kernel(kernel)?;
     Some(AttentionStream {
         kv_dtype: i.kv_dtype,
         head_dim: u32::try_from(i.head_dim).ok()?,

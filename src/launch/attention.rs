@@ -6,8 +6,10 @@
 
 use super::split::SplitPlan;
 use super::{instances, to_i32, to_u32, LaunchError};
-use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_TC_SMEM_BYTES, ATTENTION_THREADS};
+use crate::kernels::ATTENTION_THREADS;
 use crate::kv::{BlockTable, Dtype, KvSpec};
+
+pub use crate::kernels::names::{kernel_name, Engine, Layout};
 
 /// The shape of one decode step: query heads, KV heads (GQA when fewer), head dim, softmax scale.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -22,15 +24,6 @@ impl AttentionShape {
     pub fn group(&self) -> usize {
         self.num_heads / self.num_kv_heads
     }
-}
-
-/// Which cache a kernel reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// `[num_blocks, num_kv_heads, block_size, head_dim]` through a block table.
-    Paged,
-    /// `[num_seqs, num_kv_heads, max_len, head_dim]`.
-    Contiguous,
 }
 
 /// What one decode step reads, in host memory, laid out as the kernels take it: q (and the output)
@@ -149,69 +142,6 @@ pub struct AttentionLaunch {
     /// Elements of `part_max` and `part_sum`, `[num_seqs, num_heads, num_partitions]` (1 when not
     /// split: a launch still passes a buffer); `part_out` holds `head_dim` times as many.
     pub partial_elems: usize,
-}
-
-/// What computes a decode-attention kernel's products: f32 FMAs on the CUDA cores
-/// (kernels/attention.cuh, every shape) or mma.sync on the tensor cores (kernels/attention_tc.cuh,
-/// the shapes `PAGEDKV_FOR_EACH_TC_ATTENTION` lists: grouped heads at head dim 128).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Engine {
-    CudaCores,
-    TensorCores,
-}
-
-impl Engine {
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::CudaCores => "cuda-cores",
-            Engine::TensorCores => "tensor-cores",
-        }
-    }
-
-    /// Dynamic shared memory every launch of this engine's kernels passes (their cp.async rings).
-    pub fn smem_bytes(self) -> u32 {
-        match self {
-            Engine::CudaCores => ATTENTION_SMEM_BYTES,
-            Engine::TensorCores => ATTENTION_TC_SMEM_BYTES,
-        }
-    }
-}
-
-impl std::fmt::Display for Engine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The instance name of decode attention for `layout` on `engine` with q of `dtype` and K/V stored
-/// as `kv_dtype`: `paged_attention_f16_d128_g4`, `paged_attention_f16_kvfp8_e4m3_d128_g4`, and on
-/// tensor cores `paged_attention_tc_f16_d128_g4`.
-pub fn kernel_name(
-    layout: Layout,
-    engine: Engine,
-    dtype: Dtype,
-    kv_dtype: Dtype,
-    head_dim: usize,
-    group: usize,
-) -> String {
-    let prefix = match layout {
-        Layout::Paged => "paged",
-        Layout::Contiguous => "contiguous",
-    };
-    let tc = match engine {
-        Engine::CudaCores => "",
-        Engine::TensorCores => "tc_",
-    };
-    let kv = if kv_dtype == dtype {
-        String::new()
-    } else {
-        format!("_kv{}", kv_dtype.name())
-    };
-    format!(
-        "{prefix}_attention_{tc}{}{kv}_d{head_dim}_g{group}",
-        dtype.name()
-    )
 }
 
 /// The kernels/*.cu file of an instance: fp8 storage and tensor cores have files of their own.
@@ -368,6 +298,18 @@ impl AttentionLaunch {
             )));
         }
         let seqs = data.lens.len();
+        // The kernels address a row (one token of one KV head) by a 32-bit index into its cache
+        // (`row_id` in kernels/attention.cuh).
+        let rows = match layout {
+            Layout::Paged => data.num_blocks * s.num_kv_heads * data.spec.block_size,
+            Layout::Contiguous => seqs * s.num_kv_heads * data.max_len,
+        };
+        if rows as u64 > 1 << 32 {
+            return Err(LaunchError::Geometry(format!(
+                "the cache holds {rows} rows of one token and KV head: the kernels address at most \
+                 2^32"
+            )));
+        }
         // Sequences and partitions are grid rows (y) and layers (z): at most 65,535 each.
         if seqs > 65_535 || split.num_partitions > 65_535 {
             return Err(LaunchError::Geometry(format!(
@@ -428,6 +370,7 @@ pub const MERGE_THREADS: u32 = 128;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{ATTENTION_SMEM_BYTES, ATTENTION_TC_SMEM_BYTES};
     use crate::kv::BlockTable;
 
     const ONES: [f32; 2] = [1.0; 2];
@@ -510,6 +453,32 @@ mod tests {
         assert_eq!(m.kernel, "merge_partitions_f16_d128");
         assert_eq!((m.grid, m.scalars), ((8, 2, 1), vec![Scalar::I32(3)]));
         assert_eq!(l.partial_elems, 2 * 8 * 3);
+    }
+
+    #[test]
+    fn caches_past_the_kernels_32_bit_row_ids_are_refused() {
+        let spec = KvSpec::new(2, 128, 16, Dtype::F16).unwrap();
+        let table = BlockTable::from_rows(&[vec![0, 1, 2], vec![3]], &[40, 5], 16).unwrap();
+        let lens = [40, 5];
+        let whole = SplitPlan {
+            num_partitions: 1,
+            partition_size: 40,
+        };
+        let plan = |num_blocks: usize, max_len: usize, layout| {
+            let d = AttentionData {
+                num_blocks,
+                max_len,
+                ..data(&spec, &table, &lens)
+            };
+            AttentionLaunch::new(Dtype::F16, Dtype::F16, &d, layout, whole)
+        };
+        // 2 KV heads x 16 tokens a block: 2^27 blocks are 2^32 rows, one more block is too many.
+        assert!(plan(1 << 27, 40, Layout::Paged).is_ok());
+        let err = plan((1 << 27) + 1, 40, Layout::Paged).unwrap_err();
+        assert!(err.to_string().contains("at most 2^32"), "{err}");
+        // 2 sequences x 2 KV heads: 2^30 tokens each are 2^32 rows.
+        assert!(plan(4, 1 << 30, Layout::Contiguous).is_ok());
+        assert!(plan(4, (1 << 30) + 1, Layout::Contiguous).is_err());
     }
 
     #[test]

@@ -1,26 +1,19 @@
 //! The kernels compiled from kernels/*.cu, as build.rs found them in the sources (the emulator
 //! compiles the same files, so the list exists with or without nvcc), and the decode-attention
 //! instances among them. The instances are stated once, in kernels/attention.cuh; nothing here
-//! repeats them.
+//! repeats them. Their names' grammar is `kernels::names`.
 
-use super::attention::{Engine, Layout};
+use crate::kernels::names::{Engine, Layout};
 use crate::kernels::COMPILED_KERNELS;
 use crate::kv::Dtype;
+
+pub use crate::kernels::names::{parse_kernel, AttentionInstance};
 
 /// Whether a kernel called `name` was compiled (module `module`).
 pub fn compiled(module: &str, name: &str) -> bool {
     COMPILED_KERNELS
         .iter()
         .any(|k| k.module == module && k.name == name)
-}
-
-/// One (q dtype, K/V storage, head dim, GQA group) decode attention is built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct AttentionInstance {
-    pub dtype: Dtype,
-    pub kv_dtype: Dtype,
-    pub head_dim: usize,
-    pub group: usize,
 }
 
 /// Every decode-attention instance, from the names of the paged kernels
@@ -35,49 +28,11 @@ pub fn attention_instances() -> Vec<AttentionInstance> {
     v
 }
 
-fn dtype_named(name: &str) -> Option<Dtype> {
-    <Dtype as clap::ValueEnum>::value_variants()
-        .iter()
-        .copied()
-        .find(|d| d.name() == name)
-}
-
 fn parse_attention(name: &str) -> Option<AttentionInstance> {
     match parse_kernel(name)? {
         (Layout::Paged, Engine::CudaCores, i) => Some(i),
         _ => None,
     }
-}
-
-/// What a decode-attention kernel's name says, the inverse of `launch::attention::kernel_name`:
-/// `{paged|contiguous}_attention_[tc_]{dtype}[_kv{kv_dtype}]_d{head_dim}_g{group}`; `None` for
-/// any other name.
-pub fn parse_kernel(name: &str) -> Option<(Layout, Engine, AttentionInstance)> {
-    let (layout, rest) = if let Some(rest) = name.strip_prefix("paged_attention_") {
-        (Layout::Paged, rest)
-    } else {
-        (
-            Layout::Contiguous,
-            name.strip_prefix("contiguous_attention_")?,
-        )
-    };
-    let (engine, rest) = match rest.strip_prefix("tc_") {
-        Some(rest) => (Engine::TensorCores, rest),
-        None => (Engine::CudaCores, rest),
-    };
-    let (types, shape) = rest.split_at(rest.rfind("_d")?);
-    let (dtype, kv_dtype) = match types.split_once("_kv") {
-        Some((q, kv)) => (dtype_named(q)?, dtype_named(kv)?),
-        None => (dtype_named(types)?, dtype_named(types)?),
-    };
-    let (d, g) = shape.strip_prefix("_d")?.split_once("_g")?;
-    let instance = AttentionInstance {
-        dtype,
-        kv_dtype,
-        head_dim: d.parse().ok()?,
-        group: g.parse().ok()?,
-    };
-    Some((layout, engine, instance))
 }
 
 /// The head dims and groups built for q `dtype` and K/V `kv_dtype`, for messages: "head dims 64,
@@ -125,17 +80,6 @@ mod tests {
                 group: 2
             })
         );
-        // Every kernel name the launchers build parses back into its parts.
-        for k in COMPILED_KERNELS
-            .iter()
-            .filter(|k| k.name.contains("_attention_"))
-        {
-            let (layout, engine, i) = parse_kernel(k.name).expect(k.name);
-            let name = super::super::attention::kernel_name(
-                layout, engine, i.dtype, i.kv_dtype, i.head_dim, i.group,
-            );
-            assert_eq!(name, k.name);
-        }
         assert_eq!(parse_attention("paged_attention_tc_f16_d128_g8"), None);
         for bad in [
             "merge_partitions_f16_d128",
