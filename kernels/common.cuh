@@ -335,7 +335,9 @@ __device__ __forceinline__ X opaque(X x) {
     return x;
 }
 
-// A 16-byte load from shared memory that the compiler does not forward a store into (volatile).
+// A 16-byte load from shared memory that the front end keeps (asm volatile), so values staged
+// once are read back rather than recomputed. ptxas may still forward the thread's own preceding
+// store into it (it does for the last q fragment on sm_90): the same values, still not rebuilt.
 __device__ __forceinline__ uint4 opaque_load(const uint4* p) {
 #ifdef PAGEDKV_EMU
     return *p;

@@ -300,11 +300,14 @@ impl AttentionLaunch {
         let seqs = data.lens.len();
         // The kernels address a row (one token of one KV head) by a 32-bit index into its cache
         // (`row_id` in kernels/attention.cuh).
+        // In u128: a product past usize cannot wrap under the limit.
         let rows = match layout {
-            Layout::Paged => data.num_blocks * s.num_kv_heads * data.spec.block_size,
-            Layout::Contiguous => seqs * s.num_kv_heads * data.max_len,
+            Layout::Paged => {
+                data.num_blocks as u128 * s.num_kv_heads as u128 * data.spec.block_size as u128
+            }
+            Layout::Contiguous => seqs as u128 * s.num_kv_heads as u128 * data.max_len as u128,
         };
-        if rows as u64 > 1 << 32 {
+        if rows > 1 << 32 {
             return Err(LaunchError::Geometry(format!(
                 "the cache holds {rows} rows of one token and KV head: the kernels address at most \
                  2^32"
