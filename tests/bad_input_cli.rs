@@ -508,11 +508,7 @@ fn files_cut_short_marked_or_saying_a_thing_twice_are_refused() {
 #[test]
 fn a_last_level_cache_setting_that_is_not_a_size_is_refused_before_any_command() {
     for value in ["big", "", "0", "5G", "-1M", "99999999999999999999G", "1.5M"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-            .args(["info"])
-            .env("PAGEDKV_LLC", value)
-            .output()
-            .expect("run pagedkv");
+        let out = cli::pagedkv_with_env(&["info"], "PAGEDKV_LLC", value);
         let err = own_error(&out);
         assert!(
             err.contains("PAGEDKV_LLC must be a cache size"),
@@ -521,19 +517,24 @@ fn a_last_level_cache_setting_that_is_not_a_size_is_refused_before_any_command()
         assert!(out.stdout.is_empty(), "{value}: nothing ran");
     }
     // A valid one is taken: the sweep's probe note names it and the limits' bytes follow it.
-    let out = Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .args([
+    let out = cli::pagedkv_with_env(
+        &[
             "sweep",
             "--json",
             "--no-end-to-end",
             "--no-attention",
             "--rounds",
             "1",
-        ])
-        .args(["--reps", "1", "--requests", "50", "--probe-mib", "4"])
-        .env("PAGEDKV_LLC", "512K")
-        .output()
-        .expect("run pagedkv");
+            "--reps",
+            "1",
+            "--requests",
+            "50",
+            "--probe-mib",
+            "4",
+        ],
+        "PAGEDKV_LLC",
+        "512K",
+    );
     let v = cli::json(&out);
     let notes = v["notes"].to_string();
     assert!(

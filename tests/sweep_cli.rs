@@ -10,12 +10,7 @@ mod cli;
 /// `pagedkv sweep ARGS` with the last-level cache taken as 1 MiB: these tests check the report,
 /// not the memory's speed, and limits over 4x a large server cache cost seconds per probe.
 fn sweep(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_pagedkv"))
-        .arg("sweep")
-        .args(args)
-        .env("PAGEDKV_LLC", "1M")
-        .output()
-        .expect("run pagedkv")
+    cli::pagedkv_with_env(&[&["sweep"], args].concat(), "PAGEDKV_LLC", "1M")
 }
 
 const TINY: [&str; 10] = [

@@ -11,6 +11,16 @@ pub fn pagedkv(args: &[&str]) -> Output {
         .expect("run pagedkv")
 }
 
+/// Runs `pagedkv` with `args` and the environment variable `key` set to `value`.
+#[allow(dead_code)] // not every test file sets the environment
+pub fn pagedkv_with_env(args: &[&str], key: &str, value: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagedkv"))
+        .args(args)
+        .env(key, value)
+        .output()
+        .expect("run pagedkv")
+}
+
 /// The JSON `pagedkv` printed, after checking that it succeeded (its stderr in the message if not).
 #[allow(dead_code)] // not every test file reads JSON
 pub fn json(out: &Output) -> serde_json::Value {
