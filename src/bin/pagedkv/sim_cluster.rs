@@ -234,6 +234,9 @@ fn print_text(
         outln!("{line}")?;
     }
     outln!("{}", workload_line(name, requests))?;
+    if let Some(slo) = &resolved.slo {
+        outln!("{}", slo.describe())?;
+    }
     let unit = outcomes[0].total.time_unit;
     let (scale, lat) = latency_unit(unit);
     let mut t = Table::new([
@@ -326,6 +329,9 @@ fn print_text(
                 ", {} refused (longer than max_model_len {})",
                 r.rejected, e.max_model_len
             );
+        }
+        if let Some(slo) = &resolved.slo {
+            line += &crate::sim_engine_args::slo_clause(r, slo, unit);
         }
         outln!("{line}")?;
         if !o.starved_replicas.is_empty() {

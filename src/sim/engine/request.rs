@@ -3,6 +3,7 @@
 //! sampled by steps whose output is not processed yet.
 
 use super::hash::{token_block_hash, unique_block_hash, BlockHash, NONE_HASH};
+use super::tbt::TokenGaps;
 use crate::workload::serving::{Prompt, ServingRequest};
 
 /// No block.
@@ -66,6 +67,8 @@ pub struct Req {
     /// Tokens loaded from a host tier at the first admission.
     pub first_offload_hit: Option<u32>,
     pub scheduled_tokens: u64,
+    /// Its output tokens' intervals, for Mooncake's TBT ([`super::tbt`]).
+    pub gaps: TokenGaps,
 }
 
 impl Req {
@@ -98,6 +101,7 @@ impl Req {
             first_hit: None,
             first_offload_hit: None,
             scheduled_tokens: 0,
+            gaps: TokenGaps::new(r.output_len),
         }
     }
 
