@@ -26,7 +26,9 @@ impl LogSink {
     pub fn write(&self, line: &impl Serialize) -> std::io::Result<()> {
         let text = serde_json::to_string(line).map_err(std::io::Error::other)?;
         let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        writeln!(w, "{text}")
+        // Flushed line by line: a running server's log can be read as it grows.
+        writeln!(w, "{text}")?;
+        w.flush()
     }
 
     pub fn flush(&self) -> std::io::Result<()> {
