@@ -94,16 +94,26 @@ fn exact(line: &str, field: &str) -> f64 {
 }
 
 async fn start(s: RunSettings, replicas: usize, request_log: Option<Buffer>) -> Server {
+    start_with(s, replicas, request_log, 1000.0, 100_000).await
+}
+
+async fn start_with(
+    s: RunSettings,
+    replicas: usize,
+    request_log: Option<Buffer>,
+    time_scale: f64,
+    max_pending: usize,
+) -> Server {
     let cfg = ServeConfig {
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         replicas,
-        time_scale: 1000.0,
+        time_scale,
         settings: s,
         block_size: 16,
         model_name: MODEL.into(),
         tokenizer: Arc::new(Tokenizer::Words),
-        max_pending: 100_000,
+        max_pending,
         queue: 1024,
         step_log: None,
         request_log: request_log.map(|b| LogSink::new(Box::new(b))),
@@ -578,4 +588,47 @@ fn sigterm_ends_open_streams_and_exits_cleanly() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert!(rest.trim_end().ends_with("stopped"), "{rest}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_answered_and_stopping_ends_waiting_answers() {
+    // Three requests fit (--max-pending 3) and run for minutes: the other seven are refused at
+    // once, whatever the machine's speed; stopping then ends the three with an error answer.
+    let server = start_with(settings(131_072, 1 << 16, 256), 1, None, 1.0, 3).await;
+    let (c, a) = (client(), server.addrs[0]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..10 {
+        let (c, tx) = (c.clone(), tx.clone());
+        tokio::spawn(async move {
+            let ask = r#"{"prompt": "a b", "max_tokens": 100000}"#;
+            tx.send(post(&c, a, "/v1/completions", ask).await).unwrap();
+        });
+    }
+    let mut answers = Vec::new();
+    for _ in 0..7 {
+        answers.push(rx.recv().await.unwrap());
+    }
+    for (st, body) in &answers {
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            (*st, &v["error"]["type"]),
+            (503, &json!("ServiceUnavailableError")),
+            "{body}"
+        );
+    }
+    assert_eq!(get(&c, a, "/health").await.0, 200);
+    server.stop();
+    for _ in 0..3 {
+        let (st, body) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            (st, &v["error"]["type"]),
+            (500, &json!("InternalServerError")),
+            "{body}"
+        );
+    }
+    server.wait().await.unwrap();
 }
