@@ -81,4 +81,20 @@ mod tests {
         assert_eq!(t.filler(3), " the the the");
         assert_eq!(t.encode(&t.filler(5)).unwrap().len(), 5);
     }
+
+    #[test]
+    fn a_tokenizer_file_counts_as_its_vocabulary_says() {
+        // Words w0..w7 and [UNK], written by scripts/minimal-tokenizer.py.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/serve/word_tokenizer.json"
+        );
+        let t = Tokenizer::from_file(Path::new(path)).unwrap();
+        assert_eq!(t.vocab_size(), Some(9));
+        assert_eq!(t.encode("w0 w7  w3\nw9").unwrap(), [1, 8, 4, 0]);
+        let bad = Tokenizer::from_file(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .err()
+            .unwrap();
+        assert!(bad.contains("not a tokenizer.json"), "{bad}");
+    }
 }

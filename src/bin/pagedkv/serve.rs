@@ -78,6 +78,11 @@ pub fn run(args: Args) -> CmdResult {
         .build()?;
     let model = cfg.model_name.clone();
     let (replicas, scale) = (cfg.replicas, cfg.time_scale);
+    let unit = if cfg.settings.clock_steps {
+        "steps"
+    } else {
+        "seconds"
+    };
     runtime.block_on(async move {
         let server = Server::start(cfg).await.map_err(unsend)?;
         for (i, a) in server.addrs.iter().enumerate() {
@@ -87,7 +92,7 @@ pub fn run(args: Args) -> CmdResult {
             outln!("{line}")?;
         }
         outln!(
-            "{replicas} replicas, {scale} simulated seconds per second; SIGTERM or Ctrl-C stops"
+            "{replicas} replicas, {scale} simulated {unit} per second; SIGTERM or Ctrl-C stops"
         )?;
         crate::stdout::flush()?;
         server.run_until(shutdown_signal()).await.map_err(unsend)?;
