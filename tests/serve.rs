@@ -481,8 +481,25 @@ async fn a_served_run_equals_its_offline_replay_and_its_metrics() {
     );
 }
 
+/// Lets this process hold `n` open files if its hard limit allows: a thousand connections take
+/// two thousand descriptors (client and server side), above a soft limit of 1,024.
+fn allow_open_files(n: u64) {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads and sets this process's own limit through a valid pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < n {
+            l.rlim_cur = n.min(l.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_streams_lose_nothing() {
+    allow_open_files(4096);
     let server = start(settings(4096, 1 << 14, 256), 1, None).await;
     let (c, a) = (client(), server.addrs[0]);
     let run = async {

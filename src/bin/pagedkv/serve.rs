@@ -3,7 +3,7 @@
 //! engine.
 
 use crate::sim_engine_args::{describe_limits, settings, EngineArgs};
-use crate::{count, CmdResult};
+use crate::{count, count_u64, CmdResult};
 use pagedkv::serve::log::LogSink;
 use pagedkv::serve::server::{ServeConfig, Server};
 use pagedkv::serve::tokens::Tokenizer;
@@ -17,8 +17,8 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
     /// The first replica's port; replica i listens on PORT + i (0: any free ports).
-    #[arg(long, default_value_t = 8000)]
-    port: u16,
+    #[arg(long, default_value_t = 8000, value_parser = count(0..=65535))]
+    port: usize,
     /// Replicas, each its own engine on its own port.
     #[arg(long, default_value_t = 1, value_parser = count(1..=1024))]
     replicas: usize,
@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long)]
     step_log: Option<PathBuf>,
     /// Seed of predicted output lengths (sjf, srpt).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     seed: u64,
     #[command(flatten)]
     engine: EngineArgs,
@@ -58,7 +58,8 @@ pub fn run(args: Args) -> CmdResult {
     let open = |p: &Option<PathBuf>| p.as_deref().map(LogSink::create).transpose();
     let cfg = ServeConfig {
         host: args.host,
-        port: args.port,
+        // At most 65,535 (the parser's range).
+        port: u16::try_from(args.port).unwrap_or(u16::MAX),
         replicas: args.replicas,
         time_scale: args.time_scale,
         model_name: args
