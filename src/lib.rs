@@ -23,6 +23,7 @@ pub mod mix;
 pub mod progress;
 pub mod quote;
 pub mod report;
+pub mod serve;
 pub mod sim;
 pub mod stats;
 pub mod swap;

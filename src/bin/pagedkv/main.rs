@@ -16,6 +16,7 @@ mod lab_overcommit;
 mod lab_switch;
 mod lab_tlb;
 mod router_args;
+mod serve;
 mod sim;
 mod sim_alloc;
 mod sim_cache;
@@ -67,6 +68,9 @@ enum Command {
     /// Measured OS labs: context switches, page faults, overcommit, the TLB, shared page cache,
     /// and their GPU counterparts.
     Lab(lab::Args),
+    /// Simulated vLLM replicas behind vLLM's OpenAI-compatible HTTP API, for real clients and
+    /// routers.
+    Serve(Box<serve::Args>),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
         Command::Swap(args) => swap::run(args),
         Command::Sweep(args) => sweep::run(*args),
         Command::Lab(args) => lab::run(args),
+        Command::Serve(args) => serve::run(*args),
     };
     match with_teardown(result).and_then(|()| Ok(stdout::flush()?)) {
         Ok(()) => ExitCode::SUCCESS,

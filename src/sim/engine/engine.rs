@@ -294,6 +294,12 @@ impl Engine {
         self.next_arrival().map(|t| t.max(self.now))
     }
 
+    /// The engine's time: where its last step's output landed (an online driver sleeps to it
+    /// before it hands that output on).
+    pub fn now(&self) -> f64 {
+        self.now
+    }
+
     /// How many of `hashes` (a prompt's block hashes, first block first) the GPU prefix cache
     /// holds in a row from the start, as of the last step.
     pub fn cached_prefix_blocks(&self, hashes: &[BlockHash]) -> usize {

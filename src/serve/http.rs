@@ -1,0 +1,437 @@
+//! A replica's HTTP face (axum): vLLM 0.33.0's OpenAI-compatible routes. A handler checks the
+//! request as vLLM's server does, counts its prompt, hands it to the replica's engine task and
+//! answers as the tokens come: whole, or streamed as server-sent events (`data: {json}` per
+//! step, `data: [DONE]` at the end, as `completion_stream_generator` and
+//! `chat_completion_stream_generator` write them).
+
+use super::metrics::ReplicaMetrics;
+use super::protocol::{self as p, ApiError, Header, OutputLimit, PromptInput, Usage};
+use super::replica::{Event, Job};
+use super::tokens::Tokenizer;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// What every handler of one replica shares.
+pub struct AppState {
+    pub replica: usize,
+    pub model: String,
+    pub max_model_len: usize,
+    pub tokenizer: Arc<Tokenizer>,
+    pub jobs: mpsc::Sender<Job>,
+    pub metrics: Arc<ReplicaMetrics>,
+    /// Requests handed to the engine and not answered yet, and the most allowed.
+    pub pending: AtomicUsize,
+    pub max_pending: usize,
+    pub next_id: AtomicU64,
+    pub created: u64,
+}
+
+type Shared = Arc<AppState>;
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST);
+        (status, Json(self.body())).into_response()
+    }
+}
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/version", get(version))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn version() -> Json<serde_json::Value> {
+    // What vLLM's `/version` answers; the server it imitates.
+    Json(serde_json::json!({"version": "0.33.0"}))
+}
+
+async fn models(State(s): State<Shared>) -> Json<serde_json::Value> {
+    Json(p::models(&s.model, s.created, s.max_model_len))
+}
+
+async fn metrics(State(s): State<Shared>) -> Response {
+    let (content_type, body) = s.metrics.render();
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// The body as `T`, or vLLM's answer to a body it cannot validate.
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::body_invalid("json_invalid", "body.0", "JSON decode error")
+        } else {
+            let loc = if path == "." {
+                "body".to_string()
+            } else {
+                format!("body.{path}")
+            };
+            ApiError::body_invalid("value_error", &loc, &inner.to_string())
+        }
+    })
+}
+
+/// The served model's name check (`_check_model`): none given, or the served one.
+fn check_model(s: &AppState, asked: &Option<String>) -> Result<(), ApiError> {
+    match asked {
+        Some(m) if !m.is_empty() && *m != s.model => Err(ApiError::model_not_found(m, &s.model)),
+        _ => Ok(()),
+    }
+}
+
+/// The prompt's token ids, and whether they came from text.
+fn prompt_tokens(s: &AppState, prompt: Option<PromptInput>) -> Result<(Vec<u32>, bool), ApiError> {
+    let missing = || {
+        ApiError::validation(
+            "Either prompt or prompt_embeds must be provided and non-empty.",
+            Some("prompt"),
+            None,
+        )
+    };
+    let one = |n: usize| {
+        ApiError::validation(
+            &format!("pagedkv serve takes one prompt per request, got {n}."),
+            Some("prompt"),
+            None,
+        )
+    };
+    let (ids, text) = match prompt.ok_or_else(missing)? {
+        PromptInput::Text(t) => (
+            s.tokenizer
+                .encode(&t)
+                .map_err(|e| ApiError::validation(&e, Some("prompt"), None))?,
+            true,
+        ),
+        PromptInput::Tokens(t) => (t, false),
+        PromptInput::Texts(v) if v.len() == 1 => (
+            s.tokenizer
+                .encode(&v[0])
+                .map_err(|e| ApiError::validation(&e, Some("prompt"), None))?,
+            true,
+        ),
+        PromptInput::TokenLists(mut v) if v.len() == 1 => (v.remove(0), false),
+        PromptInput::Texts(v) if !v.is_empty() => return Err(one(v.len())),
+        PromptInput::TokenLists(v) if !v.is_empty() => return Err(one(v.len())),
+        _ => return Err(missing()),
+    };
+    if ids.is_empty() {
+        return Err(missing());
+    }
+    if let (Some(vocab), false) = (s.tokenizer.vocab_size(), text) {
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ApiError::validation(
+                &format!("Token id {bad} is out of vocabulary"),
+                Some("prompt"),
+                None,
+            ));
+        }
+    }
+    Ok((ids, text))
+}
+
+/// One request ready for the engine.
+struct Ask {
+    prompt: Vec<u32>,
+    max_tokens: u32,
+    priority: i64,
+    stream: bool,
+    include_usage: bool,
+}
+
+/// A request the replica holds: its events, and a slot in `pending` given back when dropped.
+struct Admitted {
+    events: mpsc::UnboundedReceiver<Event>,
+    header: Header,
+    prompt_tokens: u32,
+    state: Shared,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.state.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn created_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Hands the request to the engine task.
+async fn submit(s: &Shared, ask: &Ask, prefix: &str) -> Result<Admitted, ApiError> {
+    if s.pending.fetch_add(1, Ordering::Relaxed) >= s.max_pending {
+        s.pending.fetch_sub(1, Ordering::Relaxed);
+        return Err(ApiError::unavailable(&format!(
+            "replica {} holds {} requests, the most --max-pending allows; retry later",
+            s.replica, s.max_pending
+        )));
+    }
+    let n = s.next_id.fetch_add(1, Ordering::Relaxed);
+    let id = format!("{prefix}-{:04x}{n:028x}", s.replica);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let admitted = Admitted {
+        events: rx,
+        header: Header {
+            id: id.clone(),
+            created: created_now(),
+            model: s.model.clone(),
+        },
+        prompt_tokens: ask.prompt.len() as u32,
+        state: s.clone(),
+    };
+    let job = Job {
+        id,
+        prompt: ask.prompt.clone(),
+        max_tokens: ask.max_tokens,
+        priority: ask.priority,
+        events: tx,
+    };
+    s.jobs
+        .send(job)
+        .await
+        .map_err(|_| ApiError::unavailable("the server is shutting down"))?;
+    Ok(admitted)
+}
+
+fn aborted() -> ApiError {
+    ApiError {
+        status: 500,
+        message: "the server stopped before the request finished".into(),
+        kind: "InternalServerError",
+        param: None,
+    }
+}
+
+/// Waits for the last token: the counts, or why there are none.
+async fn collect(a: &mut Admitted) -> Result<Usage, ApiError> {
+    let mut completion = 0;
+    loop {
+        match a.events.recv().await {
+            Some(Event::Tokens { new, finished, .. }) => {
+                completion += new;
+                if finished {
+                    return Ok(Usage {
+                        prompt_tokens: a.prompt_tokens,
+                        completion_tokens: completion,
+                    });
+                }
+            }
+            Some(Event::Refused(msg)) => return Err(ApiError::validation(&msg, None, None)),
+            Some(Event::Aborted) | None => return Err(aborted()),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+/// The answer, whole or streamed.
+async fn answer(s: Shared, ask: Ask, kind: Kind) -> Response {
+    let prefix = match kind {
+        Kind::Completion => "cmpl",
+        Kind::Chat => "chatcmpl",
+    };
+    let mut a = match submit(&s, &ask, prefix).await {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    if !ask.stream {
+        return match collect(&mut a).await {
+            Ok(usage) => {
+                let text = s.tokenizer.filler(usage.completion_tokens as usize);
+                Json(match kind {
+                    Kind::Completion => p::completion_response(&a.header, &text, "length", usage),
+                    Kind::Chat => p::chat_response(&a.header, &text, "length", usage),
+                })
+                .into_response()
+            }
+            Err(e) => e.into_response(),
+        };
+    }
+    // The first event tells a refusal (an error answer) from a stream.
+    let first = a.events.recv().await;
+    if let Some(Event::Refused(msg)) = &first {
+        return ApiError::validation(msg, None, None).into_response();
+    }
+    let stream = stream_events(s, a, first, kind, ask.include_usage);
+    Sse::new(stream).into_response()
+}
+
+/// The server-sent events of a streamed answer, `first` being the replica's first event.
+fn stream_events(
+    s: Shared,
+    mut a: Admitted,
+    first: Option<Event>,
+    kind: Kind,
+    include_usage: bool,
+) -> impl futures_util::Stream<Item = Result<SseEvent, Infallible>> {
+    let data = |v: serde_json::Value| Ok(SseEvent::default().data(v.to_string()));
+    async_stream(move |tx| async move {
+        let mut next = first;
+        let mut completion = 0u32;
+        let mut began = false;
+        loop {
+            match next {
+                Some(Event::Tokens { new, finished, .. }) => {
+                    if !began {
+                        began = true;
+                        if let Kind::Chat = kind {
+                            tx.send(data(p::chat_first_chunk(&a.header))).await?;
+                        }
+                    }
+                    completion += new;
+                    let text = s.tokenizer.filler(new as usize);
+                    let finish = finished.then_some("length");
+                    let chunk = match kind {
+                        Kind::Completion => p::completion_chunk(&a.header, &text, finish),
+                        Kind::Chat => p::chat_chunk(&a.header, &text, finish),
+                    };
+                    tx.send(data(chunk)).await?;
+                    if finished {
+                        if include_usage {
+                            let object = match kind {
+                                Kind::Completion => "text_completion",
+                                Kind::Chat => "chat.completion.chunk",
+                            };
+                            let usage = Usage {
+                                prompt_tokens: a.prompt_tokens,
+                                completion_tokens: completion,
+                            };
+                            tx.send(data(p::usage_chunk(&a.header, object, usage)))
+                                .await?;
+                        }
+                        break;
+                    }
+                }
+                Some(Event::Refused(msg)) => {
+                    tx.send(data(ApiError::validation(&msg, None, None).body()))
+                        .await?;
+                    break;
+                }
+                // vLLM's stream generators send the error as a data event, then [DONE].
+                Some(Event::Aborted) | None => {
+                    tx.send(data(aborted().body())).await?;
+                    break;
+                }
+            }
+            next = a.events.recv().await;
+        }
+        tx.send(Ok(SseEvent::default().data("[DONE]"))).await?;
+        Ok(())
+    })
+}
+
+/// A stream fed by a task writing to a channel (no macro crate needed).
+fn async_stream<F, Fut>(f: F) -> impl futures_util::Stream<Item = Result<SseEvent, Infallible>>
+where
+    F: FnOnce(mpsc::Sender<Result<SseEvent, Infallible>>) -> Fut,
+    Fut: std::future::Future<
+            Output = Result<(), mpsc::error::SendError<Result<SseEvent, Infallible>>>,
+        > + Send
+        + 'static,
+{
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(f(tx));
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
+    let r: p::CompletionRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let ask = (|| {
+        let stream = r.stream.unwrap_or(false);
+        p::check_stream_options(stream, &r.stream_options)?;
+        check_model(&s, &r.model)?;
+        p::check_n(r.n)?;
+        let (prompt, text) = prompt_tokens(&s, r.prompt.clone())?;
+        let limit = OutputLimit {
+            value: Some(r.max_tokens.unwrap_or(16)),
+            param: "max_tokens",
+        };
+        let l = p::check_lengths(prompt.len(), text, limit, r.min_tokens, s.max_model_len)?;
+        Ok::<_, ApiError>(Ask {
+            prompt,
+            max_tokens: l.max_tokens,
+            priority: r.priority,
+            stream,
+            include_usage: stream
+                && r.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true),
+        })
+    })();
+    match ask {
+        Ok(ask) => answer(s, ask, Kind::Completion).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Response {
+    let r: p::ChatRequest = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let ask = (|| {
+        let stream = r.stream.unwrap_or(false);
+        p::check_stream_options(stream, &r.stream_options)?;
+        check_model(&s, &r.model)?;
+        p::check_n(r.n)?;
+        let prompt = s
+            .tokenizer
+            .encode(&r.prompt_text())
+            .map_err(|e| ApiError::validation(&e, Some("messages"), None))?;
+        if prompt.is_empty() {
+            return Err(ApiError::validation(
+                "the messages hold no text to count",
+                Some("messages"),
+                None,
+            ));
+        }
+        // chat_completion/protocol.py, build_tok_params: max_completion_tokens first.
+        let limit = match r.max_completion_tokens {
+            Some(v) => OutputLimit {
+                value: Some(v),
+                param: "max_completion_tokens",
+            },
+            None => OutputLimit {
+                value: r.max_tokens,
+                param: "max_tokens",
+            },
+        };
+        let l = p::check_lengths(prompt.len(), true, limit, r.min_tokens, s.max_model_len)?;
+        Ok::<_, ApiError>(Ask {
+            prompt,
+            max_tokens: l.max_tokens,
+            priority: r.priority,
+            stream,
+            include_usage: stream
+                && r.stream_options.as_ref().and_then(|o| o.include_usage) == Some(true),
+        })
+    })();
+    match ask {
+        Ok(ask) => answer(s, ask, Kind::Chat).await,
+        Err(e) => e.into_response(),
+    }
+}

@@ -1,0 +1,64 @@
+//! `--request-log` and `--step-log`: JSON lines as `sim cluster` writes them, each with the
+//! replica it comes from, shared by every replica of the server.
+
+use crate::sim::cluster::run::RequestLine;
+use crate::sim::engine::request::Req;
+use crate::sim::engine::StepRecord;
+use serde::Serialize;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// A JSON-lines file every replica writes to.
+#[derive(Clone)]
+pub struct LogSink(Arc<Mutex<BufWriter<Box<dyn Write + Send>>>>);
+
+impl LogSink {
+    pub fn create(path: &Path) -> Result<LogSink, String> {
+        let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(LogSink::new(Box::new(f)))
+    }
+
+    pub fn new(w: Box<dyn Write + Send>) -> LogSink {
+        LogSink(Arc::new(Mutex::new(BufWriter::new(w))))
+    }
+
+    pub fn write(&self, line: &impl Serialize) -> std::io::Result<()> {
+        let text = serde_json::to_string(line).map_err(std::io::Error::other)?;
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Flushed line by line: a running server's log can be read as it grows.
+        writeln!(w, "{text}")?;
+        w.flush()
+    }
+
+    pub fn flush(&self) -> std::io::Result<()> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).flush()
+    }
+}
+
+/// A step log line: the engine's record and its replica.
+#[derive(Serialize)]
+pub struct StepLine<'a> {
+    pub replica: usize,
+    #[serde(flatten)]
+    pub record: &'a StepRecord,
+}
+
+/// The request log line of a finished request of `replica` (the fields of `sim cluster
+/// --request-log`; no route: the client or router in front chose the replica).
+pub fn request_line(replica: usize, q: &Req) -> RequestLine {
+    RequestLine {
+        id: q.id.clone(),
+        replica: Some(replica),
+        route: None,
+        arrival: q.arrival,
+        first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
+        finish: q.finish_time.is_finite().then_some(q.finish_time),
+        prompt_len: q.prompt_len as usize,
+        output_len: q.max_tokens,
+        max_tokens: Some(q.max_tokens),
+        prefix_hit_tokens: q.first_hit.unwrap_or(0),
+        offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
+        preemptions: q.preemptions,
+    }
+}
