@@ -50,6 +50,7 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
             replicas: 16,
             router,
             router_cfg: RouterConfig::default(),
+            disagg: None,
         };
         group.bench_with_input(BenchmarkId::new("router", router), &spec, |b, spec| {
             b.iter(|| {

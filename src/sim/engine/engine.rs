@@ -16,6 +16,9 @@ use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
 use crate::workload::serving::ServingRequest;
 use thiserror::Error;
 
+mod remote_kv;
+pub use remote_kv::Received;
+
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum EngineError {
     #[error(transparent)]
@@ -124,6 +127,9 @@ pub struct Engine {
     finished: Vec<u32>,
     /// Requests whose first token the last step's output brought.
     first_tokens: Vec<u32>,
+    /// Requests the last step admitted from the waiting queues, and when that step began.
+    admitted: Vec<u32>,
+    admitted_at: f64,
     done: usize,
     integrals: Integrals,
     recording: Recording,
@@ -210,6 +216,8 @@ impl Engine {
             spare: Vec::new(),
             finished: Vec::new(),
             first_tokens: Vec::new(),
+            admitted: Vec::new(),
+            admitted_at: 0.0,
             done: 0,
             integrals: Integrals::default(),
             recording,
@@ -416,6 +424,7 @@ impl Engine {
         });
         self.finished.clear();
         self.first_tokens.clear();
+        self.admitted.clear();
         let mut to_process = None;
         if self.sched.has_requests() {
             let mut plan = self.spare.pop().unwrap_or_default();
@@ -442,7 +451,10 @@ impl Engine {
                 && self.sched.running.is_empty()
                 && self.sched.num_waiting() > 0
                 && !self.sched.tier_busy();
-            if stalled && self.next_arrival().is_none() {
+            if stalled && self.waits_on_another_instance() {
+                // Blocks another instance will free (a transfer's end): sleep until then.
+                self.wake = Some(f64::INFINITY);
+            } else if stalled && self.next_arrival().is_none() {
                 return Err(EngineError::Stalled {
                     step: index,
                     waiting: self.sched.num_waiting(),
@@ -454,6 +466,8 @@ impl Engine {
                 .sched
                 .begin_transfers(&mut plan, self.now.max(self.gpu_free));
             self.gpu_free = start + duration;
+            self.admitted.extend(plan.admitted.iter().map(|&(i, _)| i));
+            self.admitted_at = start;
             self.sched.end_transfers(start + duration);
             let tokens = plan.total_tokens();
             if !steps && tokens == 0 && self.sched.tier_busy() {
