@@ -445,13 +445,15 @@ impl Engine {
                 rec.kv_store_chunks =
                     Ordered(plan.kv_stores.iter().map(|&(i, n)| (id(i), n)).collect());
             }
-            let stalled = plan.scheduled.is_empty()
+            let stuck = plan.scheduled.is_empty()
                 && plan.preempted.is_empty()
-                && self.queue.is_empty()
                 && self.sched.running.is_empty()
                 && self.sched.num_waiting() > 0
                 && !self.sched.tier_busy();
-            if stalled && self.waits_on_another_instance() {
+            let stalled = stuck && self.queue.is_empty();
+            // (Async: the batches in flight may be the empty ones of earlier such steps.)
+            let parked = stuck && self.queue.iter().all(|b| b.plan.scheduled.is_empty());
+            if parked && self.waits_on_another_instance() {
                 // Blocks another instance will free (a transfer's end): sleep until then.
                 self.wake = Some(f64::INFINITY);
             } else if stalled && self.next_arrival().is_none() {

@@ -68,6 +68,10 @@ pub struct PdRequest {
 }
 
 impl PdRequest {
+    pub fn id(&self) -> &str {
+        &self.request.id
+    }
+
     /// Whether its KV moves (it asks for more than the first token, and prefills remotely).
     pub fn moves(&self) -> bool {
         !self.local && self.request.output_len > 1
@@ -308,7 +312,7 @@ impl PdCore {
                             false
                         }
                         Some(d) if !q.arrived => {
-                            moving += 1;
+                            moving += usize::from(q.prefill_end.is_finite());
                             if d.status != Status::Receiving || (p.is_finished() && !held) {
                                 return Err(format!(
                                     "{}: in transfer, decode side {:?}, prefill side holds {held}",
