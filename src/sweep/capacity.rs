@@ -2,14 +2,10 @@
 //! found by searching the rate scale of a trace (arrival times divided by the scale), each probe a
 //! whole engine run.
 //!
-//! A run sustains its load when at least [`SloTargets::attainment`] of its requests finish with
-//! TTFT ≤ `ttft_s` and TPOT ≤ `tpot_s` (DistServe's SLO attainment, also what vLLM's
-//! `bench serve --goodput` counts). The defaults:
-//! - TTFT 2 s and TPOT 100 ms: MLPerf Inference's server-scenario targets for Llama-3.1-8B (the
-//!   sweep's default model class), which MLPerf applies to the p99; DistServe's chatbot SLOs span
-//!   the same range (TTFT 0.25–4 s, TPOT 0.1–0.2 s for OPT-13B to 175B);
-//! - attainment 90%: DistServe's target; Mooncake likewise holds its TTFT and TBT thresholds at the
-//!   90th percentile. `--slo-attainment 0.99` asks the p99 to meet both, MLPerf's rule.
+//! A run sustains its load when its requests meet the SLOs by the rule of [`SloTargets`]: a share
+//! of them within every objective (DistServe's SLO attainment, Mooncake's effective request
+//! capacity, what vLLM's `bench serve --goodput` counts), or each objective's percentile (MLPerf).
+//! The presets and the sweep's default are in [`crate::sim::engine::slo`].
 //!
 //! The search doubles (by [`SearchLimits::step`]) from the trace's own rate until one probe holds
 //! and one fails, then bisects geometrically until the two are within
@@ -17,53 +13,9 @@
 //! scale seen to hold. Attainment need not fall monotonically with the rate (a burst may land
 //! differently), so the figure is the bracket's lower end, not a proof that every lower rate holds.
 
-use crate::sim::engine::{EngineReport, Slo};
+use crate::sim::engine::EngineReport;
+pub use crate::sim::engine::SloTargets;
 use serde::Serialize;
-
-/// Objectives and the share of requests that must meet them.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SloTargets {
-    /// Time to first token, seconds.
-    pub ttft_s: f64,
-    /// Time per output token after the first, seconds.
-    pub tpot_s: f64,
-    /// Share of the requests that must meet both (0 to 1].
-    pub attainment: f64,
-}
-
-/// The defaults (see the module docs for why).
-pub const DEFAULT_SLO: SloTargets = SloTargets {
-    ttft_s: 2.0,
-    tpot_s: 0.1,
-    attainment: 0.9,
-};
-
-impl Default for SloTargets {
-    fn default() -> Self {
-        DEFAULT_SLO
-    }
-}
-
-impl SloTargets {
-    /// The engine's goodput objectives.
-    pub fn slo(&self) -> Slo {
-        Slo {
-            ttft: Some(self.ttft_s),
-            tpot: Some(self.tpot_s),
-        }
-    }
-
-    /// The share of all of `r`'s requests that finished within both objectives.
-    pub fn met(&self, r: &EngineReport) -> f64 {
-        let good = r.slo_attainment.unwrap_or(0.0) * r.completed as f64;
-        good / r.requests.max(1) as f64
-    }
-
-    /// Whether the run sustained its load (see the module docs).
-    pub fn sustained(&self, r: &EngineReport) -> bool {
-        self.met(r) >= self.attainment
-    }
-}
 
 /// How far and how finely the search looks.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -103,6 +55,8 @@ pub struct AtCapacity {
     pub attainment: f64,
     pub p99_ttft_s: f64,
     pub p99_tpot_s: f64,
+    /// p99 of Mooncake's TBT ([`crate::sim::engine::tbt`]); 0 without a request of two outputs.
+    pub p99_tbt_s: f64,
     /// Blocks in use over usable blocks: the peak, and the time average over busy time.
     pub kv_peak: f64,
     pub kv_mean: f64,
@@ -117,6 +71,7 @@ impl AtCapacity {
             attainment: slo.met(r),
             p99_ttft_s: r.ttft.map_or(f64::NAN, |d| d.p99),
             p99_tpot_s: r.tpot.map_or(0.0, |d| d.p99),
+            p99_tbt_s: r.tbt.map_or(0.0, |d| d.p99),
             kv_peak: r.peak_kv_utilization,
             kv_mean: r.mean_kv_utilization,
             preemptions: r.preemptions,
@@ -189,54 +144,24 @@ pub fn search<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::engine::metrics::Distribution;
+
+    const DEFAULT_SLO: SloTargets = SloTargets {
+        ttft_s: Some(2.0),
+        tpot_s: Some(0.1),
+        tbt_s: None,
+        attainment: 0.9,
+        judged: crate::sim::engine::Judged::Joint,
+    };
 
     /// A report whose attainment is `met` (all requests completed).
     fn report(met: f64) -> EngineReport {
-        let d = Distribution::of(vec![0.1, 0.2]);
-        EngineReport {
-            time_unit: "s",
-            requests: 100,
-            completed: 100,
-            steps: 1,
-            makespan: 1.0,
-            requests_per_time: 100.0,
-            output_tokens_per_time: 1.0,
-            total_tokens_per_time: 1.0,
-            ttft: d,
-            tpot: d,
-            e2e: d,
-            slo: DEFAULT_SLO.slo(),
-            goodput: Some(met * 100.0),
-            slo_attainment: Some(met),
-            preemptions: 0,
-            preempted_requests: 0,
-            recomputed_tokens: 0,
-            swapped_out_tokens: 0,
-            swapped_in_tokens: 0,
-            prefix_cache_hit_ratio: None,
-            prefix_cache_hit_tokens: 0,
-            preempted_prefix_cache_hit_ratio: None,
-            preempted_prefix_cache_hit_tokens: 0,
-            prompt_hit_ratio: 0.0,
-            offload_mode: None,
-            offload_hit_tokens: 0,
-            offload_prompt_hit_ratio: 0.0,
-            external_prefix_cache_queries: 0,
-            external_prefix_cache_hits: 0,
-            preempted_external_prefix_cache_queries: 0,
-            preempted_external_prefix_cache_hits: 0,
-            prompt_computed_tokens: 0,
-            rejected: 0,
-            shortened: 0,
-            usable_blocks: 1,
-            mean_kv_utilization: met,
-            peak_kv_utilization: met,
-            mean_running: 0.0,
-            mean_waiting: 0.0,
-            mean_in_system: 0.0,
-            busy_fraction: 0.0,
-        }
+        let mut r = EngineReport::empty("s");
+        r.requests = 100;
+        r.completed = 100;
+        r.slo = DEFAULT_SLO.slo();
+        r.goodput = Some(met * 100.0);
+        r.slo_attainment = Some(met);
+        r
     }
 
     #[test]

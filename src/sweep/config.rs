@@ -3,14 +3,16 @@
 //! or what the GPUs leave after the weights), the workload (a trace or synthetic sizes), and the
 //! probes' sizes, whose defaults depend on the device. Every check names the CLI flag it concerns.
 
-use super::capacity::{SearchLimits, SloTargets};
+use super::capacity::SearchLimits;
 use super::{
     model, AttentionBatch, DurationModel, MemoryConfig, ModelShape, ProbeOptions, SweepError,
 };
 use crate::device::DeviceChoice;
 use crate::kv::Dtype;
+use crate::sim::engine::{ResolvedSlo, SloFlags, SloPreset};
 use crate::workload::azure::{with_rate, Request};
 use crate::workload::synthetic::{synthetic_requests, SizeDist};
+use crate::workload::trace::TraceFormat;
 use std::path::PathBuf;
 
 /// The Azure LLM inference trace 2023 (conversation), shipped with the crate.
@@ -94,11 +96,31 @@ pub struct SweepConfig {
     pub attention_context: Option<usize>,
     /// Attention's contexts from the workload's first requests (a ragged batch).
     pub attention_trace_context: bool,
-    /// The SLOs the end-to-end capacity is searched against (checked by [`SweepConfig::slo`]).
-    pub slo: SloTargets,
+    /// The SLO flags the end-to-end capacity is searched against: a preset (else the one that
+    /// fits the workload, [`SweepConfig::slo`]) and the values that override it.
+    pub slo: SloFlags,
     /// Requests the capacity search replays (the workload's first); `None`: see
     /// [`SweepConfig::capacity_requests`].
     pub capacity_requests: Option<usize>,
+}
+
+/// The preset the sweep takes when none is given, and why: Mooncake's traces (JSON lines, by their
+/// format) were judged by Mooncake against TTFT ≤ 30 s (their prompts average 12k tokens, which a
+/// 2 s TTFT cannot fit at any rate); anything else keeps the sweep's default (`custom` at its
+/// defaults, which in preset terms is `--slo mlperf --slo-attainment 0.9`).
+pub fn fitting_preset(format: Option<TraceFormat>) -> (SloPreset, String) {
+    match format {
+        Some(TraceFormat::Mooncake) => (
+            SloPreset::Mooncake,
+            "chosen for the workload: a Mooncake trace, judged by Mooncake's own SLOs".into(),
+        ),
+        _ => (
+            SloPreset::Custom,
+            "the default for workloads other than Mooncake's traces: MLPerf's Llama-3.1-8B \
+             targets at DistServe's 90%, i.e. --slo mlperf --slo-attainment 0.9"
+                .into(),
+        ),
+    }
 }
 
 fn invalid(message: impl Into<String>) -> SweepError {
@@ -214,18 +236,20 @@ impl SweepConfig {
         ))
     }
 
-    /// The SLOs, checked: positive objectives, attainment in (0, 1].
-    pub fn slo(&self) -> Result<SloTargets, SweepError> {
-        let s = self.slo;
-        positive("slo-ttft", s.ttft_s)?;
-        positive("slo-tpot", s.tpot_s)?;
-        if !(s.attainment > 0.0 && s.attainment <= 1.0) {
-            return Err(invalid(format!(
-                "--slo-attainment must be in (0, 1], got {}",
-                s.attainment
-            )));
-        }
-        Ok(s)
+    /// The SLOs, checked: the preset given, else the one that fits the workload
+    /// ([`fitting_preset`]), the flags over it; DistServe's row by `m`'s size.
+    pub fn slo(&self, m: &ModelShape) -> Result<ResolvedSlo, SweepError> {
+        let format = match &self.workload {
+            WorkloadChoice::Trace(path) => Some(crate::workload::trace::detect(
+                path.as_deref()
+                    .unwrap_or_else(|| std::path::Path::new(DEFAULT_TRACE)),
+            )?),
+            WorkloadChoice::Synthetic { .. } => None,
+        };
+        let (preset, why) = fitting_preset(format);
+        self.slo
+            .resolve((preset, &why), m.params_billion, true)
+            .map_err(invalid)
     }
 
     /// How the capacity search looks: 2% resolution in at most 12 engine runs per search; `quick`
@@ -460,7 +484,7 @@ mod tests {
             attention_batch: None,
             attention_context: None,
             attention_trace_context: false,
-            slo: SloTargets::default(),
+            slo: SloFlags::default(),
             capacity_requests: None,
         }
     }
@@ -579,5 +603,50 @@ mod tests {
         c.turns = 2;
         c.decode_ms = -1.0;
         assert!(c.memory_config(&c.model.shape().unwrap(), 1 << 30).is_err());
+    }
+
+    #[test]
+    fn the_slo_preset_fits_the_trace_unless_given() {
+        let mut c = config();
+        let m = c.model.shape().unwrap();
+        let azure = c.slo(&m).unwrap();
+        assert_eq!(azure.preset, SloPreset::Custom);
+        assert_eq!(azure.targets, crate::sim::engine::SloTargets::default());
+        assert_eq!(
+            azure.targets.describe(),
+            "TTFT ≤ 2 s and TPOT ≤ 100 ms for ≥ 90% of requests"
+        );
+        let root = env!("CARGO_MANIFEST_DIR");
+        for trace in ["conversation_trace.jsonl", "synthetic_trace.jsonl"] {
+            c.workload =
+                WorkloadChoice::Trace(Some(format!("{root}/data/mooncake/{trace}").into()));
+            let r = c.slo(&m).unwrap();
+            assert_eq!(r.preset, SloPreset::Mooncake, "{trace}");
+            assert_eq!((r.targets.ttft_s, r.targets.tbt_s), (Some(30.0), Some(0.2)));
+            assert!(r.why.contains("Mooncake trace"), "{}", r.why);
+            // A preset given stands; a flag overrides the fitting one.
+            c.slo.preset = Some(SloPreset::Mlperf);
+            assert_eq!(c.slo(&m).unwrap().preset, SloPreset::Mlperf);
+            c.slo = SloFlags {
+                ttft_s: Some(10.0),
+                ..SloFlags::default()
+            };
+            let r = c.slo(&m).unwrap();
+            assert_eq!(
+                (r.preset, r.overrides.clone()),
+                (SloPreset::Mooncake, vec!["--slo-ttft"])
+            );
+            c.slo = SloFlags::default();
+        }
+        c.workload = WorkloadChoice::Synthetic {
+            prompt: "fixed:7".parse().unwrap(),
+            output: "fixed:2".parse().unwrap(),
+        };
+        assert_eq!(c.slo(&m).unwrap().preset, SloPreset::Custom);
+        c.slo.attainment = Some(0.0);
+        assert_eq!(
+            message(c.slo(&m).unwrap_err()),
+            "--slo-attainment must be in (0, 1], got 0"
+        );
     }
 }

@@ -8,7 +8,9 @@
 //!   them, and the report says so);
 //! - the SLO capacity ([`super::capacity`]): the highest rate scale sustained within the SLOs, with
 //!   the goodput, KV use and preemptions there. This is the figure the recommendation rests on
-//!   ([`super::recommend`]).
+//!   ([`super::recommend`]); when no block size meets the SLOs at any rate searched, it rests on
+//!   the share of requests within them at the trace's own rate instead, and each block size is then
+//!   also run there at its band's two ends.
 //!
 //! The efficiency is the only measured input, and it carries noise: each block size's own (half
 //! the range over the sweep's rounds, relative), at least the run's band (`±n`, see
@@ -16,14 +18,16 @@
 //! efficiency scaled by `1 - noise` (low end) and `1 + noise` (high end, capped at 1). All
 //! searches run in parallel (rayon), each bounded by [`SearchLimits::max_probes`] engine runs.
 
-use super::capacity::{self, Capacity, SearchLimits, SloTargets};
+use super::capacity::{self, Capacity, SearchLimits};
 use super::recommend::Banded;
 use super::SweepRow;
 use crate::kv::model::ModelShape;
 use crate::sim::engine::config::preset;
 use crate::sim::engine::profile::ProfilePoint;
 use crate::sim::engine::step_time::gpu;
-use crate::sim::engine::{EngineConfig, EngineError, Profile, RunSettings};
+use crate::sim::engine::{
+    EngineConfig, EngineError, Profile, ResolvedSlo, RunSettings, SloTargets,
+};
 use crate::workload::azure::Request;
 use crate::workload::serving::{from_trace, scale_rate, ServingRequest};
 use rayon::prelude::*;
@@ -35,6 +39,9 @@ pub const STEP_OVERHEAD_S: f64 = 5e-4;
 /// The vLLM preset the runs use (its GPU sizes the engine's step times).
 pub const PRESET: &str = "h200";
 
+/// The recommendation's figure when no block size meets the SLOs at any rate searched.
+pub const ATTAINMENT_BASIS: &str = "SLO attainment at the trace's own rate";
+
 /// Peak KV use under which the pool counts as mostly empty at the trace's own rate.
 pub const MOSTLY_EMPTY: f64 = 0.5;
 
@@ -45,10 +52,30 @@ pub struct NaturalRate {
     pub output_tokens_per_s: f64,
     pub p99_ttft_s: f64,
     pub p99_tpot_s: f64,
+    /// p99 of Mooncake's TBT ([`crate::sim::engine::tbt`]); 0 without a request of two outputs.
+    pub p99_tbt_s: f64,
+    /// The share of all requests within the SLOs by their rule ([`SloTargets::met`]).
+    pub attainment: f64,
     pub preemptions: u64,
     /// Blocks in use over usable blocks: peak, and time average over busy time.
     pub kv_peak: f64,
     pub kv_mean: f64,
+}
+
+impl NaturalRate {
+    fn of(r: &crate::sim::engine::EngineReport, slo: &SloTargets) -> Self {
+        NaturalRate {
+            requests_per_s: r.requests_per_time,
+            output_tokens_per_s: r.output_tokens_per_time,
+            p99_ttft_s: r.ttft.map_or(f64::NAN, |d| d.p99),
+            p99_tpot_s: r.tpot.map_or(0.0, |d| d.p99),
+            p99_tbt_s: r.tbt.map_or(0.0, |d| d.p99),
+            attainment: slo.met(r),
+            preemptions: r.preemptions,
+            kv_peak: r.peak_kv_utilization,
+            kv_mean: r.mean_kv_utilization,
+        }
+    }
 }
 
 /// One block size end to end.
@@ -64,6 +91,10 @@ pub struct EndToEnd {
     pub capacity: Capacity,
     pub capacity_low: Capacity,
     pub capacity_high: Capacity,
+    /// The share within the SLOs at the trace's own rate at efficiency × (1 − noise) and
+    /// × (1 + noise): run only when no block size meets the SLOs at any rate searched.
+    pub natural_attainment_low: Option<f64>,
+    pub natural_attainment_high: Option<f64>,
 }
 
 impl EndToEnd {
@@ -79,12 +110,31 @@ impl EndToEnd {
             high: self.capacity_high.rate_scale.max(nominal),
         }
     }
+
+    /// The share within the SLOs at the trace's own rate with its band, for [`super::recommend`]
+    /// when no block size meets the SLOs at any rate (the band as [`EndToEnd::banded`]'s).
+    pub fn attainment_banded(&self) -> Banded {
+        let nominal = self.natural.attainment;
+        Banded {
+            block_size: self.block_size,
+            nominal,
+            low: self.natural_attainment_low.unwrap_or(nominal).min(nominal),
+            high: self.natural_attainment_high.unwrap_or(nominal).max(nominal),
+        }
+    }
+}
+
+/// Whether no block size meets the SLOs at any rate searched (then the recommendation ranks them
+/// by [`EndToEnd::attainment_banded`]).
+pub fn none_meets(e2e: &[EndToEnd]) -> bool {
+    !e2e.is_empty() && e2e.iter().all(|e| e.capacity.rate_scale == 0.0)
 }
 
 /// What the runs were asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Setup {
-    pub slo: SloTargets,
+    /// The SLOs, the preset they come from and why.
+    pub slo: ResolvedSlo,
     pub search: SearchLimits,
     /// The capacity searches replay the workload's first `capacity_requests` requests (each probe
     /// a whole engine run over them; the natural-rate run replays all of them).
@@ -152,7 +202,9 @@ pub fn profile(rows: &[SweepRow], device: &str) -> Profile {
 
 /// Runs `requests` at every row's block size and pool: once at the trace's own rate, and the three
 /// SLO capacity searches (nominal, low and high efficiency) over its first `capacity_requests`,
-/// all in parallel; `gpus` is the tensor parallelism. `progress` is called after every engine run.
+/// all in parallel; `gpus` is the tensor parallelism. When no search finds a rate within the SLOs,
+/// then the trace's own rate at each row's low and high efficiency too. `progress` is called
+/// after every engine run.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     rows: &[SweepRow],
@@ -161,11 +213,12 @@ pub fn run(
     gpus: usize,
     profile: &Profile,
     noise: f64,
-    slo: &SloTargets,
+    resolved: &ResolvedSlo,
     search: &SearchLimits,
     capacity_requests: usize,
     progress: &(dyn Fn() + Sync),
 ) -> Result<(Vec<EndToEnd>, Setup), EngineError> {
+    let slo = &resolved.targets;
     let p = preset(PRESET).expect("built-in preset");
     let (all, _, _) = serving_requests(requests);
     let window = capacity_requests.clamp(1, requests.len().max(1));
@@ -202,8 +255,8 @@ pub fn run(
         progress();
         out
     };
-    let natural = |r: usize| {
-        let out = settings(r, 0).run(rows[r].block_size, &all, false, None, |_, _| {});
+    let natural = |r: usize, s: usize| {
+        let out = settings(r, s).run(rows[r].block_size, &all, false, None, |_, _| {});
         progress();
         out
     };
@@ -223,11 +276,11 @@ pub fn run(
                     run_at(r, s, x).map(|o| o.report)
                 })?)
             } else {
-                Done::Natural(Box::new(natural(r)?))
+                Done::Natural(Box::new(natural(r, 0)?))
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    let rows_out = done
+    let mut rows_out: Vec<EndToEnd> = done
         .chunks(4)
         .enumerate()
         .map(|(r, c)| {
@@ -243,25 +296,32 @@ pub fn run(
                 num_gpu_blocks: o.num_gpu_blocks,
                 efficiency: o.efficiency,
                 noise: band(r),
-                natural: NaturalRate {
-                    requests_per_s: o.report.requests_per_time,
-                    output_tokens_per_s: o.report.output_tokens_per_time,
-                    p99_ttft_s: o.report.ttft.map_or(f64::NAN, |d| d.p99),
-                    p99_tpot_s: o.report.tpot.map_or(0.0, |d| d.p99),
-                    preemptions: o.report.preemptions,
-                    kv_peak: o.report.peak_kv_utilization,
-                    kv_mean: o.report.mean_kv_utilization,
-                },
+                natural: NaturalRate::of(&o.report, slo),
                 capacity: cap(0),
                 capacity_low: cap(1),
                 capacity_high: cap(2),
+                natural_attainment_low: None,
+                natural_attainment_high: None,
             }
         })
         .collect();
+    if none_meets(&rows_out) {
+        // The ranking falls back on the trace's own rate: its band as the capacity's.
+        let ends = (0..rows.len())
+            .flat_map(|r| [1, 2].map(move |s| (r, s)))
+            .collect::<Vec<_>>()
+            .par_iter()
+            .map(|&(r, s)| natural(r, s).map(|o| slo.met(&o.report)))
+            .collect::<Result<Vec<_>, EngineError>>()?;
+        for (e, pair) in rows_out.iter_mut().zip(ends.chunks(2)) {
+            e.natural_attainment_low = Some(pair[0]);
+            e.natural_attainment_high = Some(pair[1]);
+        }
+    }
     Ok((
         rows_out,
         Setup {
-            slo: *slo,
+            slo: resolved.clone(),
             search: *search,
             capacity_requests: reqs.len(),
             base_rps,
@@ -273,6 +333,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::engine::{SloFlags, SloPreset};
     use crate::sweep::{memory_rows, DurationModel, MemoryConfig};
 
     /// A single server's capacity is its service rate. Every request is one full prefill chunk
@@ -303,7 +364,10 @@ mod tests {
         rows.retain(|r| [1, 16, 256].contains(&r.block_size));
         let profile = Profile::h200_assumed();
         let search = SearchLimits::default();
-        let go = |slo: &SloTargets| {
+        let go = |flags: SloFlags| {
+            let slo = flags
+                .resolve((SloPreset::Custom, "test"), 8.0, true)
+                .unwrap();
             run(
                 &rows,
                 &requests,
@@ -311,7 +375,7 @@ mod tests {
                 1,
                 &profile,
                 0.01,
-                slo,
+                &slo,
                 &search,
                 n,
                 &|| {},
@@ -319,16 +383,17 @@ mod tests {
             .unwrap()
         };
         // At 1 s apart nothing queues: every TTFT is one step.
-        let (first, setup) = go(&SloTargets::default());
+        let (first, setup) = go(SloFlags::default());
+        assert_eq!(setup.slo.targets, SloTargets::default());
         assert!(!setup.spaced && (setup.base_rps - n as f64 / (n - 1) as f64).abs() < 1e-12);
         for e in &first {
             let t = e.natural.p99_ttft_s;
-            let slo = SloTargets {
-                ttft_s: 2.0 * t,
-                tpot_s: 1.0,
-                attainment: 0.9,
-            };
-            let (again, _) = go(&slo);
+            let (again, _) = go(SloFlags {
+                ttft_s: Some(2.0 * t),
+                tpot_s: Some(1.0),
+                attainment: Some(0.9),
+                ..SloFlags::default()
+            });
             let e = again.iter().find(|x| x.block_size == e.block_size).unwrap();
             let want = 1.0 / (t - t / (0.9 * n as f64 - 1.0));
             let c = &e.capacity;

@@ -190,6 +190,10 @@ pub struct SweepRow {
     pub e2e_p99_tpot_s: Option<f64>,
     pub e2e_preemptions: Option<u64>,
     pub e2e_kv_peak: Option<f64>,
+    /// At the trace's own rate: p99 of Mooncake's TBT (seconds), and the share of all requests
+    /// within the SLOs by their rule.
+    pub e2e_p99_tbt_s: Option<f64>,
+    pub e2e_slo_attainment: Option<f64>,
     /// The SLO capacity ([`capacity`], nominal efficiency): requests per second and the trace's
     /// rate scale; the band's low and high ends (requests per second); at the capacity: goodput
     /// (requests per second within the SLOs), peak KV use (fraction of the pool), preemptions.
@@ -266,6 +270,8 @@ pub fn memory_rows(
                 e2e_p99_tpot_s: None,
                 e2e_preemptions: None,
                 e2e_kv_peak: None,
+                e2e_p99_tbt_s: None,
+                e2e_slo_attainment: None,
                 slo_capacity_rps: None,
                 slo_capacity_rate_scale: None,
                 slo_capacity_low_rps: None,
@@ -391,6 +397,8 @@ pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd], bas
             row.e2e_p99_tpot_s = Some(e.natural.p99_tpot_s);
             row.e2e_preemptions = Some(e.natural.preemptions);
             row.e2e_kv_peak = Some(e.natural.kv_peak);
+            row.e2e_p99_tbt_s = Some(e.natural.p99_tbt_s);
+            row.e2e_slo_attainment = Some(e.natural.attainment);
             row.slo_capacity_rps = Some(e.capacity.rate_scale * base_rps);
             row.slo_capacity_rate_scale = Some(e.capacity.rate_scale);
             let band = e.banded();

@@ -50,6 +50,8 @@ struct RowCells {
     goodput_at_capacity_rps: Option<f64>,
     kv_peak_at_capacity: Option<f64>,
     preemptions_at_capacity: Option<u64>,
+    e2e_p99_tbt_s: Option<f64>,
+    e2e_slo_attainment: Option<f64>,
 }
 
 /// The columns of each probe after the first, suffixed with its memory label (`gather_gbps_4k`).
@@ -103,6 +105,8 @@ impl From<&SweepRow> for RowCells {
             goodput_at_capacity_rps: r.goodput_at_capacity_rps,
             kv_peak_at_capacity: r.kv_peak_at_capacity,
             preemptions_at_capacity: r.preemptions_at_capacity,
+            e2e_p99_tbt_s: r.e2e_p99_tbt_s,
+            e2e_slo_attainment: r.e2e_slo_attainment,
         }
     }
 }
@@ -321,7 +325,8 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
         let path = dir.join("end_to_end.svg");
         let slo = report
             .end_to_end_settings
-            .map(|s| s.slo)
+            .as_ref()
+            .map(|s| s.slo.targets)
             .unwrap_or_default();
         let capacity = series("SLO capacity, req/s", rows, |r| r.slo_capacity_rps);
         let goodput = series("goodput at capacity, req/s", rows, |r| {
@@ -343,11 +348,9 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
         line_plot_with(
             &path,
             &format!(
-                "{}: SLO capacity (≥{:.0}% of requests at TTFT ≤ {} s, TPOT ≤ {} ms), simulated {}",
+                "{}: SLO capacity ({}), simulated {}",
                 report.model.name,
-                100.0 * slo.attainment,
-                slo.ttft_s,
-                1e3 * slo.tpot_s,
+                slo.describe(),
                 report.engine_gpu
             ),
             &x,
@@ -414,6 +417,8 @@ mod tests {
             e2e_p99_tpot_s: None,
             e2e_preemptions: Some(2),
             e2e_kv_peak: None,
+            e2e_p99_tbt_s: None,
+            e2e_slo_attainment: Some(0.5),
             slo_capacity_rps: Some(31.5),
             slo_capacity_rate_scale: Some(5.0),
             slo_capacity_low_rps: None,
@@ -433,13 +438,14 @@ mod tests {
         let text = csv(&rows).unwrap();
         let mut r = csv::Reader::from_reader(text.as_bytes());
         let header: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-        assert_eq!(header.len(), 34 + 9);
+        assert_eq!(header.len(), 36 + 9);
         assert_eq!(header[0], "block_size");
         assert_eq!(header[21], "proxy");
         assert_eq!(header[25], "e2e_preemptions");
         assert_eq!(header[33], "preemptions_at_capacity");
-        assert_eq!(header[34], "gather_gbps_4k");
-        assert_eq!(header[42], "attention_frac_of_stream_4k");
+        assert_eq!(header[35], "e2e_slo_attainment");
+        assert_eq!(header[36], "gather_gbps_4k");
+        assert_eq!(header[44], "attention_frac_of_stream_4k");
         let records: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
         assert_eq!(records.len(), 2);
         let cell = |i: usize, name: &str| {

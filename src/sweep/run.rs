@@ -4,10 +4,11 @@
 
 use super::{
     apply_end_to_end, apply_proxy, end_to_end, measure_bandwidth, memory_rows, probes_for,
-    proxy_banded, recommend, MemoryConfig, ModelShape, ProbeOptions, SearchLimits, SloTargets,
-    SweepConfig, SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
+    proxy_banded, recommend, MemoryConfig, ModelShape, ProbeOptions, SearchLimits, SweepConfig,
+    SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
 };
 use crate::device::Device;
+use crate::sim::engine::ResolvedSlo;
 use crate::workload::azure::Request;
 
 /// The sweep's two long phases, for a progress display.
@@ -55,7 +56,7 @@ pub struct SweepPlan {
     requests: Vec<Request>,
     workload_name: String,
     memory: MemoryConfig,
-    slo: SloTargets,
+    slo: ResolvedSlo,
     search: SearchLimits,
     window: usize,
     device: Device,
@@ -68,7 +69,7 @@ impl SweepPlan {
         let (pool_bytes, pool_source) = config.pool(&m)?;
         let (requests, workload_name) = config.workload()?;
         let memory = config.memory_config(&m, pool_bytes)?;
-        let slo = config.slo()?;
+        let slo = config.slo(&m)?;
         let search = config.search_limits();
         let window = config.capacity_requests()?;
         let device = Device::detect(config.device)?;
@@ -147,7 +148,9 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
     let (mut e2e, mut settings, mut setup) = (Vec::new(), None, None);
     if config.end_to_end {
         let profile = end_to_end::profile(&rows, &device.name());
-        let bound = rows.len() * (3 * search.max_probes + 1);
+        // Three searches and a run at the trace's rate per row, and two more there when no
+        // search finds a rate within the SLOs.
+        let bound = rows.len() * (3 * search.max_probes + 3);
         progress.begin(Phase::EndToEnd, bound as u64);
         let runs = end_to_end::run(
             &rows,
@@ -176,13 +179,17 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
             100.0 * noise,
         ));
     }
-    // One rule over one figure: the SLO capacity when end to end ran, else the proxy.
+    // One rule over one figure: the SLO capacity when end to end ran (the share within the SLOs
+    // at the trace's own rate when no block size meets them at any rate), else the proxy.
     let (basis, figures, resolution) = if e2e.is_empty() {
         (
             "throughput proxy",
             proxy_banded(&rows, noise),
             super::proxy::MIN_TIE_TOLERANCE,
         )
+    } else if end_to_end::none_meets(&e2e) {
+        let banded = e2e.iter().map(|e| e.attainment_banded()).collect();
+        (end_to_end::ATTAINMENT_BASIS, banded, search.resolution)
     } else {
         let banded = e2e.iter().map(|e| e.banded()).collect();
         ("SLO capacity", banded, search.resolution)

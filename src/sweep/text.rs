@@ -2,6 +2,7 @@
 //! that carry the answer, or all of them), the key that says what each column is and against
 //! which limit, and the lines under it. The CLI prints these; `index.html` shows the same.
 
+use super::end_to_end::none_meets;
 use super::{limit_medians, SweepReport, SweepRow};
 use crate::report::Table;
 
@@ -47,6 +48,8 @@ pub fn verdict(report: &SweepReport) -> String {
     };
     let why = if report.end_to_end.is_empty() {
         proxy_clause(report, pick.block_size)
+    } else if none_meets(&report.end_to_end) {
+        attainment_clause(report, pick.block_size, pick.beats_default)
     } else {
         capacity_clause(report, pick.block_size, pick.beats_default)
     };
@@ -108,6 +111,61 @@ fn capacity_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
     }
 }
 
+/// No block size meets the SLOs at any rate: so it says, then ranks by the share within them at the
+/// trace's own rate (the recommendation's figure then).
+fn attainment_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
+    let slo = report
+        .end_to_end_settings
+        .as_ref()
+        .map_or_else(String::new, |s| {
+            format!(" ({}: {})", s.slo.preset.name(), s.slo.targets.describe())
+        });
+    let of = |b: usize| report.end_to_end.iter().find(|e| e.block_size == b);
+    let (Some(p), Some(d)) = (of(pick), of(report.vllm_default_block_size)) else {
+        return format!("no block size meets the SLOs{slo} at any rate searched");
+    };
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let band = |e: &super::end_to_end::EndToEnd| {
+        let b = e.attainment_banded();
+        format!("{}–{}", pct(b.low), pct(b.high))
+    };
+    let ranking = if beats {
+        format!(
+            "{pick} reaches {} of requests within them vs 16's {}, beyond the noise ({} vs {})",
+            pct(p.natural.attainment),
+            pct(d.natural.attainment),
+            band(p),
+            band(d)
+        )
+    } else {
+        let best = report
+            .end_to_end
+            .iter()
+            .max_by(|a, b| a.natural.attainment.total_cmp(&b.natural.attainment))
+            .unwrap_or(d);
+        let best_note = if best.natural.attainment > d.natural.attainment {
+            format!(
+                ", {} nominally {}",
+                best.block_size,
+                pct(best.natural.attainment)
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "16 reaches {} of requests within them ({} at ±{:.0}% efficiency), none more beyond \
+             the noise{best_note}",
+            pct(d.natural.attainment),
+            band(d),
+            100.0 * d.noise
+        )
+    };
+    format!(
+        "no block size meets the SLOs{slo} at any rate searched; ranked at the trace's own rate: \
+         {ranking}"
+    )
+}
+
 fn proxy_clause(report: &SweepReport, pick: usize) -> String {
     let (Some(p), Some(d)) = (
         row_at(report, pick),
@@ -150,12 +208,9 @@ pub fn setting(report: &SweepReport) -> Vec<String> {
     ];
     if let Some(s) = &report.end_to_end_settings {
         lines.push(format!(
-            "SLOs: TTFT ≤ {} s and TPOT ≤ {} ms for ≥ {:.0}% of requests (DistServe's attainment; \
-             MLPerf's Llama-3.1-8B server targets); engine simulated on {}; capacity searched over \
-             the first {} requests (their own rate {} req/s = rate scale 1){}",
-            s.slo.ttft_s,
-            1e3 * s.slo.tpot_s,
-            100.0 * s.slo.attainment,
+            "{}; engine simulated on {}; capacity searched over the first {} requests (their own \
+             rate {} req/s = rate scale 1){}",
+            s.slo.describe(),
             report.engine_gpu,
             s.capacity_requests,
             rps(s.base_rps),
@@ -333,16 +388,31 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
         }
         let slo = report
             .end_to_end_settings
-            .map(|s| s.slo)
+            .as_ref()
+            .map(|s| s.slo.targets)
             .unwrap_or_default();
+        if wide || none_meets(&report.end_to_end) {
+            c.push(col(
+                "nat SLO",
+                "at the trace's rate: share of all requests within the SLOs (the figure ranked when \
+                 no block size meets them at any rate)",
+                |r| pct(r.e2e_slo_attainment),
+            ));
+        }
+        if wide && slo.tbt_s.is_some() {
+            c.push(col(
+                "nat TBT ms",
+                "at the trace's rate: p99 of Mooncake's TBT (a request's mean of its longest 10% \
+                 of token intervals), ms",
+                |r| opt(r.e2e_p99_tbt_s.map(|x| 1e3 * x), 1),
+            ));
+        }
         c.push(col(
             "SLO req/s",
             &format!(
-                "SLO capacity: the highest request rate the simulated engine sustains with ≥ {:.0}% \
-                 of requests at TTFT ≤ {} s and TPOT ≤ {} ms (rate-scale search, nominal efficiency)",
-                100.0 * slo.attainment,
-                slo.ttft_s,
-                1e3 * slo.tpot_s
+                "SLO capacity: the highest request rate the simulated engine sustains with {} \
+                 (rate-scale search, nominal efficiency)",
+                slo.describe()
             ),
             |r| r.slo_capacity_rps.map_or("-".into(), rps),
         ));
@@ -366,7 +436,7 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
         ));
         c.push(col(
             "goodput",
-            "at the capacity: requests/s finished within both SLOs",
+            "at the capacity: requests/s finished within the SLOs",
             |r| r.goodput_at_capacity_rps.map_or("-".into(), rps),
         ));
         c.push(col(
@@ -455,12 +525,23 @@ pub fn natural_rate(report: &SweepReport) -> Option<String> {
     let (lo, hi) = tok
         .iter()
         .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
+    let tbt = report
+        .end_to_end_settings
+        .as_ref()
+        .is_some_and(|s| s.slo.targets.tbt_s.is_some());
+    let tbt = if tbt {
+        format!(", p99 TBT {:.1} ms", 1e3 * e.natural.p99_tbt_s)
+    } else {
+        String::new()
+    };
     let mut line = format!(
-        "at the trace's own rate: 16 gives {:.0} output tok/s, p99 TTFT {:.0} ms, p99 TPOT {:.1} ms; \
-         every block size {:.0}–{:.0} output tok/s; the pool peaks at {:.1}% full",
+        "at the trace's own rate: 16 gives {:.0} output tok/s, p99 TTFT {:.0} ms, p99 TPOT {:.1} ms\
+         {tbt}, {:.1}% of requests within the SLOs; every block size {:.0}–{:.0} output tok/s; the \
+         pool peaks at {:.1}% full",
         e.natural.output_tokens_per_s,
         1e3 * e.natural.p99_ttft_s,
         1e3 * e.natural.p99_tpot_s,
+        100.0 * e.natural.attainment,
         lo,
         hi,
         100.0 * peak

@@ -3,8 +3,8 @@
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
 use crate::sim_engine_args::{
-    describe_limits, latency_unit, settings, workload, workload_line, EngineArgs, Resolved,
-    WorkloadArgs,
+    describe_limits, latency_unit, settings, slo_clause, workload, workload_line, EngineArgs,
+    Resolved, WorkloadArgs,
 };
 use crate::{count, CmdResult};
 use pagedkv::kv::model::ModelShape;
@@ -12,7 +12,7 @@ use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::engine::config::Preemption;
 use pagedkv::sim::engine::output;
-use pagedkv::sim::engine::{EngineConfig, EngineReport, Outcome};
+use pagedkv::sim::engine::{EngineConfig, EngineReport, Outcome, ResolvedSlo};
 use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -51,6 +51,9 @@ struct JsonReport<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     offload_bandwidth_source: Option<&'a str>,
     engine: &'a EngineConfig,
+    /// The SLOs (preset, values, source, overrides), when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slo: Option<&'a ResolvedSlo>,
     runs: &'a [Outcome],
     /// With a host tier: the same runs without it.
     #[serde(skip_serializing_if = "<[Outcome]>::is_empty")]
@@ -112,6 +115,7 @@ pub fn run(args: Args) -> CmdResult {
         max_model_len_source: &resolved.max_model_len_source,
         offload_bandwidth_source: resolved.offload_source.as_deref(),
         engine: &s.engine,
+        slo: resolved.slo.as_ref(),
         runs: &outcomes,
         without_tier: &without_tier,
     };
@@ -177,9 +181,17 @@ fn print_text(
         outln!("{line}")?;
     }
     outln!("{}", workload_line(name, requests))?;
+    if let Some(slo) = &resolved.slo {
+        outln!("{}", slo.describe())?;
+    }
     let unit = outcomes[0].report.time_unit;
     let (scale, lat) = latency_unit(unit);
-    let mut t = Table::new([
+    // Mooncake's TBT when an SLO judges it (the JSON always has it).
+    let tbt = resolved
+        .slo
+        .as_ref()
+        .is_some_and(|s| s.targets.tbt_s.is_some());
+    let mut header = vec![
         "block".to_string(),
         "GPU blocks".into(),
         "eff".into(),
@@ -187,18 +199,24 @@ fn print_text(
         format!("out tok/{unit}"),
         format!("TTFT p50/p90/p99 {lat}"),
         format!("TPOT p50/p90/p99 {lat}"),
+    ];
+    if tbt {
+        header.push(format!("TBT p50/p90/p99 {lat}"));
+    }
+    header.extend([
         format!("E2E p50/p99 {}", if unit == "s" { "s" } else { "steps" }),
         "preempt".into(),
         "recomputed".into(),
         "hit %".into(),
         "KV mean/peak %".into(),
     ]);
+    let mut t = Table::new(header);
     for o in outcomes {
         let r: &EngineReport = &o.report;
         let e2e = r
             .e2e
             .map_or("-".into(), |d| format!("{:.2}/{:.2}", d.p50, d.p99));
-        t.row([
+        let mut cells = vec![
             o.block_size.to_string(),
             o.num_gpu_blocks.to_string(),
             format!("{:.2}", o.efficiency),
@@ -206,6 +224,11 @@ fn print_text(
             format!("{:.0}", r.output_tokens_per_time),
             dist(r.ttft, scale).join("/"),
             dist(r.tpot, scale).join("/"),
+        ];
+        if tbt {
+            cells.push(dist(r.tbt, scale).join("/"));
+        }
+        cells.extend([
             e2e,
             r.preemptions.to_string(),
             r.recomputed_tokens.to_string(),
@@ -217,6 +240,7 @@ fn print_text(
                 100.0 * r.peak_kv_utilization
             ),
         ]);
+        t.row(cells);
     }
     out!("{t}")?;
     for o in outcomes {
@@ -233,11 +257,8 @@ fn print_text(
             r.mean_waiting,
             r.mean_in_system
         );
-        if let Some(g) = r.goodput {
-            line += &format!(
-                ", goodput {g:.2} req/{unit} ({:.1}% within the SLOs)",
-                100.0 * r.slo_attainment.unwrap_or(0.0)
-            );
+        if let Some(slo) = &resolved.slo {
+            line += &slo_clause(r, slo, unit);
         }
         if r.swapped_out_tokens > 0 {
             line += &format!(

@@ -6,7 +6,10 @@ use pagedkv::kv::model::{self, ModelShape};
 use pagedkv::kv::Dtype;
 use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
 use pagedkv::sim::engine::step_time::gpu;
-use pagedkv::sim::engine::{load_profile, EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::sim::engine::{
+    load_profile, EngineConfig, EngineReport, Judged, Profile, ResolvedSlo, RunSettings, SloFlags,
+    SloPreset,
+};
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
 use pagedkv::workload::scenario::{read_scenario, EngineFields};
 use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
@@ -161,12 +164,92 @@ pub struct EngineArgs {
     #[arg(long, value_enum, default_value_t = ClockArg::Seconds)]
     pub clock: ClockArg,
 
-    /// Goodput: time to first token objective (seconds, or steps).
+    #[command(flatten)]
+    pub slo: SloArgs,
+}
+
+/// The SLO flags of `sim engine`, `sim cluster` and `sweep` ([`pagedkv::sim::engine::slo`]).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct SloArgs {
+    /// SLOs from a published preset (values below; sources in the README and the JSON report);
+    /// a --slo-* flag overrides the preset's value and the report names it. Default: sim engine
+    /// and sim cluster none (only the --slo-* flags given); sweep the preset that fits the
+    /// workload (mooncake for Mooncake's traces, else custom).
+    #[arg(long, value_enum)]
+    pub slo: Option<SloPreset>,
+    /// Time to first token objective, seconds (steps under --clock steps); overrides the
+    /// preset's.
     #[arg(long)]
     pub slo_ttft: Option<f64>,
-    /// Goodput: time per output token objective.
+    /// Time per output token objective (after the first); overrides the preset's.
     #[arg(long)]
     pub slo_tpot: Option<f64>,
+    /// Mooncake's time-between-tokens objective: a request's mean of its longest 10% of token
+    /// intervals (--slo mooncake --slo-tbt 0.1 is mooncake-100); overrides the preset's.
+    #[arg(long)]
+    pub slo_tbt: Option<f64>,
+    /// Share of the requests that must be within every objective at once, in (0, 1]; replaces a
+    /// preset's share and rule (MLPerf's percentile per objective) [custom: DistServe's].
+    #[arg(long)]
+    pub slo_attainment: Option<f64>,
+}
+
+impl SloArgs {
+    pub fn flags(&self) -> SloFlags {
+        SloFlags {
+            preset: self.slo,
+            ttft_s: self.slo_ttft,
+            tpot_s: self.slo_tpot,
+            tbt_s: self.slo_tbt,
+            attainment: self.slo_attainment,
+        }
+    }
+
+    /// `sim engine`'s and `sim cluster`'s SLOs: none without a flag; the --slo-* flags alone
+    /// without a preset.
+    pub fn resolve(&self, params_billion: f64) -> Result<Option<ResolvedSlo>, String> {
+        let flags = self.flags();
+        if flags.is_empty() {
+            return Ok(None);
+        }
+        flags
+            .resolve(
+                (SloPreset::Custom, "the --slo-* flags"),
+                params_billion,
+                false,
+            )
+            .map(Some)
+    }
+}
+
+/// A run's clause about its SLOs: goodput, the share within them, and whether the preset's
+/// attainment holds (over all its requests).
+pub fn slo_clause(r: &EngineReport, slo: &ResolvedSlo, unit: &str) -> String {
+    let Some(g) = r.goodput else {
+        return String::new();
+    };
+    let t = &slo.targets;
+    let verdict = if t.sustained(r) { "met" } else { "missed" };
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let within = match (t.judged, r.slo_attainment_each) {
+        (Judged::EachObjective, Some(e)) => {
+            let each: Vec<String> = [("TTFT", e.ttft), ("TPOT", e.tpot), ("TBT", e.tbt)]
+                .into_iter()
+                .filter_map(|(n, x)| x.map(|x| format!("{n} {}", pct(x))))
+                .collect();
+            format!(
+                "within each SLO: {}; each ≥ {} asked: {verdict}",
+                each.join(", "),
+                pct(t.attainment)
+            )
+        }
+        _ => format!(
+            "{} within the SLOs; ≥ {} asked: {verdict}",
+            pct(r.slo_attainment.unwrap_or(0.0)),
+            pct(t.attainment)
+        ),
+    };
+    format!(", goodput {g:.2} req/{unit} ({within})")
 }
 
 pub fn positive(name: &str, x: f64) -> Result<f64, String> {
@@ -267,6 +350,8 @@ pub struct Resolved {
     pub max_model_len_source: String,
     /// Where the host tier's bandwidth comes from.
     pub offload_source: Option<String>,
+    /// The SLOs the runs are judged by, when any.
+    pub slo: Option<ResolvedSlo>,
 }
 
 /// Preset, then the scenario's engine settings, then the flags; checked as vLLM checks them.
@@ -386,11 +471,7 @@ pub fn settings(
     if !(overhead.is_finite() && overhead >= 0.0) {
         return Err(format!("--step-overhead-ms must be >= 0, got {overhead}").into());
     }
-    for (name, v) in [("slo-ttft", args.slo_ttft), ("slo-tpot", args.slo_tpot)] {
-        if let Some(v) = v {
-            positive(name, v)?;
-        }
-    }
+    let slo = args.slo.resolve(model.params_billion)?;
     let settings = RunSettings {
         engine: e,
         num_gpu_blocks_override: override_blocks,
@@ -403,10 +484,7 @@ pub fn settings(
         cpu_overhead_s: overhead / 1e3,
         swap_gbps: args.swap_preemption.then_some(args.swap_gbps),
         clock_steps: args.clock == ClockArg::Steps,
-        slo: Slo {
-            ttft: args.slo_ttft,
-            tpot: args.slo_tpot,
-        },
+        slo: slo.as_ref().map(|s| s.targets.slo()).unwrap_or_default(),
     };
     Ok(Resolved {
         settings,
@@ -414,6 +492,7 @@ pub fn settings(
         preset_name: p.name.to_string(),
         max_model_len_source,
         offload_source,
+        slo,
     })
 }
 

@@ -7,8 +7,8 @@ use pagedkv::device::DeviceChoice;
 use pagedkv::kv::Dtype;
 use pagedkv::progress::StderrProgress;
 use pagedkv::sweep::{
-    self, capacity, model, output, run_plan, run_sweep, text, ModelChoice, Phase, Progress,
-    SloTargets, SweepConfig, SweepPlan, SweepReport, WorkloadChoice,
+    self, model, output, run_plan, run_sweep, text, ModelChoice, Phase, Progress, SweepConfig,
+    SweepPlan, SweepReport, WorkloadChoice,
 };
 use pagedkv::workload::synthetic::SizeDist;
 use std::path::PathBuf;
@@ -109,17 +109,8 @@ pub struct Args {
     /// Skip the end-to-end engine simulation (the proxy then recommends).
     #[arg(long)]
     no_end_to_end: bool,
-    /// SLO on time to first token, seconds (default: MLPerf's Llama-3.1-8B server target; see
-    /// the README).
-    #[arg(long, default_value_t = capacity::DEFAULT_SLO.ttft_s)]
-    slo_ttft: f64,
-    /// SLO on time per output token, seconds (default: MLPerf's Llama-3.1-8B server target).
-    #[arg(long, default_value_t = capacity::DEFAULT_SLO.tpot_s)]
-    slo_tpot: f64,
-    /// Share of requests that must meet both SLOs for a rate to count as sustained (DistServe's
-    /// 90%; 0.99 asks the p99 to meet them, as MLPerf does).
-    #[arg(long, default_value_t = capacity::DEFAULT_SLO.attainment)]
-    slo_attainment: f64,
+    #[command(flatten)]
+    slo: crate::sim_engine_args::SloArgs,
     /// Requests the SLO capacity search replays, the workload's first [default: 5000, --quick
     /// 2000].
     #[arg(long, value_parser = count(1..))]
@@ -189,11 +180,7 @@ impl Args {
             attention_batch: self.attention_batch,
             attention_context: self.attention_context,
             attention_trace_context: self.attention_trace_context,
-            slo: SloTargets {
-                ttft_s: self.slo_ttft,
-                tpot_s: self.slo_tpot,
-                attainment: self.slo_attainment,
-            },
+            slo: self.slo.flags(),
             capacity_requests: self.capacity_requests,
         }
     }

@@ -1,5 +1,6 @@
-//! What a run reports: throughput, latency distributions (TTFT, TPOT, end to end), goodput under
-//! SLOs, preemption and recompute, prefix-cache hits, and time averages of the engine's state.
+//! What a run reports: throughput, latency distributions (TTFT, TPOT, Mooncake's TBT, end to end),
+//! goodput under SLOs, preemption and recompute, prefix-cache hits, and time averages of the
+//! engine's state.
 
 use super::request::Req;
 use super::scheduler::SchedStats;
@@ -76,11 +77,29 @@ impl Integrals {
     }
 }
 
-/// Service-level objectives for goodput.
+/// Service-level objectives for goodput, per request (the presets and the rules over the
+/// requests: [`super::slo`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Slo {
     pub ttft: Option<f64>,
     pub tpot: Option<f64>,
+    /// Mooncake's TBT: the mean of a request's longest 10% of token intervals ([`super::tbt`]).
+    pub tbt: Option<f64>,
+}
+
+impl Slo {
+    /// Whether any objective is set.
+    pub fn any(&self) -> bool {
+        self.ttft.is_some() || self.tpot.is_some() || self.tbt.is_some()
+    }
+}
+
+/// Per objective set, the share of the completed requests within it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ObjectiveShares {
+    pub ttft: Option<f64>,
+    pub tpot: Option<f64>,
+    pub tbt: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -99,11 +118,18 @@ pub struct EngineReport {
     pub ttft: Option<Distribution>,
     /// Per request: (end to end − TTFT) / (outputs − 1), requests with two outputs or more.
     pub tpot: Option<Distribution>,
+    /// Per request: Mooncake's TBT, the mean of its longest ceil(10%) token intervals ([`super::tbt`]),
+    /// requests with two outputs or more.
+    pub tbt: Option<Distribution>,
     pub e2e: Option<Distribution>,
     pub slo: Slo,
     /// Completed requests meeting every SLO given, per unit of time; `None` without SLOs.
     pub goodput: Option<f64>,
+    /// The share of the completed requests meeting every SLO given.
     pub slo_attainment: Option<f64>,
+    /// The share meeting each SLO on its own (requests with fewer than two outputs meet TPOT and
+    /// TBT).
+    pub slo_attainment_each: Option<ObjectiveShares>,
     pub preemptions: u64,
     pub preempted_requests: usize,
     /// Tokens computed more than once (lost to recompute preemption).
@@ -153,6 +179,21 @@ pub struct EngineReport {
     pub busy_fraction: f64,
 }
 
+impl EngineReport {
+    /// The report of a run of no requests (tests fill in the figures they need).
+    #[cfg(test)]
+    pub fn empty(time_unit: &'static str) -> EngineReport {
+        report(
+            &[],
+            &SchedStats::default(),
+            &Integrals::default(),
+            1,
+            Slo::default(),
+            time_unit,
+        )
+    }
+}
+
 pub fn report(
     reqs: &[Req],
     stats: &SchedStats,
@@ -183,12 +224,19 @@ pub fn report(
     let tpot = |r: &Req| (r.finish_time - r.first_token_time) / f64::from(r.num_output - 1);
     let outputs: u64 = done.iter().map(|r| u64::from(r.num_output)).sum();
     let prompts: u64 = done.iter().map(|r| u64::from(r.prompt_len)).sum();
-    let meets = |r: &&&Req| {
-        slo.ttft.is_none_or(|s| ttft(r) <= s)
-            && slo.tpot.is_none_or(|s| r.num_output < 2 || tpot(r) <= s)
+    let within_ttft = |r: &Req| slo.ttft.is_none_or(|s| ttft(r) <= s);
+    let within_tpot = |r: &Req| slo.tpot.is_none_or(|s| r.num_output < 2 || tpot(r) <= s);
+    let within_tbt = |r: &Req| slo.tbt.is_none_or(|s| r.gaps.tbt().is_none_or(|t| t <= s));
+    let meets = |r: &&&Req| within_ttft(r) && within_tpot(r) && within_tbt(r);
+    let good = slo.any().then(|| done.iter().filter(meets).count());
+    let share = |set: Option<f64>, within: &dyn Fn(&Req) -> bool| {
+        set.map(|_| done.iter().filter(|r| within(r)).count() as f64 / done.len().max(1) as f64)
     };
-    let good =
-        (slo.ttft.is_some() || slo.tpot.is_some()).then(|| done.iter().filter(meets).count());
+    let each = slo.any().then(|| ObjectiveShares {
+        ttft: share(slo.ttft, &within_ttft),
+        tpot: share(slo.tpot, &within_tpot),
+        tbt: share(slo.tbt, &within_tbt),
+    });
     // Prompt tokens either cache served at the first admission; the last is always computed
     // (a whole prompt loaded from the host tier computes it again).
     let served = |r: &Req| {
@@ -227,10 +275,12 @@ pub fn report(
                 .map(|r| tpot(r))
                 .collect(),
         ),
+        tbt: Distribution::of(done.iter().filter_map(|r| r.gaps.tbt()).collect()),
         e2e: Distribution::of(done.iter().map(|r| r.finish_time - r.arrival).collect()),
         slo,
         goodput: good.map(|g| per(g as f64)),
         slo_attainment: good.map(|g| g as f64 / done.len().max(1) as f64),
+        slo_attainment_each: each,
         preemptions: stats.preemptions,
         preempted_requests: reqs.iter().filter(|r| r.preemptions > 0).count(),
         recomputed_tokens: scheduled.saturating_sub(ideal),

@@ -57,7 +57,8 @@
 //!   [`hash`], [`free_queue`], [`block_pool`], [`kv_manager`]: the block manager, [`host_tier`]
 //!   the optional tier behind it;
 //!   [`scheduler`]: schedule and output processing; [`engine`]: the loop and the clock;
-//!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports;
+//!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports,
+//!   [`tbt`] Mooncake's time between tokens, [`slo`] the SLO presets it is judged by;
 //!   [`model_len`]: the server's length rule; [`run`]: runs on a model and GPU, several block
 //!   sizes in parallel; [`output`]: files.
 
@@ -78,17 +79,20 @@ pub mod request;
 pub mod run;
 pub mod scheduler;
 pub mod setup;
+pub mod slo;
 pub mod step_log;
 pub mod step_time;
+pub mod tbt;
 pub mod waiting;
 
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
 pub use driver::{drive, System};
 pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
-pub use metrics::{Distribution, EngineReport, Slo};
+pub use metrics::{Distribution, EngineReport, ObjectiveShares, Slo};
 pub use profile::{load_profile, parse_profile, Profile};
 pub use run::{Outcome, RunSettings, TierReport};
 pub use setup::{prepare, Prepared, Submission};
+pub use slo::{Judged, ResolvedSlo, SloFlags, SloPreset, SloTargets};
 pub use step_log::StepRecord;
 pub use step_time::{Gpu, StepModel};
 

@@ -3,6 +3,7 @@
 //! sampled by steps whose output is not processed yet.
 
 use super::hash::{token_block_hash, unique_block_hash, BlockHash, NONE_HASH};
+use super::tbt::TokenGaps;
 use crate::workload::serving::{Prompt, ServingRequest};
 
 /// No block.
@@ -73,6 +74,8 @@ pub struct Req {
     /// a decode instance has still to read (vLLM's `delay_free_blocks` from a KV connector's
     /// `request_finished`).
     pub hold_kv: bool,
+    /// Its output tokens' intervals, for Mooncake's TBT ([`super::tbt`]).
+    pub gaps: TokenGaps,
 }
 
 impl Req {
@@ -106,6 +109,7 @@ impl Req {
             first_offload_hit: None,
             scheduled_tokens: 0,
             hold_kv: false,
+            gaps: TokenGaps::new(r.output_len),
         }
     }
 

@@ -422,6 +422,7 @@ impl Scheduler {
             let status_before = r.status;
             let had_placeholders = r.placeholders > 0;
             r.num_output += 1;
+            r.gaps.token_at(now);
             if r.first_token_time.is_nan() {
                 r.first_token_time = now;
             }
@@ -437,6 +438,7 @@ impl Scheduler {
             if stopped {
                 r.status = Status::Finished;
                 r.finish_time = now;
+                r.gaps.finish();
                 if let Some(c) = &mut self.offload {
                     c.request_finished(s.req, r);
                 }

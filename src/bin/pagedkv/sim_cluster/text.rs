@@ -228,6 +228,9 @@ pub fn print(
         outln!("{line}")?;
     }
     outln!("{}", workload_line(name, requests))?;
+    if let Some(slo) = &resolved.slo {
+        outln!("{}", slo.describe())?;
+    }
     let unit = outcomes[0].total.time_unit;
     let (scale, lat) = latency_unit(unit);
     let pd = outcomes.iter().any(|o| o.disagg.is_some());
@@ -328,6 +331,9 @@ fn run_lines(
             ", {} refused (longer than max_model_len {})",
             r.rejected, e.max_model_len
         );
+    }
+    if let Some(slo) = &resolved.slo {
+        line += &crate::sim_engine_args::slo_clause(r, slo, unit);
     }
     outln!("{line}")?;
     if let Some(d) = &o.disagg {
