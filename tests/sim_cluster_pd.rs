@@ -182,6 +182,13 @@ fn a_hand_worked_transfer_whole_and_layer_by_layer() {
         let r = c.decode[0].request(0);
         assert_eq!(r.first_token_time, prefill_end);
         assert!((r.finish_time - (q.transfer_end + d1 + d2)).abs() < 1e-12);
+        // Mooncake's TBT, the mean of the longest ceil(2 / 10) = 1 of its 2 intervals: the first
+        // (the move and one decode step).
+        let tbt = r.gaps.tbt().unwrap();
+        assert!(
+            (tbt - (q.transfer_end + d1 - prefill_end)).abs() < 1e-12,
+            "{tbt}"
+        );
         assert_eq!((used(&c.prefill.engines[0]), used(&c.decode[0])), (0, 0));
         assert_eq!(c.stats.kv_bytes_moved, bytes);
     }

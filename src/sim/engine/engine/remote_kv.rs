@@ -91,6 +91,8 @@ impl Engine {
     pub fn kv_arrived(&mut self, i: u32, at: f64, first_token_time: f64) {
         let r = &mut self.sched.reqs[i as usize];
         r.first_token_time = first_token_time;
+        // Its token intervals (Mooncake's TBT) start from the first token, the move in the first.
+        r.gaps.token_at(first_token_time);
         debug_assert_eq!(r.status, Status::Receiving);
         if self.sched.kv.caching() {
             let n = r.num_computed;
