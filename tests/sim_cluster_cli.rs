@@ -1,6 +1,8 @@
 //! `pagedkv sim cluster` from the command line: bad input is one line and exit code 2 (a
 //! malformed trace line named); the request log and step log carry what they promise; several
-//! routers and replica counts in one run; `sim engine` and `sim radix` read Mooncake traces too.
+//! routers and replica counts in one run; `sim engine` and `sim radix` read Mooncake traces too;
+//! colocated runs give what main's binary recorded before disaggregation; a disaggregated run's
+//! request log and its table in 100 columns.
 
 mod cli;
 
@@ -49,6 +51,39 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["--trace", &bad_trace], "line 2"),
         (vec!["--tp", "3"], "32 attention heads"),
         (vec!["--cache-threshold", "1.5"], "cache-threshold"),
+        (vec!["--prefill-replicas", "0"], "prefill-replicas"),
+        (vec!["--decode-replicas", "0"], "decode-replicas"),
+        (vec!["--prefill-replicas", "2"], "--decode-replicas"),
+        (
+            vec![
+                "--prefill-replicas",
+                "1",
+                "--decode-replicas",
+                "1",
+                "--replicas",
+                "2",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec!["--kv-transfer", "whole"],
+            "needs disaggregated serving",
+        ),
+        (
+            vec!["--max-local-prefill-length", "10"],
+            "needs disaggregated",
+        ),
+        (
+            vec![
+                "--prefill-replicas",
+                "1",
+                "--decode-replicas",
+                "1",
+                "--kv-link-bandwidth",
+                "0",
+            ],
+            "kv-link-bandwidth",
+        ),
         (vec!["--max-num-batched-tokens", "512"], "max_num_seqs"),
         (
             vec!["--long-prefill-token-threshold", "200000"],
@@ -219,4 +254,138 @@ fn engine_and_radix_read_mooncake_traces() {
     let v = cli::json(&out);
     assert_eq!(v["requests"], 50);
     assert!(v["dedup"].to_string().len() > 2);
+}
+
+fn data(name: &str) -> String {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/cluster/colocated/");
+    std::fs::read_to_string(format!("{p}{name}")).unwrap()
+}
+
+/// `--replicas N` gives exactly what main's binary gave before disaggregation (the commands in
+/// tests/data/cluster/colocated/README.md).
+#[test]
+fn colocated_runs_match_the_runs_recorded_before_disaggregation() {
+    let out = cluster(&[
+        "--requests",
+        "200",
+        "--replicas",
+        "1,3",
+        "--router",
+        "round-robin,least-loaded,prefix-aware,kv-aware",
+        "--json",
+    ]);
+    let want: serde_json::Value = serde_json::from_str(&data("routers.json")).unwrap();
+    assert_eq!(cli::json(&out), want);
+    let dir = temp_dir("recorded");
+    let log = dir.join("requests.jsonl");
+    let out = cluster(&[
+        "--requests",
+        "200",
+        "--replicas",
+        "3",
+        "--router",
+        "kv-aware",
+        "--cpu-offload-gib",
+        "64",
+        "--request-log",
+        log.to_str().unwrap(),
+        "--json",
+    ]);
+    let want: serde_json::Value = serde_json::from_str(&data("tier.json")).unwrap();
+    assert_eq!(cli::json(&out), want);
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        data("tier.requests.jsonl")
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_disaggregated_run_logs_each_move_and_fits_its_table_in_100_columns() {
+    let dir = temp_dir("pd");
+    let log = dir.join("requests.jsonl");
+    let args = [
+        "--requests",
+        "120",
+        "--prefill-replicas",
+        "2",
+        "--decode-replicas",
+        "2",
+        "--prefill-router",
+        "kv-aware",
+        "--cpu-offload-gib",
+        "64",
+    ];
+    let v = cli::json(&cluster(
+        &[
+            &args[..],
+            &["--json", "--request-log", log.to_str().unwrap()],
+        ]
+        .concat(),
+    ));
+    let run = &v["runs"][0];
+    assert_eq!(run["replicas"], 4);
+    let pd = &run["disagg"];
+    assert_eq!(pd["prefill_replicas"], 2);
+    assert_eq!(pd["kv_bytes_per_token"], 131072, "Llama-3.1-8B in bf16");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 120);
+    let mut bytes = 0;
+    for l in &lines {
+        let moved = l["output_len"].as_u64().unwrap() > 1;
+        assert!(l["prefill_replica"].as_u64().unwrap() < 2, "{l}");
+        assert_eq!(l["rejected"], false);
+        if moved {
+            let d = l["decode_replica"].as_u64().unwrap();
+            assert!((2..4).contains(&d), "{l}");
+            let (s, e) = (
+                l["transfer_start"].as_f64().unwrap(),
+                l["transfer_end"].as_f64().unwrap(),
+            );
+            let (a, f) = (
+                l["arrival"].as_f64().unwrap(),
+                l["first_token"].as_f64().unwrap(),
+            );
+            // Layer by layer: the transfer starts with the prefill and ends after its first token.
+            assert!(
+                a <= s && s < f && f < e && e < l["finish"].as_f64().unwrap(),
+                "{l}"
+            );
+            let tokens = l["prompt_len"].as_u64().unwrap();
+            assert!(
+                l["kv_bytes_moved"].as_u64().unwrap() <= tokens * 131072,
+                "{l}"
+            );
+        } else {
+            assert!(l["decode_replica"].is_null() && l["transfer_start"].is_null());
+        }
+        bytes += l["kv_bytes_moved"].as_u64().unwrap();
+    }
+    assert_eq!(pd["kv_bytes_moved"].as_u64().unwrap(), bytes);
+    assert!(bytes > 0);
+    // The default table in 100 columns; --wide shows more.
+    let text = |extra: &[&str]| {
+        let out = cluster(&[&args[..], extra].concat());
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let (narrow, wide) = (text(&[]), text(&["--wide"]));
+    let table = |t: &str| -> Vec<String> {
+        t.lines()
+            .skip_while(|l| !l.starts_with("layout"))
+            .take(3)
+            .map(String::from)
+            .collect()
+    };
+    for l in table(&narrow) {
+        assert!(l.chars().count() <= 100, "{l}");
+    }
+    assert!(narrow.contains("KV GB: KV bytes moved"));
+    assert!(table(&wide)[0].contains("xfer p50/p99 ms"));
+    assert!(!table(&narrow)[0].contains("xfer"));
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,12 +1,14 @@
 //! Cluster simulator speed: the whole Mooncake conversation trace (12,031 requests, one hour,
 //! mean prompt 12k tokens with real shared prefixes) on 16 replicas of the vLLM engine (H200
 //! online preset, Llama-3.1-8B, the built-in efficiency profile, block size 16), once per router.
+//! The same on 8 prefill + 8 decode instances (kv-aware, layerwise KV over 100 GB/s).
 //! The target is at most 10 s per run on one core; measured in the thread's CPU time (what one
 //! core spends, whatever else shares the machine). The trace is read outside the timed loop.
 
 use super::cache::ThreadCpuTime;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pagedkv::kv::model::preset;
+use pagedkv::sim::cluster::pd::{Disagg, KvTransfer, DEFAULT_KV_LINK_GBPS};
 use pagedkv::sim::cluster::{ClusterSpec, RouterConfig, RouterKind};
 use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
@@ -40,18 +42,32 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
     let mut group = c.benchmark_group("cluster_cpu_mooncake_conv_16_replicas");
     group.sample_size(10);
     group.throughput(Throughput::Elements(requests.len() as u64));
-    for router in [
-        RouterKind::RoundRobin,
-        RouterKind::LeastLoaded,
-        RouterKind::PrefixAware,
-        RouterKind::KvAware,
-    ] {
+    // Colocated under every router, then 8 prefill + 8 decode instances under kv-aware.
+    let pd = Disagg {
+        prefill_replicas: 8,
+        decode_replicas: 8,
+        prefill_tp: None,
+        decode_tp: None,
+        link_gbps: DEFAULT_KV_LINK_GBPS,
+        transfer: KvTransfer::Layerwise,
+        local_prefill: None,
+    };
+    let layouts = [
+        (RouterKind::RoundRobin, None),
+        (RouterKind::LeastLoaded, None),
+        (RouterKind::PrefixAware, None),
+        (RouterKind::KvAware, None),
+        (RouterKind::KvAware, Some(pd)),
+    ];
+    for (router, disagg) in layouts {
         let spec = ClusterSpec {
             replicas: 16,
             router,
             router_cfg: RouterConfig::default(),
+            disagg,
         };
-        group.bench_with_input(BenchmarkId::new("router", router), &spec, |b, spec| {
+        let name = if disagg.is_some() { "8P+8D" } else { "router" };
+        group.bench_with_input(BenchmarkId::new(name, router), &spec, |b, spec| {
             b.iter(|| {
                 pagedkv::sim::cluster::run(
                     &settings,

@@ -86,6 +86,8 @@ pub struct ClusterCore {
     tier_of: Vec<usize>,
     block_size: u32,
     hashes: Vec<BlockHash>,
+    /// The replica the last [`System::advance`] stepped (seconds clock).
+    pub last_stepped: Option<usize>,
 }
 
 impl ClusterCore {
@@ -144,6 +146,7 @@ impl ClusterCore {
             tier_of,
             block_size,
             hashes: Vec::new(),
+            last_stepped: None,
         })
     }
 
@@ -325,6 +328,7 @@ impl System for ClusterCore {
                 }
             }
         }
+        self.last_stepped = soonest.map(|(rep, _)| rep);
         if let Some((rep, _)) = soonest {
             if self.step_replica(rep)? {
                 if let Some(rec) = self.engines[rep].last_record() {

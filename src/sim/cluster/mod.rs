@@ -7,6 +7,7 @@
 //!   Dynamo's KV router), each citing the code it follows and giving a reason with every choice.
 //! - [`core`]: the cluster as a [`crate::sim::engine::System`]: `submit` a request at its
 //!   arrival, `advance` between arrivals; [`book`]: what the router knows of what it sent.
+//! - [`pd`]: prefill and decode on separate instances, the KV moving between them.
 //! - [`run`]: runs on a trace and reports; [`output`]: plots.
 //!
 //! With one replica every router sends everything to it, and the cluster steps exactly as
@@ -15,6 +16,7 @@
 pub mod book;
 pub mod core;
 pub mod output;
+pub mod pd;
 pub mod router;
 pub mod run;
 

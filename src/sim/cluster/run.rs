@@ -4,6 +4,8 @@
 //! the host tier's counts — plus each request's line for `--request-log`.
 
 use super::core::ClusterCore;
+use super::pd::run::PdReport;
+use super::pd::Disagg;
 use super::router::{self, RouterConfig, RouterKind, RouterStats};
 use crate::sim::engine::driver::drive;
 use crate::sim::engine::engine::TimelinePoint;
@@ -21,9 +23,14 @@ use std::io::Write;
 /// One cluster configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ClusterSpec {
+    /// Colocated replicas (with `disagg`: prefill + decode instances).
     pub replicas: usize,
+    /// With `disagg`: the prefill instances' router.
     pub router: RouterKind,
     pub router_cfg: RouterConfig,
+    /// Prefill and decode apart ([`super::pd`]); `None`: colocated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disagg: Option<Disagg>,
 }
 
 /// One request as `--request-log` writes it.
@@ -48,6 +55,51 @@ pub struct RequestLine {
     /// Prompt tokens loaded from the host tier at the first admission.
     pub offload_hit_tokens: u32,
     pub preemptions: u32,
+    /// Disaggregated runs: the prefill instance (`null`: prefilled on its decode instance) ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_replica: Option<Option<usize>>,
+    /// ... the decode instance (numbered after the prefill ones; `null`: one token asked for,
+    /// it never moved) ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decode_replica: Option<Option<usize>>,
+    /// ... when the decode instance reserved its blocks and when its KV arrived (seconds;
+    /// `null`: it did not move) ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_start: Option<Option<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer_end: Option<Option<f64>>,
+    /// ... the KV bytes it moved ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_moved: Option<u64>,
+    /// ... and whether the prefill router rejected it early (Mooncake's Conductor).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<bool>,
+}
+
+impl RequestLine {
+    /// A request vLLM's server refused (longer than max_model_len).
+    pub fn refused(r: &ServingRequest) -> RequestLine {
+        RequestLine {
+            id: r.id.clone(),
+            replica: None,
+            route: None,
+            arrival: r.arrival,
+            first_token: None,
+            finish: None,
+            prompt_len: r.prompt.len(),
+            output_len: r.output_len,
+            max_tokens: None,
+            prefix_hit_tokens: 0,
+            offload_hit_tokens: 0,
+            preemptions: 0,
+            prefill_replica: None,
+            decode_replica: None,
+            transfer_start: None,
+            transfer_end: None,
+            kv_bytes_moved: None,
+            rejected: None,
+        }
+    }
 }
 
 /// A step log line: the engine's record and its replica.
@@ -81,6 +133,9 @@ pub struct ClusterOutcome {
     /// Per replica, its state over time (with a timeline recorded).
     #[serde(skip)]
     pub timelines: Vec<Vec<TimelinePoint>>,
+    /// Disaggregated runs: the layout, the link and what moved over it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disagg: Option<PdReport>,
 }
 
 /// Runs `requests` on the cluster `spec` at `block_size`; `step_log` gets every replica step as a
@@ -95,12 +150,28 @@ pub fn run(
     mut step_log: Option<&mut dyn Write>,
     progress: impl FnMut(usize, usize),
 ) -> Result<ClusterOutcome, EngineError> {
+    let step_log_wanted = step_log.is_some();
+    let mut sink = |replica, record: &StepRecord| match step_log.as_deref_mut() {
+        Some(out) => {
+            let line = serde_json::to_string(&StepLine { replica, record })
+                .expect("a step line serialises");
+            writeln!(out, "{line}").map_err(|e| EngineError::Output(e.into()))
+        }
+        None => Ok(()),
+    };
+    if let Some(d) = &spec.disagg {
+        let rec = Recording {
+            steps: step_log_wanted,
+            timeline,
+        };
+        return super::pd::run::run(s, block_size, spec, d, requests, rec, &mut sink, progress);
+    }
     let (cfg, clock, efficiency) = s.at(block_size)?;
     let served = accepted(requests, cfg.max_model_len)?;
     let (ok, rejected) = (served.requests, served.refused);
     let prepared = prepare(&cfg, &ok)?;
     let rec = Recording {
-        steps: step_log.is_some(),
+        steps: step_log_wanted,
         timeline,
     };
     let router = router::build(
@@ -110,19 +181,7 @@ pub fn run(
         block_size as u32,
     );
     let mut c = ClusterCore::new(&cfg, &clock, spec.replicas, router, rec, s.slo)?;
-    drive(
-        &mut c,
-        &prepared,
-        &mut |replica, record| match step_log.as_deref_mut() {
-            Some(out) => {
-                let line = serde_json::to_string(&StepLine { replica, record })
-                    .expect("a step line serialises");
-                writeln!(out, "{line}").map_err(|e| EngineError::Output(e.into()))
-            }
-            None => Ok(()),
-        },
-        progress,
-    )?;
+    drive(&mut c, &prepared, &mut sink, progress)?;
     let mut o = outcome(
         &c,
         spec,
@@ -194,22 +253,15 @@ fn outcome(
                     prefix_hit_tokens: q.first_hit.unwrap_or(0),
                     offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
                     preemptions: q.preemptions,
+                    prefill_replica: None,
+                    decode_replica: None,
+                    transfer_start: None,
+                    transfer_end: None,
+                    kv_bytes_moved: None,
+                    rejected: None,
                 }
             }
-            None => RequestLine {
-                id: r.id.clone(),
-                replica: None,
-                route: None,
-                arrival: r.arrival,
-                first_token: None,
-                finish: None,
-                prompt_len: r.prompt.len(),
-                output_len: r.output_len,
-                max_tokens: None,
-                prefix_hit_tokens: 0,
-                offload_hit_tokens: 0,
-                preemptions: 0,
-            },
+            None => RequestLine::refused(r),
         };
         lines.push(line);
     }
@@ -226,6 +278,7 @@ fn outcome(
         tiers: c.tiers.iter().map(|t| t.stats()).collect(),
         requests: lines,
         timelines: c.engines.iter().map(|e| e.timeline().to_vec()).collect(),
+        disagg: None,
     }
 }
 

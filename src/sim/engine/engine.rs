@@ -16,6 +16,9 @@ use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
 use crate::workload::serving::ServingRequest;
 use thiserror::Error;
 
+mod remote_kv;
+pub use remote_kv::Received;
+
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum EngineError {
     #[error(transparent)]
@@ -124,6 +127,9 @@ pub struct Engine {
     finished: Vec<u32>,
     /// Requests whose first token the last step's output brought.
     first_tokens: Vec<u32>,
+    /// Requests the last step admitted from the waiting queues, and when that step began.
+    admitted: Vec<u32>,
+    admitted_at: f64,
     done: usize,
     integrals: Integrals,
     recording: Recording,
@@ -210,6 +216,8 @@ impl Engine {
             spare: Vec::new(),
             finished: Vec::new(),
             first_tokens: Vec::new(),
+            admitted: Vec::new(),
+            admitted_at: 0.0,
             done: 0,
             integrals: Integrals::default(),
             recording,
@@ -422,6 +430,7 @@ impl Engine {
         });
         self.finished.clear();
         self.first_tokens.clear();
+        self.admitted.clear();
         let mut to_process = None;
         if self.sched.has_requests() {
             let mut plan = self.spare.pop().unwrap_or_default();
@@ -442,13 +451,18 @@ impl Engine {
                 rec.kv_store_chunks =
                     Ordered(plan.kv_stores.iter().map(|&(i, n)| (id(i), n)).collect());
             }
-            let stalled = plan.scheduled.is_empty()
+            let stuck = plan.scheduled.is_empty()
                 && plan.preempted.is_empty()
-                && self.queue.is_empty()
                 && self.sched.running.is_empty()
                 && self.sched.num_waiting() > 0
                 && !self.sched.tier_busy();
-            if stalled && self.next_arrival().is_none() {
+            let stalled = stuck && self.queue.is_empty();
+            // (Async: the batches in flight may be the empty ones of earlier such steps.)
+            let parked = stuck && self.queue.iter().all(|b| b.plan.scheduled.is_empty());
+            if parked && self.waits_on_another_instance() {
+                // Blocks another instance will free (a transfer's end): sleep until then.
+                self.wake = Some(f64::INFINITY);
+            } else if stalled && self.next_arrival().is_none() {
                 return Err(EngineError::Stalled {
                     step: index,
                     waiting: self.sched.num_waiting(),
@@ -460,6 +474,8 @@ impl Engine {
                 .sched
                 .begin_transfers(&mut plan, self.now.max(self.gpu_free));
             self.gpu_free = start + duration;
+            self.admitted.extend(plan.admitted.iter().map(|&(i, _)| i));
+            self.admitted_at = start;
             self.sched.end_transfers(start + duration);
             let tokens = plan.total_tokens();
             if !steps && tokens == 0 && self.sched.tier_busy() {

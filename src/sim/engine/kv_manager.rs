@@ -211,9 +211,11 @@ impl KvManager {
     pub fn check(&self, reqs: &[Req]) -> Result<(), String> {
         let mut holders = vec![0u32; self.pool.num_blocks()];
         for r in reqs {
-            // Running, loading from a host tier, or loaded and not admitted yet.
+            // Running, loading from a host tier, receiving its KV, or loaded and not admitted
+            // yet; finished with its KV still to be read by another instance.
             let holds = match r.status {
-                Status::Running | Status::LoadingKv => true,
+                Status::Running | Status::LoadingKv | Status::Receiving => true,
+                Status::Finished => r.hold_kv,
                 Status::Waiting | Status::Preempted => r.num_computed > 0,
                 _ => false,
             };

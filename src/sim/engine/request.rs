@@ -19,6 +19,9 @@ pub enum Status {
     Preempted,
     /// Holds its blocks while the host tier loads its prefix (vLLM's `WAITING_FOR_REMOTE_KVS`).
     LoadingKv,
+    /// Holds the blocks its KV arrives in from another instance (disaggregated serving), not
+    /// queued until the transfer ends.
+    Receiving,
     Finished,
 }
 
@@ -67,6 +70,10 @@ pub struct Req {
     /// Tokens loaded from a host tier at the first admission.
     pub first_offload_hit: Option<u32>,
     pub scheduled_tokens: u64,
+    /// Keeps its blocks when it finishes, until released: a prefill instance's request whose KV
+    /// a decode instance has still to read (vLLM's `delay_free_blocks` from a KV connector's
+    /// `request_finished`).
+    pub hold_kv: bool,
     /// Its output tokens' intervals, for Mooncake's TBT ([`super::tbt`]).
     pub gaps: TokenGaps,
 }
@@ -101,6 +108,7 @@ impl Req {
             first_hit: None,
             first_offload_hit: None,
             scheduled_tokens: 0,
+            hold_kv: false,
             gaps: TokenGaps::new(r.output_len),
         }
     }

@@ -197,6 +197,14 @@ impl Scheduler {
         self.waiting.add(i, rank);
     }
 
+    /// A request that holds its blocks (its KV arrived from elsewhere) joins the queue of
+    /// requests that hold blocks, as vLLM's `_update_waiting_for_remote_kv` returns one.
+    pub fn add_holding(&mut self, i: u32) {
+        self.reqs[i as usize].status = Status::Waiting;
+        let rank = self.rank(i);
+        self.holding.add(i, rank);
+    }
+
     /// vLLM's `has_requests`: requests wait or run, or finished ones are not reported yet, or
     /// the host tier has copies in flight.
     pub fn has_requests(&self) -> bool {
@@ -435,7 +443,9 @@ impl Scheduler {
                     c.request_finished(s.req, r);
                 }
                 self.inflight.remove(&s.req);
-                self.kv.free(r);
+                if !r.hold_kv {
+                    self.kv.free(r);
+                }
                 if status_before != Status::Running {
                     self.waiting.remove(s.req);
                     self.holding.remove(s.req);
@@ -449,7 +459,10 @@ impl Scheduler {
             let reqs = &self.reqs;
             self.running.retain(|&i| !reqs[i as usize].is_finished());
             for &i in &finished[first..] {
-                self.reqs[i as usize].drop_state();
+                let r = &mut self.reqs[i as usize];
+                if !r.hold_kv {
+                    r.drop_state();
+                }
             }
         }
         if let (Some(c), Some(t)) = (&mut self.offload, tier.and_then(HostTier::native)) {

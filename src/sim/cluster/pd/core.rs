@@ -1,0 +1,519 @@
+//! Prefill and decode instances as one [`System`]. A request arrives at the prefill instances
+//! (a [`ClusterCore`] behind the chosen router) with `max_tokens` 1: the prefill instance
+//! samples its first token, and, when more are asked for, keeps its blocks
+//! ([`Engine::hold_kv_on_finish`]). A decode instance reserves blocks for its KV when the
+//! transfer starts — when the prefill starts (layerwise) or ends (whole) — and takes the request
+//! when the transfer ends ([`Link::end`]); the prefill instance frees its blocks then.
+//!
+//! Decode side: the instance with the fewest requests (reserved, waiting or running) whose pool
+//! takes the reservation now, ties to the lowest index; when none can, the request waits in one
+//! queue, first come first served, retried whenever a decode instance steps (its finishes free
+//! blocks). Nothing is dropped.
+//!
+//! Time: the earliest of the next transfer's end, the prefill instances' next step and the
+//! decode instances' next step goes first (in that order on ties: a transfer that ends as a
+//! decode step begins is in that step).
+
+use super::link::{KvTransfer, Link};
+use super::LocalPrefill;
+use crate::sim::cluster::ClusterCore;
+use crate::sim::engine::config::ConfigError;
+use crate::sim::engine::driver::{StepSink, System};
+use crate::sim::engine::request::{Req, Status};
+use crate::sim::engine::{Engine, EngineError, Submission};
+use crate::workload::serving::ServingRequest;
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// A total order on event times.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+struct Time(f64);
+impl Eq for Time {}
+#[allow(clippy::derive_ord_xor_partial_ord)]
+impl Ord for Time {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
+/// One request's path through the instances.
+#[derive(Debug, Clone)]
+pub struct PdRequest {
+    pub uid: u64,
+    request: ServingRequest,
+    predicted: f64,
+    id_rank: u32,
+    /// (prefill instance, index in its engine).
+    pub prefill: Option<(u32, u32)>,
+    /// (decode instance, index in its engine).
+    pub decode: Option<(u32, u32)>,
+    /// Prefilled on its decode instance (conditional disaggregation).
+    pub local: bool,
+    /// Its prefill has begun.
+    started: bool,
+    /// It waits for a decode instance to reserve blocks, or has them.
+    wanted: bool,
+    /// When its reservation was asked for.
+    wanted_at: f64,
+    pub prefill_end: f64,
+    pub transfer_start: f64,
+    pub transfer_end: f64,
+    /// Prompt tokens the decode instance's prefix cache held (not moved).
+    pub decode_hit_tokens: u32,
+    pub kv_bytes: u64,
+    /// Its reservation had to wait for a decode pool.
+    pub waited_for_decode: bool,
+    pub arrived: bool,
+}
+
+impl PdRequest {
+    pub fn id(&self) -> &str {
+        &self.request.id
+    }
+
+    /// Whether its KV moves (it asks for more than the first token, and prefills remotely).
+    pub fn moves(&self) -> bool {
+        !self.local && self.request.output_len > 1
+    }
+}
+
+/// Counts over a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PdStats {
+    /// Requests whose KV moved to a decode instance.
+    pub moved: usize,
+    /// Requests prefilled on their decode instance (conditional disaggregation).
+    pub local_prefills: usize,
+    /// Requests whose reservation waited for a decode pool.
+    pub waited_for_decode: usize,
+    pub kv_bytes_moved: u64,
+}
+
+pub struct PdCore {
+    pub prefill: ClusterCore,
+    pub decode: Vec<Engine>,
+    link: Link,
+    local: Option<LocalPrefill>,
+    pub requests: Vec<PdRequest>,
+    /// Per prefill (decode) instance: the request of each of its engine's indices.
+    k_prefill: Vec<Vec<u32>>,
+    k_decode: Vec<Vec<u32>>,
+    /// Per decode instance: requests reserved, waiting or running there.
+    decode_load: Vec<usize>,
+    /// Sent to a prefill instance, prefill not begun (Dynamo's prefill queue).
+    prefill_queue: usize,
+    /// Waiting for a decode pool, first come first served.
+    pending: VecDeque<u32>,
+    /// Transfers under way, by their end.
+    transfers: BinaryHeap<Reverse<(Time, u32)>>,
+    done: usize,
+    pub stats: PdStats,
+    block_size: u32,
+}
+
+impl PdCore {
+    /// `prefill` (its engines at `max_tokens` 1, behind its router) and `decode` engines (no
+    /// requests yet, no host tier), joined by `link`.
+    pub fn new(
+        prefill: ClusterCore,
+        decode: Vec<Engine>,
+        link: Link,
+        local: Option<LocalPrefill>,
+    ) -> Result<PdCore, EngineError> {
+        if decode.is_empty() || prefill.engines.is_empty() {
+            return Err(ConfigError(
+                "disaggregated serving needs at least one prefill and one decode instance".into(),
+            )
+            .into());
+        }
+        if !(link.gbps.is_finite() && link.gbps > 0.0) {
+            return Err(ConfigError(format!(
+                "the KV link's bandwidth must be > 0 GB/s, got {}",
+                link.gbps
+            ))
+            .into());
+        }
+        let block_size = decode[0].block_size();
+        Ok(PdCore {
+            k_prefill: vec![Vec::new(); prefill.engines.len()],
+            k_decode: vec![Vec::new(); decode.len()],
+            decode_load: vec![0; decode.len()],
+            prefill,
+            decode,
+            link,
+            local,
+            requests: Vec::new(),
+            prefill_queue: 0,
+            pending: VecDeque::new(),
+            transfers: BinaryHeap::new(),
+            done: 0,
+            stats: PdStats::default(),
+            block_size,
+        })
+    }
+
+    pub fn link(&self) -> &Link {
+        &self.link
+    }
+
+    /// Decode instances by load, fewest requests first, ties to the lowest index.
+    fn decode_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.decode.len()).collect();
+        order.sort_by_key(|&d| (self.decode_load[d], d));
+        order
+    }
+
+    /// The request's state in the prefill engine.
+    pub fn prefill_req(&self, k: usize) -> Option<&Req> {
+        let (p, i) = self.requests[k].prefill?;
+        Some(self.prefill.engines[p as usize].request(i))
+    }
+
+    /// The request's state in the decode engine.
+    pub fn decode_req(&self, k: usize) -> Option<&Req> {
+        let (d, i) = self.requests[k].decode?;
+        Some(self.decode[d as usize].request(i))
+    }
+
+    /// Reserves decode blocks for the requests waiting for them, in order, from `at` on; stops
+    /// at the first no decode pool takes.
+    fn reserve_pending(&mut self, at: f64) -> Result<(), EngineError> {
+        while let Some(&k) = self.pending.front() {
+            let order = self.decode_order();
+            let q = &self.requests[k as usize];
+            let s = Submission {
+                request: &q.request,
+                uid: q.uid,
+                predicted: q.predicted,
+                id_rank: q.id_rank,
+            };
+            let mut got = None;
+            for d in order {
+                if let Some(rc) = self.decode[d].receive_kv(s, Vec::new())? {
+                    got = Some((d, rc));
+                    break;
+                }
+            }
+            let Some((d, rc)) = got else {
+                let q = &mut self.requests[k as usize];
+                if !q.waited_for_decode {
+                    q.waited_for_decode = true;
+                    self.stats.waited_for_decode += 1;
+                }
+                return Ok(());
+            };
+            self.pending.pop_front();
+            let q = &mut self.requests[k as usize];
+            q.decode = Some((d as u32, rc.index));
+            q.decode_hit_tokens = rc.hit_tokens;
+            q.transfer_start = at.max(q.wanted_at);
+            q.kv_bytes = self
+                .link
+                .bytes(q.request.prompt.len() as u32 - rc.hit_tokens);
+            self.k_decode[d].push(k);
+            self.decode_load[d] += 1;
+            self.stats.moved += 1;
+            self.stats.kv_bytes_moved += q.kv_bytes;
+            if q.prefill_end.is_finite() {
+                self.start_transfer(k);
+            }
+        }
+        Ok(())
+    }
+
+    /// Request `k` has its decode blocks and its prefill is done: its transfer's end is known.
+    fn start_transfer(&mut self, k: u32) {
+        let q = &mut self.requests[k as usize];
+        q.transfer_end = self.link.end(q.transfer_start, q.prefill_end, q.kv_bytes);
+        self.transfers.push(Reverse((Time(q.transfer_end), k)));
+    }
+
+    /// What prefill instance `rep`'s last step began and finished.
+    fn after_prefill_step(&mut self, rep: usize) -> Result<(), EngineError> {
+        let e = &self.prefill.engines[rep];
+        let (admitted, at) = e.just_admitted();
+        for &i in admitted {
+            let k = self.k_prefill[rep][i as usize];
+            let q = &mut self.requests[k as usize];
+            if q.started {
+                continue;
+            }
+            q.started = true;
+            self.prefill_queue -= 1;
+            if q.moves() && self.link.mode == KvTransfer::Layerwise {
+                q.wanted = true;
+                q.wanted_at = at;
+                self.pending.push_back(k);
+            }
+        }
+        let e = &self.prefill.engines[rep];
+        let finished: Vec<(u32, f64)> = e
+            .just_finished()
+            .iter()
+            .map(|&i| {
+                (
+                    self.k_prefill[rep][i as usize],
+                    e.request(i).first_token_time,
+                )
+            })
+            .collect();
+        for (k, end) in finished {
+            let q = &mut self.requests[k as usize];
+            q.prefill_end = end;
+            if !q.moves() {
+                self.done += 1;
+                continue;
+            }
+            if !q.wanted {
+                q.wanted = true;
+                q.wanted_at = q.prefill_end;
+                self.pending.push_back(k);
+            } else if q.decode.is_some() {
+                self.start_transfer(k);
+            }
+        }
+        self.reserve_pending(at)
+    }
+
+    /// The transfer of request `k` ends at `at`.
+    fn arrive(&mut self, k: u32, at: f64) {
+        let q = &mut self.requests[k as usize];
+        q.arrived = true;
+        let (d, di) = q.decode.expect("a transfer has its decode instance");
+        let (p, pi) = q.prefill.expect("a transfer has its prefill instance");
+        self.decode[d as usize].kv_arrived(di, at, q.prefill_end);
+        self.prefill.engines[p as usize].release_held_kv(pi, at);
+    }
+
+    /// Every invariant of every instance ([`Engine::check`], [`ClusterCore::check`]) and of the
+    /// requests between them: each in one place, blocks held on each side as its state says,
+    /// the counts adding up.
+    pub fn check(&self) -> Result<(), String> {
+        self.prefill.check().map_err(|m| format!("prefill: {m}"))?;
+        for (d, e) in self.decode.iter().enumerate() {
+            e.check().map_err(|m| format!("decode {d}: {m}"))?;
+        }
+        let (mut finished, mut queued, mut moving) = (0, 0, 0);
+        for (k, q) in self.requests.iter().enumerate() {
+            let pre = self.prefill_req(k);
+            let dec = self.decode_req(k);
+            let done = match (q.moves(), pre, dec) {
+                (false, Some(p), None) => p.is_finished(),
+                (false, None, Some(d)) => d.is_finished(),
+                (true, Some(p), d) => {
+                    let held = p.is_finished() && p.hold_kv;
+                    match d {
+                        None => {
+                            if p.is_finished() && !held {
+                                return Err(format!("{}: freed before its transfer", q.request.id));
+                            }
+                            queued += usize::from(q.wanted);
+                            false
+                        }
+                        Some(d) if !q.arrived => {
+                            moving += usize::from(q.prefill_end.is_finite());
+                            if d.status != Status::Receiving || (p.is_finished() && !held) {
+                                return Err(format!(
+                                    "{}: in transfer, decode side {:?}, prefill side holds {held}",
+                                    q.request.id, d.status
+                                ));
+                            }
+                            if d.num_computed != d.prompt_len
+                                || d.blocks.len() as u64
+                                    != u64::from(d.prompt_len + 1)
+                                        .div_ceil(u64::from(self.block_size))
+                            {
+                                return Err(format!(
+                                    "{}: {} blocks reserved for {} tokens",
+                                    q.request.id,
+                                    d.blocks.len(),
+                                    d.prompt_len
+                                ));
+                            }
+                            false
+                        }
+                        Some(d) => {
+                            if held || !p.blocks.is_empty() {
+                                return Err(format!(
+                                    "{}: the prefill side holds blocks after the transfer",
+                                    q.request.id
+                                ));
+                            }
+                            d.is_finished()
+                        }
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "{}: placed {:?} / {:?}",
+                        q.request.id, q.prefill, q.decode
+                    ))
+                }
+            };
+            finished += usize::from(done);
+        }
+        if finished != self.done {
+            return Err(format!("{finished} finished, {} counted", self.done));
+        }
+        if queued != self.pending.len() || moving != self.transfers.len() {
+            return Err(format!(
+                "{queued} wait for a decode pool ({} queued), {moving} in transfer ({} timed)",
+                self.pending.len(),
+                self.transfers.len()
+            ));
+        }
+        let load: usize = self.decode_load.iter().sum();
+        let on_decode = self.requests.iter().filter(|q| q.decode.is_some()).count();
+        let decode_done: usize = self.decode.iter().map(Engine::finished_requests).sum();
+        if load + decode_done != on_decode {
+            return Err(format!(
+                "decode loads {load} + {decode_done} finished, {on_decode} sent"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Dynamo's conditional disaggregation for a request about to go to decode instance `d`.
+    fn prefills_locally(&self, r: &ServingRequest, uid: u64, d: usize) -> bool {
+        let Some(c) = self.local else {
+            return false;
+        };
+        let bs = self.block_size;
+        let mut probe = Req::new(r, 0.0, 0, uid);
+        let hashes: Vec<_> = (0..r.prompt.len() as u32 / bs)
+            .map(|j| probe.block_hash(j, bs))
+            .collect();
+        let hit = self.decode[d].cached_prefix_blocks(&hashes) as u32 * bs;
+        c.is_local(r.prompt.len() as u32 - hit, self.prefill_queue)
+    }
+}
+
+impl System for PdCore {
+    fn submit(&mut self, s: Submission<'_>, now: f64) -> Result<(), EngineError> {
+        let r = s.request;
+        let k = self.requests.len() as u32;
+        let mut q = PdRequest {
+            uid: s.uid,
+            request: r.clone(),
+            predicted: s.predicted,
+            id_rank: s.id_rank,
+            prefill: None,
+            decode: None,
+            local: false,
+            started: false,
+            wanted: false,
+            wanted_at: f64::NAN,
+            prefill_end: f64::NAN,
+            transfer_start: f64::NAN,
+            transfer_end: f64::NAN,
+            decode_hit_tokens: 0,
+            kv_bytes: 0,
+            waited_for_decode: false,
+            arrived: false,
+        };
+        let d = self.decode_order()[0];
+        if self.prefills_locally(r, s.uid, d) {
+            let i = self.decode[d].submit(s, Vec::new())?;
+            q.local = true;
+            q.decode = Some((d as u32, i));
+            self.k_decode[d].push(k);
+            self.decode_load[d] += 1;
+            self.stats.local_prefills += 1;
+        } else {
+            let first = ServingRequest {
+                output_len: 1,
+                ..r.clone()
+            };
+            self.prefill.submit(
+                Submission {
+                    request: &first,
+                    ..s
+                },
+                now,
+            )?;
+            let (p, _) = self.prefill.placed(s.uid).expect("just placed");
+            let (rep, i) = (p.replica, p.index);
+            if r.output_len > 1 {
+                self.prefill.engines[rep as usize].hold_kv_on_finish(i);
+            }
+            q.prefill = Some((rep, i));
+            self.k_prefill[rep as usize].push(k);
+            self.prefill_queue += 1;
+        }
+        self.requests.push(q);
+        Ok(())
+    }
+
+    fn next_event_time(&self) -> Option<f64> {
+        let transfer = self.transfers.peek().map(|Reverse((Time(t), _))| *t);
+        let decode = self
+            .decode
+            .iter()
+            .filter_map(Engine::next_step_time)
+            .min_by(f64::total_cmp);
+        // An instance asleep until another frees its blocks has no next step of its own.
+        [transfer, self.prefill.next_event_time(), decode]
+            .into_iter()
+            .flatten()
+            .filter(|t| t.is_finite())
+            .min_by(f64::total_cmp)
+    }
+
+    fn advance(&mut self, steps: &mut StepSink<'_>) -> Result<(), EngineError> {
+        let transfer = self.transfers.peek().map(|Reverse((Time(t), k))| (*t, *k));
+        let prefill = self.prefill.next_event_time();
+        let mut decode: Option<(usize, f64)> = None;
+        for (d, e) in self.decode.iter().enumerate() {
+            if let Some(t) = e.next_step_time() {
+                if decode.is_none_or(|(_, s)| t < s) {
+                    decode = Some((d, t));
+                }
+            }
+        }
+        let before = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => a <= b,
+            (a, _) => a.is_some(),
+        };
+        let td = decode.map(|(_, t)| t);
+        if let Some((t, k)) = transfer {
+            if before(Some(t), prefill) && before(Some(t), td) {
+                self.transfers.pop();
+                self.arrive(k, t);
+                return Ok(());
+            }
+        }
+        if before(prefill, td) {
+            self.prefill.advance(steps)?;
+            if let Some(rep) = self.prefill.last_stepped {
+                self.after_prefill_step(rep)?;
+            }
+            return Ok(());
+        }
+        let Some((d, _)) = decode else {
+            return Ok(());
+        };
+        let offset = self.prefill.engines.len();
+        if self.decode[d].advance(None)? {
+            if let Some(rec) = self.decode[d].last_record() {
+                steps(offset + d, rec)?;
+            }
+        }
+        let finished = self.decode[d].just_finished().len();
+        self.done += finished;
+        self.decode_load[d] -= finished;
+        if finished > 0 && !self.pending.is_empty() {
+            let at = self.decode[d].clock_now();
+            self.reserve_pending(at)?;
+        }
+        Ok(())
+    }
+
+    fn finished(&self) -> usize {
+        self.done
+    }
+
+    fn copies_in_flight(&self) -> bool {
+        self.prefill.copies_in_flight()
+    }
+}

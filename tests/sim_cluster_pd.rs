@@ -1,0 +1,387 @@
+//! Disaggregated serving in the cluster simulator: hand-worked transfers (when the KV arrives,
+//! when decoding starts, the blocks each side holds before and after), a decode pool that cannot
+//! take a request keeps it waiting and loses nothing, and conservation of requests, tokens and
+//! blocks on both sides after every event of random workloads.
+
+use pagedkv::sim::cluster::pd::{KvTransfer, Link, LocalPrefill, PdCore};
+use pagedkv::sim::cluster::router::build;
+use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
+use pagedkv::sim::engine::scheduler::{Plan, Scheduled};
+use pagedkv::sim::engine::step_time::{gpu, kv_bytes_per_token_per_gpu};
+use pagedkv::sim::engine::{
+    prepare, Clock, Engine, EngineConfig, Recording, Slo, StepModel, System,
+};
+use pagedkv::workload::serving::{Prompt, ServingRequest};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn step_model() -> StepModel {
+    StepModel {
+        model: pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
+        gpu: gpu("h200").unwrap(),
+        tp: 1,
+        efficiency: 0.8,
+        cpu_overhead_s: 5e-4,
+        overlap_cpu: false,
+        swap_gbps: None,
+        offload_gbps: None,
+    }
+}
+
+fn req(id: &str, arrival: f64, prompt: u32, output_len: u32) -> ServingRequest {
+    ServingRequest {
+        id: id.into(),
+        arrival,
+        prompt: Prompt::Unique(prompt),
+        output_len,
+        priority: 0,
+    }
+}
+
+/// P prefill and D decode instances of `cfg` on Llama-3.1-8B / H200, joined by `gbps`.
+fn pd(
+    cfg: &EngineConfig,
+    p: usize,
+    d: usize,
+    gbps: f64,
+    mode: KvTransfer,
+    router: RouterKind,
+    local: Option<LocalPrefill>,
+) -> PdCore {
+    let clock = Clock::Seconds(Box::new(step_model()));
+    let rec = Recording {
+        steps: true,
+        timeline: false,
+    };
+    let prefill = ClusterCore::new(
+        cfg,
+        &clock,
+        p,
+        build(router, &RouterConfig::default(), p, cfg.block_size as u32),
+        rec,
+        Slo::default(),
+    )
+    .unwrap();
+    let decode = (0..d)
+        .map(|_| Engine::open(cfg.clone(), clock.clone(), rec, Slo::default()).unwrap())
+        .collect();
+    let m = step_model().model;
+    let link = Link {
+        gbps,
+        mode,
+        bytes_per_token: kv_bytes_per_token_per_gpu(&m, 1),
+        layers: m.layers as u32,
+    };
+    PdCore::new(prefill, decode, link, local).unwrap()
+}
+
+/// Runs `reqs` on `c` to the end, `each` called after every event (submission or step).
+fn run(c: &mut PdCore, cfg: &EngineConfig, reqs: &[ServingRequest], mut each: impl FnMut(&PdCore)) {
+    let p = prepare(cfg, reqs).unwrap();
+    let mut next = 0;
+    let mut events = 0u64;
+    while c.finished() < reqs.len() {
+        let t = c.next_event_time();
+        events += 1;
+        if events > 200_000 {
+            let pre: Vec<_> = c
+                .prefill
+                .engines
+                .iter()
+                .map(|e| e.next_step_time())
+                .collect();
+            let dec: Vec<_> = c.decode.iter().map(|e| e.next_step_time()).collect();
+            panic!(
+                "no progress: t {t:?}, prefill {pre:?}, decode {dec:?}, finished {}",
+                c.finished()
+            );
+        }
+        match p.arrival(next) {
+            Some(a) if t.is_none_or(|t| a <= t) => {
+                c.submit(p.submission(next), a).unwrap();
+                next += 1;
+            }
+            _ => {
+                assert!(t.is_some(), "nothing to run with requests unfinished");
+                c.advance(&mut |_, _| Ok(())).unwrap();
+            }
+        }
+        each(c);
+    }
+}
+
+/// Seconds of a step that computes `tokens` new tokens after `context` for one request.
+fn step(tokens: u32, context: u32) -> f64 {
+    let plan = Plan {
+        scheduled: vec![Scheduled {
+            req: 0,
+            tokens,
+            context,
+            samples: true,
+        }],
+        ..Plan::default()
+    };
+    step_model().step_seconds(&plan)
+}
+
+fn used(e: &Engine) -> usize {
+    e.scheduler().kv.used_blocks()
+}
+
+#[test]
+fn a_hand_worked_transfer_whole_and_layer_by_layer() {
+    let cfg = EngineConfig {
+        block_size: 16,
+        num_gpu_blocks: 200,
+        ..EngineConfig::default()
+    };
+    // Llama-3.1-8B's KV: 32 layers × 8 heads × 128 × 2 bytes × (K, V) = 131072 B a token; a
+    // 1000-token prompt is 131.072 MB: 0.131072 s at 1 GB/s, 1.31072 ms at 100 GB/s.
+    let bytes = 1000 * 131_072u64;
+    let prefill_end = step(1000, 0);
+    let (d1, d2) = (step(1, 1000), step(1, 1001));
+    for (gbps, mode, start, end) in [
+        (1.0, KvTransfer::Whole, prefill_end, prefill_end + 0.131072),
+        // Layer by layer from the prefill's start: the link, not the last layer, ends it.
+        (1.0, KvTransfer::Layerwise, 0.0, 0.131072),
+        // A fast link: the last layer's share after the prefill's end.
+        (
+            100.0,
+            KvTransfer::Layerwise,
+            0.0,
+            prefill_end + 1.31072e-3 / 32.0,
+        ),
+    ] {
+        let mut c = pd(&cfg, 1, 1, gbps, mode, RouterKind::RoundRobin, None);
+        let mut seen_in_flight = false;
+        run(&mut c, &cfg, &[req("a", 0.0, 1000, 3)], |c| {
+            let q = &c.requests[0];
+            let (p, d) = (used(&c.prefill.engines[0]), used(&c.decode[0]));
+            if q.prefill_end.is_finite() && !q.arrived {
+                // Both sides hold the KV while it moves: 63 blocks of the prompt on the prefill
+                // instance, 63 reserved for its 1001 tokens on the decode one.
+                assert_eq!((p, d), (63, 63), "{mode:?}");
+                seen_in_flight = true;
+            }
+            if q.arrived {
+                assert_eq!(p, 0, "the prefill instance frees its blocks at the arrival");
+            }
+            c.check().unwrap();
+        });
+        assert!(seen_in_flight);
+        let q = &c.requests[0];
+        assert_eq!(q.kv_bytes, bytes);
+        assert_eq!(q.prefill_end, prefill_end);
+        assert_eq!(q.transfer_start, start, "{gbps} {mode:?}");
+        assert!(
+            (q.transfer_end - end).abs() < 1e-12,
+            "{gbps} {mode:?}: {}",
+            q.transfer_end
+        );
+        // The first token from the prefill instance; decoding starts when the KV has arrived.
+        let r = c.decode[0].request(0);
+        assert_eq!(r.first_token_time, prefill_end);
+        assert!((r.finish_time - (q.transfer_end + d1 + d2)).abs() < 1e-12);
+        // Mooncake's TBT, the mean of the longest ceil(2 / 10) = 1 of its 2 intervals: the first
+        // (the move and one decode step).
+        let tbt = r.gaps.tbt().unwrap();
+        assert!(
+            (tbt - (q.transfer_end + d1 - prefill_end)).abs() < 1e-12,
+            "{tbt}"
+        );
+        assert_eq!((used(&c.prefill.engines[0]), used(&c.decode[0])), (0, 0));
+        assert_eq!(c.stats.kv_bytes_moved, bytes);
+    }
+}
+
+#[test]
+fn a_full_decode_pool_keeps_the_request_waiting_and_loses_nothing() {
+    // 99 usable blocks: a's 1000-token prompt and 400 outputs take up to 88; b's 63 cannot be
+    // reserved beside it, so b's KV waits on the prefill instance until a finishes.
+    let cfg = EngineConfig {
+        block_size: 16,
+        num_gpu_blocks: 100,
+        ..EngineConfig::default()
+    };
+    let mut c = pd(
+        &cfg,
+        1,
+        1,
+        1.0,
+        KvTransfer::Whole,
+        RouterKind::RoundRobin,
+        None,
+    );
+    let reqs = [req("a", 0.0, 1000, 400), req("b", 0.5, 1000, 3)];
+    run(&mut c, &cfg, &reqs, |c| c.check().unwrap());
+    let a_finish = c.decode[0].request(0).finish_time;
+    let b = &c.requests[1];
+    assert!(b.prefill_end < a_finish, "b prefilled while a decoded");
+    assert!(b.waited_for_decode);
+    assert_eq!(b.transfer_start, a_finish);
+    assert!((b.transfer_end - (a_finish + 0.131072)).abs() < 1e-12);
+    assert_eq!(c.stats.waited_for_decode, 1);
+    assert_eq!(c.stats.moved, 2);
+    assert_eq!(c.decode[0].request(1).num_output, 3);
+}
+
+#[test]
+fn one_output_token_never_moves() {
+    let cfg = EngineConfig {
+        block_size: 16,
+        num_gpu_blocks: 200,
+        ..EngineConfig::default()
+    };
+    let mut c = pd(
+        &cfg,
+        1,
+        1,
+        1.0,
+        KvTransfer::Layerwise,
+        RouterKind::RoundRobin,
+        None,
+    );
+    run(&mut c, &cfg, &[req("a", 0.0, 1000, 1)], |c| {
+        c.check().unwrap()
+    });
+    assert_eq!(c.requests[0].decode, None);
+    assert_eq!((c.stats.moved, c.stats.kv_bytes_moved), (0, 0));
+    assert!(c.prefill.engines[0].request(0).is_finished());
+}
+
+#[test]
+fn conditional_disaggregation_prefills_short_prompts_and_overflow_locally() {
+    let cfg = EngineConfig {
+        block_size: 16,
+        num_gpu_blocks: 2000,
+        ..EngineConfig::default()
+    };
+    let reqs: Vec<ServingRequest> = (0..8)
+        .map(|i| {
+            req(
+                &format!("r{i}"),
+                0.0,
+                if i % 2 == 0 { 100 } else { 3000 },
+                4,
+            )
+        })
+        .collect();
+    // The length alone (no queue limit): the 100-token prompts stay on their decode instance.
+    let by_length = LocalPrefill {
+        max_local_prefill_length: 100,
+        max_prefill_queue_size: usize::MAX,
+    };
+    let mut c = pd(
+        &cfg,
+        1,
+        2,
+        100.0,
+        KvTransfer::Layerwise,
+        RouterKind::LeastLoaded,
+        Some(by_length),
+    );
+    run(&mut c, &cfg, &reqs, |c| c.check().unwrap());
+    let local: Vec<bool> = c.requests.iter().map(|q| q.local).collect();
+    assert_eq!(local, [true, false, true, false, true, false, true, false]);
+    assert_eq!(c.stats.local_prefills, 4);
+    // The queue alone: all arrive at once, so after 2 wait for a prefill to begin the rest stay.
+    let by_queue = LocalPrefill {
+        max_local_prefill_length: 0,
+        max_prefill_queue_size: 2,
+    };
+    let mut c = pd(
+        &cfg,
+        1,
+        2,
+        100.0,
+        KvTransfer::Layerwise,
+        RouterKind::LeastLoaded,
+        Some(by_queue),
+    );
+    run(&mut c, &cfg, &reqs, |c| c.check().unwrap());
+    let local: Vec<bool> = c.requests.iter().map(|q| q.local).collect();
+    assert_eq!(local, [false, false, true, true, true, true, true, true]);
+}
+
+/// Random requests: a few shared prefixes plus a tail, some unique.
+fn random_requests(rng: &mut StdRng, n: usize, span: f64) -> Vec<ServingRequest> {
+    let prefixes: Vec<Vec<u32>> = (0..4)
+        .map(|p| {
+            (0..rng.random_range(40..400))
+                .map(|t| p * 1000 + t)
+                .collect()
+        })
+        .collect();
+    let mut arrivals: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..span)).collect();
+    arrivals.sort_by(f64::total_cmp);
+    arrivals
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            let prompt = if rng.random_bool(0.2) {
+                Prompt::Unique(rng.random_range(1..600))
+            } else {
+                let mut t = prefixes[rng.random_range(0..4)].clone();
+                t.extend((0..rng.random_range(0..200)).map(|_| rng.random_range(0..5u32)));
+                Prompt::Tokens(t)
+            };
+            ServingRequest {
+                id: format!("q{i}"),
+                arrival: a,
+                prompt,
+                output_len: rng.random_range(1..60),
+                priority: 0,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn requests_tokens_and_blocks_are_conserved_on_both_sides_after_every_event() {
+    let mut waited = 0;
+    for seed in 0..6u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let cfg = EngineConfig {
+            block_size: [4, 16][rng.random_range(0..2)],
+            num_gpu_blocks: rng.random_range(250..600),
+            max_num_seqs: rng.random_range(4..32),
+            max_num_batched_tokens: 2048,
+            async_scheduling: rng.random_bool(0.5),
+            ..EngineConfig::default()
+        };
+        let reqs = random_requests(&mut rng, 60, 2.0);
+        let mode = [KvTransfer::Layerwise, KvTransfer::Whole][seed as usize % 2];
+        let router = [
+            RouterKind::KvAware,
+            RouterKind::PrefixAware,
+            RouterKind::LeastLoaded,
+        ][seed as usize % 3];
+        let local = (seed % 3 == 2).then_some(LocalPrefill {
+            max_local_prefill_length: 150,
+            max_prefill_queue_size: 4,
+        });
+        let (p, d) = (rng.random_range(1..4), rng.random_range(1..4));
+        let mut c = pd(&cfg, p, d, rng.random_range(0.5..50.0), mode, router, local);
+        run(&mut c, &cfg, &reqs, |c| {
+            if let Err(m) = c.check() {
+                panic!("seed {seed}: {m}");
+            }
+        });
+        // Every request finished once, with every token it asked for, and every block is back.
+        for (k, q) in c.requests.iter().enumerate() {
+            let out = reqs
+                .iter()
+                .find(|r| r.id == c.requests[k].id())
+                .unwrap()
+                .output_len;
+            let last = c.decode_req(k).or(c.prefill_req(k)).unwrap();
+            assert!(last.is_finished(), "seed {seed}: {}", q.id());
+            assert_eq!(last.num_output, out, "seed {seed}: {}", q.id());
+        }
+        for e in c.prefill.engines.iter().chain(&c.decode) {
+            assert_eq!(used(e), 0, "seed {seed}");
+        }
+        waited += c.stats.waited_for_decode;
+    }
+    assert!(waited > 0, "some decode pool was full at some point");
+}
