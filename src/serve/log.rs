@@ -60,5 +60,12 @@ pub fn request_line(replica: usize, q: &Req) -> RequestLine {
         prefix_hit_tokens: q.first_hit.unwrap_or(0),
         offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
         preemptions: q.preemptions,
+        // A replica serves colocated: no prefill/decode split, no transfer, nothing rejected.
+        prefill_replica: None,
+        decode_replica: None,
+        transfer_start: None,
+        transfer_end: None,
+        kv_bytes_moved: None,
+        rejected: None,
     }
 }
