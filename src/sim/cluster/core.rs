@@ -230,8 +230,25 @@ impl ClusterCore {
     }
 }
 
-impl System for ClusterCore {
-    fn submit(&mut self, s: Submission<'_>, now: f64) -> Result<(), EngineError> {
+impl ClusterCore {
+    /// Submits `s` at `now` to the replica its caller chose (Mooncake's Conductor, which reads
+    /// what a router cannot: [`crate::sim::cluster::pd::conductor`]).
+    pub fn submit_to(
+        &mut self,
+        s: Submission<'_>,
+        now: f64,
+        choice: Choice,
+    ) -> Result<(), EngineError> {
+        self.place(s, now, Some(choice))
+    }
+
+    /// Submits `s` at `now` to `chosen`, or to the router's choice.
+    fn place(
+        &mut self,
+        s: Submission<'_>,
+        now: f64,
+        chosen: Option<Choice>,
+    ) -> Result<(), EngineError> {
         let r = s.request;
         let k = self.sent.len() as u32;
         self.book.catch_up(now, &mut *self.router);
@@ -256,7 +273,24 @@ impl System for ClusterCore {
             sent: &self.sent,
             hashes: &self.hashes,
         };
-        let choice = self.router.route(&arrival, now, &view);
+        let choice = match chosen {
+            Some(c) if c.replica < self.engines.len() => c,
+            Some(c) => {
+                return Err(ConfigError(format!(
+                    "replica {} chosen of {}",
+                    c.replica,
+                    self.engines.len()
+                ))
+                .into())
+            }
+            None if self.router.kind() == RouterKind::Conductor => {
+                return Err(ConfigError(
+                    "the conductor router chooses prefill instances: it needs disaggregated serving (--prefill-replicas and --decode-replicas)".into(),
+                )
+                .into())
+            }
+            None => self.router.route(&arrival, now, &view),
+        };
         let rep = choice.replica;
         // The engine takes the hashes over instead of computing them again.
         let hashes = if r.prompt.has_tokens() {
@@ -276,6 +310,12 @@ impl System for ClusterCore {
             choice,
         });
         Ok(())
+    }
+}
+
+impl System for ClusterCore {
+    fn submit(&mut self, s: Submission<'_>, now: f64) -> Result<(), EngineError> {
+        self.place(s, now, None)
     }
 
     fn next_event_time(&self) -> Option<f64> {

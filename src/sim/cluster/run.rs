@@ -166,6 +166,12 @@ pub fn run(
         };
         return super::pd::run::run(s, block_size, spec, d, requests, rec, &mut sink, progress);
     }
+    if spec.router == RouterKind::Conductor {
+        return Err(crate::sim::engine::config::ConfigError(
+            "the conductor router chooses prefill instances: it needs disaggregated serving (--prefill-replicas and --decode-replicas)".into(),
+        )
+        .into());
+    }
     let (cfg, clock, efficiency) = s.at(block_size)?;
     let served = accepted(requests, cfg.max_model_len)?;
     let (ok, rejected) = (served.requests, served.refused);

@@ -330,6 +330,14 @@ impl Engine {
         self.slo
     }
 
+    /// The step-time model its clock runs on (`None` under a step clock).
+    pub fn step_model(&self) -> Option<&StepModel> {
+        match &self.clock {
+            Clock::Seconds(m) => Some(m),
+            Clock::Steps => None,
+        }
+    }
+
     /// Gives this engine a host tier of its own, lent to each of its steps (`sim engine`; a
     /// cluster keeps its replicas' tiers and lends them itself).
     pub fn attach_tier(&mut self, tier: HostTier) {

@@ -36,7 +36,11 @@ pub struct PdArgs {
     /// bandwidth); or whole after the prefill.
     #[arg(long, value_enum, default_value_t = KvTransfer::Layerwise)]
     kv_transfer: KvTransfer,
-    /// The prefill instances' router (default: --router's list).
+    /// The prefill instances' router (default: --router's list); `conductor` is Mooncake's
+    /// (FAST'25, Algorithm 1): the instance with the least estimated TTFT (its queued prefills,
+    /// then the request's uncached tokens, through the step-time model, plus the KV's tail to
+    /// decode), rejecting a request early when the estimate misses the TTFT SLO or the decode
+    /// step with it would miss the TBT (or TPOT) SLO.
     #[arg(long, value_enum, value_delimiter = ',')]
     prefill_router: Vec<RouterKind>,
     /// Dynamo's conditional disaggregation: a request prefills on its decode instance when its

@@ -353,6 +353,14 @@ fn run_lines(
             d.stats.waited_for_decode,
             d.stats.local_prefills,
         )?;
+        if d.stats.rejected() > 0 {
+            outln!(
+                "  the Conductor rejected {} requests early ({} over the TTFT SLO by its estimate, {} over the TBT SLO); they count among the requests and against SLO attainment",
+                d.stats.rejected(),
+                d.stats.rejected_ttft,
+                d.stats.rejected_tbt,
+            )?;
+        }
         if let (Some(x), Some(a)) = (d.transfer_seconds, d.transfer_delay_seconds) {
             outln!(
                 "  transfer (reservation to arrival) p50/p99 {:.2}/{:.2} ms; after the prefill's end p50/p99 {:.2}/{:.2} ms",

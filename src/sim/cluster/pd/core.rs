@@ -10,17 +10,24 @@
 //! queue, first come first served, retried whenever a decode instance steps (its finishes free
 //! blocks). Nothing is dropped.
 //!
+//! Behind Mooncake's Conductor ([`super::conductor`]) the prefill instance is the one with the
+//! least estimated TTFT, and a request whose estimate misses the SLOs is rejected: it never
+//! runs, and counts as finished here (rejected + finished = submitted).
+//!
 //! Time: the earliest of the next transfer's end, the prefill instances' next step and the
 //! decode instances' next step goes first (in that order on ties: a transfer that ends as a
 //! decode step begins is in that step).
 
+use super::conductor::{self, Estimate, Rejection};
 use super::link::{KvTransfer, Link};
 use super::LocalPrefill;
+use crate::sim::cluster::router::{Choice, Reason, RouterKind};
 use crate::sim::cluster::ClusterCore;
 use crate::sim::engine::config::ConfigError;
 use crate::sim::engine::driver::{StepSink, System};
+use crate::sim::engine::hash::BlockHash;
 use crate::sim::engine::request::{Req, Status};
-use crate::sim::engine::{Engine, EngineError, Submission};
+use crate::sim::engine::{Engine, EngineError, Slo, Submission};
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -65,6 +72,8 @@ pub struct PdRequest {
     /// Its reservation had to wait for a decode pool.
     pub waited_for_decode: bool,
     pub arrived: bool,
+    /// Rejected early by the Conductor: it never ran.
+    pub rejected: Option<Rejection>,
 }
 
 impl PdRequest {
@@ -88,6 +97,17 @@ pub struct PdStats {
     /// Requests whose reservation waited for a decode pool.
     pub waited_for_decode: usize,
     pub kv_bytes_moved: u64,
+    /// Requests the Conductor rejected early (never run): the least estimated TTFT over the
+    /// TTFT SLO ...
+    pub rejected_ttft: usize,
+    /// ... or the decode instance's step with the request over the TBT (or TPOT) SLO.
+    pub rejected_tbt: usize,
+}
+
+impl PdStats {
+    pub fn rejected(&self) -> usize {
+        self.rejected_ttft + self.rejected_tbt
+    }
 }
 
 pub struct PdCore {
@@ -110,6 +130,12 @@ pub struct PdCore {
     done: usize,
     pub stats: PdStats,
     block_size: u32,
+    /// Mooncake's Conductor chooses the prefill instance; the SLOs it rejects by.
+    conductor: bool,
+    slo: Slo,
+    /// Per prefill instance (Conductor): its unfinished requests (index in its engine, the prefix
+    /// hit it was routed with).
+    open: Vec<Vec<(u32, u32)>>,
 }
 
 impl PdCore {
@@ -135,7 +161,12 @@ impl PdCore {
             .into());
         }
         let block_size = decode[0].block_size();
+        let conductor = prefill.router_kind() == RouterKind::Conductor;
+        let slo = prefill.engines[0].slo();
         Ok(PdCore {
+            conductor,
+            slo,
+            open: vec![Vec::new(); prefill.engines.len()],
             k_prefill: vec![Vec::new(); prefill.engines.len()],
             k_decode: vec![Vec::new(); decode.len()],
             decode_load: vec![0; decode.len()],
@@ -258,6 +289,10 @@ impl PdCore {
                 )
             })
             .collect();
+        if self.conductor {
+            let e = &self.prefill.engines[rep];
+            self.open[rep].retain(|&(i, _)| !e.request(i).is_finished());
+        }
         for (k, end) in finished {
             let q = &mut self.requests[k as usize];
             q.prefill_end = end;
@@ -298,6 +333,13 @@ impl PdCore {
         for (k, q) in self.requests.iter().enumerate() {
             let pre = self.prefill_req(k);
             let dec = self.decode_req(k);
+            if q.rejected.is_some() {
+                if pre.is_some() || dec.is_some() {
+                    return Err(format!("{}: rejected, yet placed", q.request.id));
+                }
+                finished += 1;
+                continue;
+            }
             let done = match (q.moves(), pre, dec) {
                 (false, Some(p), None) => p.is_finished(),
                 (false, None, Some(d)) => d.is_finished(),
@@ -374,6 +416,111 @@ impl PdCore {
         Ok(())
     }
 
+    /// The chained hashes of `r`'s full blocks, as the engines hash them.
+    fn hashes(&self, r: &ServingRequest, uid: u64) -> Vec<BlockHash> {
+        let bs = self.block_size;
+        let mut probe = Req::new(r, 0.0, 0, uid);
+        (0..r.prompt.len() as u32 / bs)
+            .map(|j| probe.block_hash(j, bs))
+            .collect()
+    }
+
+    /// The Conductor's estimate on every prefill instance for request `r` (numbered `uid`)
+    /// arriving at `now`, its KV bound for the least loaded decode instance.
+    pub fn conductor_estimates(
+        &self,
+        r: &ServingRequest,
+        uid: u64,
+        now: f64,
+    ) -> Result<Vec<Estimate>, EngineError> {
+        let hashes = self.hashes(r, uid);
+        self.estimates(r, &hashes, now, self.decode_order()[0])
+    }
+
+    fn estimates(
+        &self,
+        r: &ServingRequest,
+        hashes: &[BlockHash],
+        now: f64,
+        d: usize,
+    ) -> Result<Vec<Estimate>, EngineError> {
+        let bs = self.block_size;
+        let prompt = r.prompt.len() as u32;
+        // The last prompt token is always computed (vLLM's max_cache_hit_length).
+        let usable = &hashes[..(prompt.saturating_sub(1) / bs) as usize];
+        let kv_bytes = if r.output_len > 1 {
+            let held = self.decode[d].cached_prefix_blocks(hashes) as u32 * bs;
+            self.link.bytes(prompt - held.min(prompt))
+        } else {
+            0
+        };
+        self.prefill
+            .engines
+            .iter()
+            .enumerate()
+            .map(|(p, e)| {
+                let model = e.step_model().ok_or_else(needs_seconds)?;
+                let hit = e.cached_prefix_blocks(usable) as u32 * bs;
+                Ok(conductor::estimate(
+                    e,
+                    model,
+                    &self.open[p],
+                    now,
+                    prompt,
+                    hit,
+                    &self.link,
+                    kv_bytes,
+                ))
+            })
+            .collect()
+    }
+
+    /// The Conductor's choice for `r` at `now`, its KV bound for decode instance `d`: the
+    /// prefill instance with the least estimate and the prefix hit there, or a rejection.
+    fn conduct(
+        &self,
+        r: &ServingRequest,
+        uid: u64,
+        now: f64,
+        d: usize,
+    ) -> Result<Result<(Choice, u32), Rejection>, EngineError> {
+        let hashes = self.hashes(r, uid);
+        let est = self.estimates(r, &hashes, now, d)?;
+        let p = conductor::least(&est).expect("a cluster has prefill instances");
+        let best = est[p];
+        if let Some(slo) = self.slo.ttft.filter(|&s| best.ttft() > s) {
+            return Ok(Err(Rejection::Ttft {
+                estimate: best.ttft(),
+                slo,
+            }));
+        }
+        let tbt = match (self.slo.tbt, self.slo.tpot) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let (Some(slo), true) = (tbt, r.output_len > 1) {
+            let e = &self.decode[d];
+            let model = e.step_model().ok_or_else(needs_seconds)?;
+            let step = conductor::decode_step_seconds(e, model, r.prompt.len() as u32);
+            if step > slo {
+                return Ok(Err(Rejection::Tbt {
+                    estimate: step,
+                    slo,
+                }));
+            }
+        }
+        let choice = Choice {
+            replica: p,
+            reason: Reason::Estimate {
+                ttft: best.ttft(),
+                queue: best.queue,
+                prefill: best.prefill,
+                transfer: best.transfer,
+            },
+        };
+        Ok(Ok((choice, best.hit_tokens)))
+    }
+
     /// Dynamo's conditional disaggregation for a request about to go to decode instance `d`.
     fn prefills_locally(&self, r: &ServingRequest, uid: u64, d: usize) -> bool {
         let Some(c) = self.local else {
@@ -411,6 +558,7 @@ impl System for PdCore {
             kv_bytes: 0,
             waited_for_decode: false,
             arrived: false,
+            rejected: None,
         };
         let d = self.decode_order()[0];
         if self.prefills_locally(r, s.uid, d) {
@@ -425,15 +573,36 @@ impl System for PdCore {
                 output_len: 1,
                 ..r.clone()
             };
-            self.prefill.submit(
-                Submission {
-                    request: &first,
-                    ..s
-                },
-                now,
-            )?;
+            let s1 = Submission {
+                request: &first,
+                ..s
+            };
+            let mut hit = 0;
+            if self.conductor {
+                match self.conduct(r, s.uid, now, d)? {
+                    Ok((choice, h)) => {
+                        self.prefill.submit_to(s1, now, choice)?;
+                        hit = h;
+                    }
+                    Err(why) => {
+                        match why {
+                            Rejection::Ttft { .. } => self.stats.rejected_ttft += 1,
+                            Rejection::Tbt { .. } => self.stats.rejected_tbt += 1,
+                        }
+                        q.rejected = Some(why);
+                        self.requests.push(q);
+                        self.done += 1;
+                        return Ok(());
+                    }
+                }
+            } else {
+                self.prefill.submit(s1, now)?;
+            }
             let (p, _) = self.prefill.placed(s.uid).expect("just placed");
             let (rep, i) = (p.replica, p.index);
+            if self.conductor {
+                self.open[rep as usize].push((i, hit));
+            }
             if r.output_len > 1 {
                 self.prefill.engines[rep as usize].hold_kv_on_finish(i);
             }
@@ -516,4 +685,11 @@ impl System for PdCore {
     fn copies_in_flight(&self) -> bool {
         self.prefill.copies_in_flight()
     }
+}
+
+fn needs_seconds() -> EngineError {
+    ConfigError(
+        "the conductor estimates in seconds: it needs a model's clock, not --clock steps".into(),
+    )
+    .into()
 }

@@ -5,8 +5,11 @@
 //! - [`link`]: when a transfer ends (layer by layer, overlapping the prefill, or whole after it).
 //! - [`core`]: the prefill instances (a [`super::ClusterCore`] behind any router) and the decode
 //!   instances as one [`crate::sim::engine::System`]; Dynamo's conditional disaggregation.
+//! - [`conductor`]: Mooncake's Conductor: the prefill instance with the least estimated TTFT,
+//!   early rejection under SLOs.
 //! - [`run`]: runs on a trace and reports.
 
+pub mod conductor;
 pub mod core;
 pub mod link;
 pub mod run;

@@ -115,9 +115,13 @@ pub fn run(
 }
 
 /// Request `k`'s whole path as one [`Req`]: its decode side (when it moved or prefilled
-/// there) with its prefill side's hits, scheduled tokens and preemptions.
-fn whole_path(c: &PdCore, k: usize) -> Req {
-    match (c.prefill_req(k), c.decode_req(k)) {
+/// there) with its prefill side's hits, scheduled tokens and preemptions; `None`: rejected
+/// early, it never ran.
+fn whole_path(c: &PdCore, k: usize) -> Option<Req> {
+    if c.requests[k].rejected.is_some() {
+        return None;
+    }
+    Some(match (c.prefill_req(k), c.decode_req(k)) {
         (Some(p), Some(d)) => {
             let mut r = d.clone();
             r.first_hit = p.first_hit;
@@ -128,7 +132,29 @@ fn whole_path(c: &PdCore, k: usize) -> Req {
         }
         (Some(p), None) => p.clone(),
         (None, Some(d)) => d.clone(),
-        (None, None) => unreachable!("every request is placed"),
+        (None, None) => unreachable!("every request not rejected is placed"),
+    })
+}
+
+/// The requests the Conductor rejected count among the requests and, as Mooncake counts them,
+/// against SLO attainment (each share is over the completed and the rejected).
+fn count_rejected(total: &mut crate::sim::engine::EngineReport, rejected: usize) {
+    if rejected == 0 {
+        return;
+    }
+    total.requests += rejected;
+    let completed = total.completed as f64;
+    let scale = completed / (completed + rejected as f64);
+    let fix = |x: &mut Option<f64>| {
+        if let Some(v) = x {
+            *v *= scale;
+        }
+    };
+    fix(&mut total.slo_attainment);
+    if let Some(e) = &mut total.slo_attainment_each {
+        fix(&mut e.ttft);
+        fix(&mut e.tpot);
+        fix(&mut e.tbt);
     }
 }
 
@@ -148,10 +174,11 @@ fn outcome(
         stats.merge(&e.scheduler().stats);
         integ.merge(e.integrals());
     }
-    let reqs: Vec<Req> = (0..c.requests.len()).map(|k| whole_path(c, k)).collect();
+    let reqs: Vec<Option<Req>> = (0..c.requests.len()).map(|k| whole_path(c, k)).collect();
+    let ran: Vec<Req> = reqs.iter().flatten().cloned().collect();
     let e0 = &c.prefill.engines[0];
     let mut total = report(
-        &reqs,
+        &ran,
         &stats,
         &integ,
         e0.scheduler().cfg.usable_blocks(),
@@ -160,6 +187,7 @@ fn outcome(
     );
     total.busy_fraction /= engines.len() as f64;
     total.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
+    count_rejected(&mut total, c.stats.rejected());
     // A served request's uid is its index among the served.
     let mut by_uid = vec![usize::MAX; served.len()];
     for (k, q) in c.requests.iter().enumerate() {
@@ -176,7 +204,20 @@ fn outcome(
         };
         g += 1;
         let q = &c.requests[k];
-        let whole = &reqs[k];
+        let Some(whole) = &reqs[k] else {
+            let why = q.rejected.map(|w| w.to_string());
+            lines.push(RequestLine {
+                route: why,
+                prefill_replica: Some(None),
+                decode_replica: Some(None),
+                transfer_start: Some(None),
+                transfer_end: Some(None),
+                kv_bytes_moved: Some(0),
+                rejected: Some(true),
+                ..RequestLine::refused(r)
+            });
+            continue;
+        };
         let placed = q
             .prefill
             .and_then(|_| c.prefill.placed(q.uid))

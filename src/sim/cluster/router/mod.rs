@@ -7,11 +7,14 @@
 //!   approximate tree of what it sent ([`token_tree`]).
 //! - [`kv_aware`]: NVIDIA Dynamo's KV router: cost from the replicas' real prefix caches (its KV
 //!   events), its own booking of prefill tokens and active blocks, random ties.
+//! - [`directed`]: disaggregated prefill under Mooncake's Conductor, which chooses from what a
+//!   router cannot see ([`crate::sim::cluster::pd::conductor`]).
 //!
 //! A router sees each replica's load (requests it sent there and has not seen finish), and the
 //! replicas' caches as their last step left them ([`Replicas`]); it hears of first tokens and
 //! finishes when they happen (the cluster's clock), as a gateway reading the streams would.
 
+pub mod directed;
 pub mod kv_aware;
 pub mod least_loaded;
 pub mod prefix_aware;
@@ -34,6 +37,9 @@ pub enum RouterKind {
     LeastLoaded,
     PrefixAware,
     KvAware,
+    /// Mooncake's Conductor (FAST'25, Algorithm 1): the prefill instance with the least
+    /// estimated TTFT, early rejection under SLOs (disaggregated serving only).
+    Conductor,
 }
 
 crate::value_names::display_as_value_name!(RouterKind);
@@ -112,6 +118,13 @@ pub enum Reason {
     Cost { cost: f64, tied: usize },
     /// Kv-aware at a temperature above 0: drawn with probability `p`.
     Sampled { cost: f64, p: f64 },
+    /// Conductor: the least estimated TTFT (seconds: queue + prefill + the KV's tail to decode).
+    Estimate {
+        ttft: f64,
+        queue: f64,
+        prefill: f64,
+        transfer: f64,
+    },
 }
 
 impl Reason {
@@ -125,6 +138,7 @@ impl Reason {
             Reason::Miss { .. } => "miss",
             Reason::Cost { .. } => "cost",
             Reason::Sampled { .. } => "sampled",
+            Reason::Estimate { .. } => "estimate",
         }
     }
 
@@ -136,7 +150,7 @@ impl Reason {
             | Reason::Miss { tied, .. }
             | Reason::Cost { tied, .. } => tied > 1,
             Reason::Sampled { .. } => true,
-            Reason::Turn | Reason::Match { .. } => false,
+            Reason::Turn | Reason::Match { .. } | Reason::Estimate { .. } => false,
         }
     }
 }
@@ -169,6 +183,19 @@ impl std::fmt::Display for Reason {
             ),
             Reason::Cost { cost, tied } => write!(f, "lowest cost {cost}{}", tie(tied)),
             Reason::Sampled { cost, p } => write!(f, "cost {cost} drawn with p {p:.3}"),
+            Reason::Estimate {
+                ttft,
+                queue,
+                prefill,
+                transfer,
+            } => write!(
+                f,
+                "least estimated TTFT {:.1} ms (queue {:.1} + prefill {:.1} + KV tail {:.2})",
+                ttft * 1e3,
+                queue * 1e3,
+                prefill * 1e3,
+                transfer * 1e3
+            ),
         }
     }
 }
@@ -258,6 +285,7 @@ pub fn build(
             block_size,
             cfg.seed,
         )),
+        RouterKind::Conductor => Box::new(directed::Directed::new(cfg.seed)),
     }
 }
 
