@@ -51,6 +51,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["--trace", &bad_trace], "line 2"),
         (vec!["--tp", "3"], "32 attention heads"),
         (vec!["--cache-threshold", "1.5"], "cache-threshold"),
+        (vec!["--router", "conductor"], "needs disaggregated serving"),
         (vec!["--prefill-replicas", "0"], "prefill-replicas"),
         (vec!["--decode-replicas", "0"], "decode-replicas"),
         (vec!["--prefill-replicas", "2"], "--decode-replicas"),
@@ -388,4 +389,51 @@ fn a_disaggregated_run_logs_each_move_and_fits_its_table_in_100_columns() {
     assert!(table(&wide)[0].contains("xfer p50/p99 ms"));
     assert!(!table(&narrow)[0].contains("xfer"));
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn the_conductor_logs_the_requests_it_rejects_and_counts_them() {
+    let dir = temp_dir("conductor");
+    let log = dir.join("requests.jsonl");
+    // 60 long prompts at 20× the trace's rate on one prefill instance: a 2 s TTFT turns some
+    // away.
+    let out = cluster(&[
+        "--requests",
+        "60",
+        "--rate-scale",
+        "20",
+        "--prefill-replicas",
+        "1",
+        "--decode-replicas",
+        "1",
+        "--prefill-router",
+        "conductor",
+        "--slo-ttft",
+        "2",
+        "--json",
+        "--request-log",
+        log.to_str().unwrap(),
+    ]);
+    let v = cli::json(&out);
+    let run = &v["runs"][0];
+    let pd = &run["disagg"];
+    let rejected = pd["rejected_ttft"].as_u64().unwrap() + pd["rejected_tbt"].as_u64().unwrap();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let logged = lines.iter().filter(|l| l["rejected"] == true).count() as u64;
+    assert!(rejected > 0 && rejected < 60, "{rejected}");
+    assert_eq!(logged, rejected);
+    for l in lines.iter().filter(|l| l["rejected"] == true) {
+        assert!(
+            l["first_token"].is_null() && l["prefill_replica"].is_null(),
+            "{l}"
+        );
+        assert!(l["route"].as_str().unwrap().starts_with("rejected"), "{l}");
+    }
+    let total = &run["total"];
+    assert_eq!(total["requests"], 60);
+    assert_eq!(total["completed"].as_u64().unwrap() + rejected, 60);
 }
