@@ -47,25 +47,5 @@ pub struct StepLine<'a> {
 /// The request log line of a finished request of `replica` (the fields of `sim cluster
 /// --request-log`; no route: the client or router in front chose the replica).
 pub fn request_line(replica: usize, q: &Req) -> RequestLine {
-    RequestLine {
-        id: q.id.clone(),
-        replica: Some(replica),
-        route: None,
-        arrival: q.arrival,
-        first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
-        finish: q.finish_time.is_finite().then_some(q.finish_time),
-        prompt_len: q.prompt_len as usize,
-        output_len: q.max_tokens,
-        max_tokens: Some(q.max_tokens),
-        prefix_hit_tokens: q.first_hit.unwrap_or(0),
-        offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
-        preemptions: q.preemptions,
-        // A replica serves colocated: no prefill/decode split, no transfer, nothing rejected.
-        prefill_replica: None,
-        decode_replica: None,
-        transfer_start: None,
-        transfer_end: None,
-        kv_bytes_moved: None,
-        rejected: None,
-    }
+    RequestLine::served(q, replica, q.arrival)
 }

@@ -12,6 +12,7 @@ use crate::sim::engine::engine::TimelinePoint;
 use crate::sim::engine::host_tier::TierStats;
 use crate::sim::engine::metrics::{report, EngineReport, Integrals};
 use crate::sim::engine::model_len::accepted;
+use crate::sim::engine::request::Req;
 use crate::sim::engine::scheduler::SchedStats;
 use crate::sim::engine::setup::prepare;
 use crate::sim::engine::{EngineError, Recording, RunSettings, StepRecord};
@@ -77,6 +78,31 @@ pub struct RequestLine {
 }
 
 impl RequestLine {
+    /// A request `replica` served colocated (no prefill/decode split, no transfer, nothing
+    /// rejected), from the engine's record of it; no route.
+    pub fn served(q: &Req, replica: usize, arrival: f64) -> RequestLine {
+        RequestLine {
+            id: q.id.clone(),
+            replica: Some(replica),
+            route: None,
+            arrival,
+            first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
+            finish: q.finish_time.is_finite().then_some(q.finish_time),
+            prompt_len: q.prompt_len as usize,
+            output_len: q.max_tokens,
+            max_tokens: Some(q.max_tokens),
+            prefix_hit_tokens: q.first_hit.unwrap_or(0),
+            offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
+            preemptions: q.preemptions,
+            prefill_replica: None,
+            decode_replica: None,
+            transfer_start: None,
+            transfer_end: None,
+            kv_bytes_moved: None,
+            rejected: None,
+        }
+    }
+
     /// A request vLLM's server refused (longer than max_model_len).
     pub fn refused(r: &ServingRequest) -> RequestLine {
         RequestLine {
@@ -246,26 +272,12 @@ fn outcome(
         let line = match placed {
             Some((p, q)) => {
                 g += 1;
-                RequestLine {
-                    id: r.id.clone(),
-                    replica: Some(p.replica as usize),
-                    route: Some(p.choice.reason.to_string()),
-                    arrival: r.arrival,
-                    first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
-                    finish: q.finish_time.is_finite().then_some(q.finish_time),
-                    prompt_len: r.prompt.len(),
-                    output_len: r.output_len,
-                    max_tokens: Some(q.max_tokens),
-                    prefix_hit_tokens: q.first_hit.unwrap_or(0),
-                    offload_hit_tokens: q.first_offload_hit.unwrap_or(0),
-                    preemptions: q.preemptions,
-                    prefill_replica: None,
-                    decode_replica: None,
-                    transfer_start: None,
-                    transfer_end: None,
-                    kv_bytes_moved: None,
-                    rejected: None,
-                }
+                let mut line = RequestLine::served(q, p.replica as usize, r.arrival);
+                line.id = r.id.clone();
+                line.route = Some(p.choice.reason.to_string());
+                line.prompt_len = r.prompt.len();
+                line.output_len = r.output_len;
+                line
             }
             None => RequestLine::refused(r),
         };
