@@ -649,3 +649,91 @@ async fn overload_is_answered_and_stopping_ends_waiting_answers() {
     }
     server.wait().await.unwrap();
 }
+
+/// Waits (up to a minute) for the request log to hold `n` lines.
+async fn log_lines(log: &Buffer, n: usize) -> Vec<Value> {
+    for _ in 0..600 {
+        let lines = log.lines();
+        if lines.len() >= n {
+            return lines
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the request log holds {:?}", log.lines());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_has_its_request_aborted() {
+    // At the wall clock, 100,000 tokens take minutes: each request is still running when its
+    // client leaves, whatever the machine's speed.
+    let log = Buffer::default();
+    let server = start_with(
+        settings(131_072, 1 << 16, 256),
+        1,
+        Some(log.clone()),
+        1.0,
+        100,
+    )
+    .await;
+    let (c, a) = (client(), server.addrs[0]);
+    let ask = move |stream: bool, id: &str| {
+        Request::post(format!("http://{a}/v1/completions"))
+            .header("content-type", "application/json")
+            .header("x-request-id", id)
+            .body(Full::new(Bytes::from(
+                json!({"prompt": "a b c", "max_tokens": 100_000, "stream": stream}).to_string(),
+            )))
+            .unwrap()
+    };
+    // A stream read to its first token, then dropped.
+    let res = c.request(ask(true, "streamed")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.starts_with(b"data: {"), "{first:?}");
+    drop(body);
+    let lines = log_lines(&log, 1).await;
+    let l = &lines[0];
+    assert_eq!(
+        (&l["id"], &l["aborted"]),
+        (&json!("cmpl-streamed"), &json!(true))
+    );
+    let produced = l["output_len"].as_u64().unwrap();
+    assert!((1..100_000).contains(&produced), "{l}");
+    // A whole answer awaited, then given up once the engine runs it.
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move { c.request(ask(false, "whole")).await }
+    });
+    for _ in 0..600 {
+        if samples(&get(&c, a, "/metrics").await.1)["vllm:num_requests_running"] == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    waiting.abort();
+    let lines = log_lines(&log, 2).await;
+    assert_eq!(
+        (&lines[1]["id"], &lines[1]["aborted"]),
+        (&json!("cmpl-whole"), &json!(true))
+    );
+    // Neither counts as a success (vLLM records no finished stats for an abort); the server
+    // goes on serving, and its pool is empty again.
+    let (st, body) = post(
+        &c,
+        a,
+        "/v1/completions",
+        r#"{"prompt": "a b", "max_tokens": 3}"#,
+    )
+    .await;
+    assert_eq!(st, 200, "{body}");
+    let m = samples(&get(&c, a, "/metrics").await.1);
+    assert_eq!(m["vllm:request_success_total"], 1.0);
+    assert_eq!(m["vllm:num_requests_running"], 0.0);
+    assert_eq!(m["vllm:kv_cache_usage_perc"], 0.0);
+    server.stop();
+    server.wait().await.unwrap();
+}

@@ -10,14 +10,14 @@ use super::replica::{Event, Job};
 use super::tokens::Tokenizer;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -32,7 +32,6 @@ pub struct AppState {
     /// Requests handed to the engine and not answered yet, and the most allowed.
     pub pending: AtomicUsize,
     pub max_pending: usize,
-    pub next_id: AtomicU64,
     pub created: u64,
 }
 
@@ -149,6 +148,8 @@ fn prompt_tokens(s: &AppState, prompt: Option<PromptInput>) -> Result<(Vec<u32>,
 
 /// One request ready for the engine.
 struct Ask {
+    /// The answer's id ([`p::response_id`]).
+    id: String,
     prompt: Vec<u32>,
     max_tokens: u32,
     priority: i64,
@@ -177,7 +178,7 @@ fn created_now() -> u64 {
 }
 
 /// Hands the request to the engine task.
-async fn submit(s: &Shared, ask: &Ask, prefix: &str) -> Result<Admitted, ApiError> {
+async fn submit(s: &Shared, ask: &Ask) -> Result<Admitted, ApiError> {
     if s.pending.fetch_add(1, Ordering::Relaxed) >= s.max_pending {
         s.pending.fetch_sub(1, Ordering::Relaxed);
         return Err(ApiError::unavailable(&format!(
@@ -185,8 +186,7 @@ async fn submit(s: &Shared, ask: &Ask, prefix: &str) -> Result<Admitted, ApiErro
             s.replica, s.max_pending
         )));
     }
-    let n = s.next_id.fetch_add(1, Ordering::Relaxed);
-    let id = format!("{prefix}-{:04x}{n:028x}", s.replica);
+    let id = ask.id.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     let admitted = Admitted {
         events: rx,
@@ -226,6 +226,7 @@ async fn collect(a: &mut Admitted) -> Result<Usage, ApiError> {
     let mut completion = 0;
     loop {
         match a.events.recv().await {
+            Some(Event::Accepted) => {}
             Some(Event::Tokens { new, finished, .. }) => {
                 completion += new;
                 if finished {
@@ -249,11 +250,7 @@ enum Kind {
 
 /// The answer, whole or streamed.
 async fn answer(s: Shared, ask: Ask, kind: Kind) -> Response {
-    let prefix = match kind {
-        Kind::Completion => "cmpl",
-        Kind::Chat => "chatcmpl",
-    };
-    let mut a = match submit(&s, &ask, prefix).await {
+    let mut a = match submit(&s, &ask).await {
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
@@ -270,11 +267,13 @@ async fn answer(s: Shared, ask: Ask, kind: Kind) -> Response {
             Err(e) => e.into_response(),
         };
     }
-    // The first event tells a refusal (an error answer) from a stream.
-    let first = a.events.recv().await;
-    if let Some(Event::Refused(msg)) = &first {
-        return ApiError::validation(msg, None, None).into_response();
-    }
+    // The replica's first word tells a refusal (an error answer) from a stream; a stream's
+    // headers go out then, before its first token, as vLLM's (Starlette's
+    // `StreamingResponse.stream_response` sends `http.response.start` before the body).
+    let first = match a.events.recv().await {
+        Some(Event::Refused(msg)) => return ApiError::validation(&msg, None, None).into_response(),
+        other => other,
+    };
     let stream = stream_events(s, a, first, kind, ask.include_usage);
     Sse::new(stream).into_response()
 }
@@ -294,6 +293,7 @@ fn stream_events(
         let mut began = false;
         loop {
             match next {
+                Some(Event::Accepted) => {}
                 Some(Event::Tokens { new, finished, .. }) => {
                     if !began {
                         began = true;
@@ -336,7 +336,13 @@ fn stream_events(
                     break;
                 }
             }
-            next = a.events.recv().await;
+            // A client gone ends the stream at once: dropping `a` tells the replica, which
+            // aborts the request before its next step (vLLM: the response generator is
+            // cancelled and `AsyncLLM.generate` aborts the request).
+            next = tokio::select! {
+                () = tx.closed() => return Ok(()),
+                e = a.events.recv() => e,
+            };
         }
         tx.send(Ok(SseEvent::default().data("[DONE]"))).await?;
         Ok(())
@@ -357,7 +363,12 @@ where
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
+/// A request's `X-Request-Id` header, if it has one in text.
+fn id_header(headers: &HeaderMap) -> Option<&str> {
+    headers.get("x-request-id").and_then(|v| v.to_str().ok())
+}
+
+async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r: p::CompletionRequest = match parse(&body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -374,6 +385,7 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
         };
         let l = p::check_lengths(prompt.len(), text, limit, r.min_tokens, s.max_model_len)?;
         Ok::<_, ApiError>(Ask {
+            id: p::response_id("cmpl", id_header(&headers), r.request_id.as_deref()),
             prompt,
             max_tokens: l.max_tokens,
             priority: r.priority,
@@ -388,7 +400,7 @@ async fn completions(State(s): State<Shared>, body: Bytes) -> Response {
     }
 }
 
-async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Response {
+async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r: p::ChatRequest = match parse(&body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -422,6 +434,7 @@ async fn chat_completions(State(s): State<Shared>, body: Bytes) -> Response {
         };
         let l = p::check_lengths(prompt.len(), true, limit, r.min_tokens, s.max_model_len)?;
         Ok::<_, ApiError>(Ask {
+            id: p::response_id("chatcmpl", id_header(&headers), r.request_id.as_deref()),
             prompt,
             max_tokens: l.max_tokens,
             priority: r.priority,

@@ -49,3 +49,21 @@ pub struct StepLine<'a> {
 pub fn request_line(replica: usize, q: &Req) -> RequestLine {
     RequestLine::served(q, replica, q.arrival)
 }
+
+/// The request log line of a request aborted because its client went away: the tokens it had
+/// produced, and `aborted: true`.
+#[derive(Serialize)]
+pub struct AbortedLine {
+    #[serde(flatten)]
+    pub line: RequestLine,
+    pub aborted: bool,
+}
+
+pub fn aborted_line(replica: usize, q: &Req) -> AbortedLine {
+    let mut line = RequestLine::served(q, replica, q.arrival);
+    line.output_len = q.num_output;
+    AbortedLine {
+        line,
+        aborted: true,
+    }
+}

@@ -51,6 +51,9 @@ pub struct CompletionRequest {
     pub n: Option<i64>,
     #[serde(default)]
     pub priority: i64,
+    /// The id the answer carries after its prefix, when no `X-Request-Id` header gives one.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 /// A chat message's content: text, or parts of which the text ones count.
@@ -96,6 +99,9 @@ pub struct ChatRequest {
     pub n: Option<i64>,
     #[serde(default)]
     pub priority: i64,
+    /// The id the answer carries after its prefix, when no `X-Request-Id` header gives one.
+    #[serde(default)]
+    pub request_id: Option<String>,
 }
 
 impl ChatRequest {
@@ -444,6 +450,25 @@ pub fn models(model: &str, created: u64, max_model_len: usize) -> Value {
 mod tests {
     use super::*;
 
+    #[test]
+    fn response_ids_take_the_header_then_the_body_else_draw_vllms_form() {
+        assert_eq!(response_id("cmpl", Some("h"), Some("b")), "cmpl-h");
+        assert_eq!(response_id("chatcmpl", None, Some("b")), "chatcmpl-b");
+        let drawn: std::collections::HashSet<String> =
+            (0..200).map(|_| response_id("cmpl", None, None)).collect();
+        assert_eq!(drawn.len(), 200);
+        for id in &drawn {
+            let hex = id.strip_prefix("cmpl-").unwrap();
+            assert_eq!(hex.len(), 16, "{id}");
+            assert!(u64::from_str_radix(hex, 16).is_ok(), "{id}");
+            // A version-4 UUID's variant bits, 10: the first digit is 8, 9, a or b.
+            assert!(
+                matches!(hex.as_bytes()[0], b'8' | b'9' | b'a' | b'b'),
+                "{id}"
+            );
+        }
+    }
+
     fn limit(v: Option<i64>) -> OutputLimit {
         OutputLimit {
             value: v,
@@ -492,5 +517,16 @@ mod tests {
             .contains("max_tokens=5, got 6"));
         assert!(ok(10, Some(5), -1).is_err());
         assert_eq!(ok(10, Some(5), 5).unwrap().max_tokens, 5);
+    }
+}
+
+/// The id of an answer: `{prefix}-` and the `X-Request-Id` header, else the body's
+/// `request_id`, else a random one (`_base_request_id`, vllm/entrypoints/serve/engine/serving.py,
+/// vllm 0.33.0; the body's default is `random_uuid()`, vllm/utils/__init__.py: the low 64 bits of
+/// a version-4 UUID as 16 hex digits, whose first two bits are the UUID's variant, `10`).
+pub fn response_id(prefix: &str, header: Option<&str>, body: Option<&str>) -> String {
+    match header.or(body) {
+        Some(id) => format!("{prefix}-{id}"),
+        None => format!("{prefix}-{:016x}", (rand::random::<u64>() >> 2) | (1 << 63)),
     }
 }

@@ -11,10 +11,10 @@
 //! (each request submitted at its logged arrival) takes the same steps: the served run and the
 //! offline one agree request for request, whatever the wall clock's jitter.
 
-use super::log::{request_line, LogSink, StepLine};
+use super::log::{aborted_line, request_line, LogSink, StepLine};
 use super::metrics::ReplicaMetrics;
 use crate::sim::engine::setup::predicted_output;
-use crate::sim::engine::{Engine, EngineError, Submission, System};
+use crate::sim::engine::{Abort, Engine, EngineError, Submission, System};
 use crate::workload::serving::{Prompt, ServingRequest};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
@@ -33,6 +33,8 @@ pub struct Job {
 /// What a replica tells a request's handler.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The engine took it (the first event of every request it takes).
+    Accepted,
     /// The step that just ended brought `new` tokens (0 with `finished` never happens: the last
     /// step always brings the last token); `finished` when it was the last.
     Tokens {
@@ -81,6 +83,8 @@ struct Replica {
     last_arrival: f64,
     last_step_start: f64,
     submitted: u64,
+    /// Finished requests the engine could not forget yet (a step in flight still holds them).
+    to_forget: Vec<u32>,
     out: Outputs,
 }
 
@@ -117,6 +121,7 @@ impl Replica {
         };
         match self.engine.submit(s, Vec::new()) {
             Ok(index) => {
+                let _ = job.events.send(Event::Accepted);
                 self.submitted += 1;
                 self.last_arrival = arrival;
                 self.out
@@ -158,10 +163,51 @@ impl Replica {
         })
     }
 
+    /// Drops the records of finished requests (their slots go to later ones), so the engine's
+    /// memory is bounded by the requests it holds.
+    fn forget(&mut self, index: u32) {
+        if !self.engine.forget(index) {
+            self.to_forget.push(index);
+        }
+    }
+
+    /// Aborts the requests whose handler has gone (its client closed the connection), before
+    /// the next step, as vLLM's engine core takes aborts between steps. vLLM records no
+    /// finished-request metrics for them (`OutputProcessor.abort_requests`,
+    /// vllm/v1/engine/output_processor.py, 0.33.0, drops their state without stats); the
+    /// request log marks them `aborted`.
+    fn abort_abandoned(&mut self) -> std::io::Result<()> {
+        let mut k = 0;
+        while k < self.active.len() {
+            let a = &self.active[k];
+            if !a.events.is_closed() {
+                k += 1;
+                continue;
+            }
+            match self.engine.abort(a.index) {
+                Abort::Aborted => {
+                    let index = a.index;
+                    if let Some(log) = &self.out.request_log {
+                        log.write(&aborted_line(self.index, self.engine.request(index)))?;
+                    }
+                    self.active.swap_remove(k);
+                    self.forget(index);
+                }
+                // Finished: the next emit records it; loading: try after the next step.
+                Abort::Finished | Abort::Later => k += 1,
+            }
+        }
+        Ok(())
+    }
+
     /// Hands on what the last step brought; records finished requests.
     fn emit(&mut self) -> std::io::Result<()> {
+        let pending = std::mem::take(&mut self.to_forget);
+        for index in pending {
+            self.forget(index);
+        }
         let now = self.engine.now();
-        let m = &self.out.metrics;
+        let m = self.out.metrics.clone();
         let s = self.engine.scheduler();
         m.running.set(s.running.len() as i64);
         m.waiting.set(s.num_waiting() as i64);
@@ -198,8 +244,8 @@ impl Replica {
                 a.last_token = now;
             }
             if new > 0 || finished {
-                // A handler gone (client closed) is no error: the request runs on, as the
-                // engine has no abort.
+                // A handler gone (client closed) is no error: the request is aborted before
+                // the next step.
                 let _ = a.events.send(Event::Tokens {
                     new,
                     finished,
@@ -219,7 +265,9 @@ impl Replica {
                 if let Some(log) = &self.out.request_log {
                     log.write(&request_line(self.index, q))?;
                 }
+                let index = a.index;
                 self.active.swap_remove(k);
+                self.forget(index);
             } else {
                 k += 1;
             }
@@ -283,6 +331,7 @@ pub async fn run(
         last_arrival: 0.0,
         last_step_start: f64::NEG_INFINITY,
         submitted: 0,
+        to_forget: Vec::new(),
         out,
     };
     let result = drive_online(&mut r, &mut jobs, &mut stop).await;
@@ -310,6 +359,7 @@ async fn drive_online(
                 Err(mpsc::error::TryRecvError::Disconnected) => open = false,
             }
         }
+        r.abort_abandoned()?;
         let Some(start) = r.engine.next_event_time() else {
             if !open {
                 return Ok(());

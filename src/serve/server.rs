@@ -11,7 +11,7 @@ use super::tokens::Tokenizer;
 use crate::sim::engine::host_tier::HostTier;
 use crate::sim::engine::{Engine, Recording, RunSettings};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -97,7 +97,6 @@ impl Server {
                 metrics: metrics.clone(),
                 pending: AtomicUsize::new(0),
                 max_pending: cfg.max_pending,
-                next_id: AtomicU64::new(0),
                 created: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),

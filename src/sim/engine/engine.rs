@@ -16,7 +16,10 @@ use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
 use crate::workload::serving::ServingRequest;
 use thiserror::Error;
 
+mod ending;
 mod remote_kv;
+
+pub use ending::Abort;
 pub use remote_kv::Received;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -140,6 +143,11 @@ pub struct Engine {
     tier: Option<HostTier>,
     /// Seconds: a step that scheduled nothing waits here for the host tier's next copy.
     wake: Option<f64>,
+    /// The latest arrival submitted (requests come in arrival order).
+    last_arrival: f64,
+    /// Slots of forgotten requests ([`Engine::forget`]), and how many were given out again.
+    free_slots: Vec<u32>,
+    reused_slots: usize,
 }
 
 /// The latest arrival a step clock takes: 2^52, so that every step index up to twice that is
@@ -226,6 +234,9 @@ impl Engine {
             slo,
             tier: None,
             wake: None,
+            last_arrival: f64::NEG_INFINITY,
+            free_slots: Vec::new(),
+            reused_slots: 0,
         })
     }
 
@@ -240,20 +251,23 @@ impl Engine {
         let r = s.request;
         check_request(&self.sched.cfg, r)?;
         check_step_arrival(&self.clock, r)?;
-        if let Some(&last) = self.order.last() {
-            if r.arrival < self.sched.reqs[last as usize].arrival {
-                return Err(EngineError::Request {
-                    id: r.id.clone(),
-                    detail: "submitted before an earlier-arriving request".into(),
-                });
-            }
+        if r.arrival < self.last_arrival {
+            return Err(EngineError::Request {
+                id: r.id.clone(),
+                detail: "submitted before an earlier-arriving request".into(),
+            });
         }
-        let i = self.sched.reqs.len() as u32;
         let mut q = Req::new(r, s.predicted, s.id_rank, s.uid);
         if !hashes.is_empty() {
             q = q.with_hashes(hashes);
         }
-        self.sched.reqs.push(q);
+        let i = self.place(q);
+        self.last_arrival = r.arrival;
+        // The arrivals already admitted are never read again: a server's list stays short.
+        if self.next >= 4096 && 2 * self.next >= self.order.len() {
+            self.order.drain(..self.next);
+            self.next = 0;
+        }
         self.order.push(i);
         Ok(i)
     }
@@ -367,10 +381,14 @@ impl Engine {
     /// a step clock, <= now in seconds.
     fn admit_arrivals(&mut self) {
         while let Some(&i) = self.order.get(self.next) {
-            if self.sched.reqs[i as usize].arrival > self.now {
+            let r = &self.sched.reqs[i as usize];
+            if r.arrival > self.now {
                 break;
             }
-            self.sched.add_request(i);
+            // (Aborted before it arrived: it never waits.)
+            if !r.is_finished() {
+                self.sched.add_request(i);
+            }
             self.next += 1;
         }
     }
@@ -406,7 +424,7 @@ impl Engine {
     /// Returns false once every request has finished (and the host tier's copies are done).
     /// The engine lends its own host tier, if it has one, to the step.
     pub fn step(&mut self) -> Result<bool, EngineError> {
-        if self.done == self.sched.reqs.len() && !self.sched.tier_busy() {
+        if self.done == self.submitted() && !self.sched.tier_busy() {
             return Ok(false);
         }
         let idle = self.idle_until_arrival();

@@ -87,7 +87,7 @@ pub mod waiting;
 
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
 pub use driver::{drive, System};
-pub use engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
+pub use engine::{Abort, Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, ObjectiveShares, Slo};
 pub use profile::{load_profile, parse_profile, Profile};
 pub use run::{Outcome, RunSettings, TierReport};

@@ -76,6 +76,8 @@ pub struct Req {
     pub hold_kv: bool,
     /// Its output tokens' intervals, for Mooncake's TBT ([`super::tbt`]).
     pub gaps: TokenGaps,
+    /// Finished by an abort (its client went away), not by reaching `max_tokens`.
+    pub aborted: bool,
 }
 
 impl Req {
@@ -110,7 +112,23 @@ impl Req {
             scheduled_tokens: 0,
             hold_kv: false,
             gaps: TokenGaps::new(r.output_len),
+            aborted: false,
         }
+    }
+
+    /// What stays of a request an engine forgot ([`crate::sim::engine::Engine::forget`]): a
+    /// finished record that holds nothing.
+    pub fn forgotten() -> Self {
+        let none = ServingRequest {
+            id: String::new(),
+            arrival: 0.0,
+            prompt: Prompt::Unique(0),
+            output_len: 0,
+            priority: 0,
+        };
+        let mut r = Req::new(&none, 0.0, 0, 0);
+        r.status = Status::Finished;
+        r
     }
 
     /// Takes the hashes of its first full blocks, computed elsewhere by [`Req::block_hash`]'s own

@@ -12,6 +12,7 @@ use super::kv_manager::{Alloc, KvManager};
 use super::request::{Req, Status};
 use super::waiting::{Rank, WaitingQueue};
 
+mod abort;
 mod admit;
 mod tier;
 

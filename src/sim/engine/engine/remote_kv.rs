@@ -80,8 +80,7 @@ impl Engine {
         q.status = Status::Receiving;
         q.num_computed = q.prompt_len;
         q.first_hit = Some(hit_tokens);
-        let index = self.sched.reqs.len() as u32;
-        self.sched.reqs.push(q);
+        let index = self.place(q);
         Ok(Some(Received { index, hit_tokens }))
     }
 

@@ -102,6 +102,14 @@ impl Connector {
 
     /// Whether the engine must keep stepping (`has_pending_push_work`, plus the extra store try
     /// of requests that finished).
+    /// Whether anything of the connector's still refers to request `i`.
+    pub fn mentions(&self, i: u32) -> bool {
+        self.reqs.contains_key(&i)
+            || self.finished.contains(&i)
+            || self.loaded.contains(&i)
+            || self.jobs.values().any(|j| j.req == i)
+    }
+
     pub fn busy(&self) -> bool {
         !self.jobs.is_empty() || !self.finished.is_empty()
     }
