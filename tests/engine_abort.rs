@@ -198,7 +198,10 @@ fn forgetting_finished_requests_changes_nothing_and_bounds_the_records() {
             drive(
                 sys,
                 &prepared,
-                &mut |_, r| Ok(steps.push(r.clone())),
+                &mut |_, r| {
+                    steps.push(r.clone());
+                    Ok(())
+                },
                 |_, _| {},
             )
             .unwrap();

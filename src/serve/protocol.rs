@@ -446,6 +446,17 @@ pub fn models(model: &str, created: u64, max_model_len: usize) -> Value {
     })
 }
 
+/// The id of an answer: `{prefix}-` and the `X-Request-Id` header, else the body's
+/// `request_id`, else a random one (`_base_request_id`, vllm/entrypoints/serve/engine/serving.py,
+/// vllm 0.33.0; the body's default is `random_uuid()`, vllm/utils/__init__.py: the low 64 bits of
+/// a version-4 UUID as 16 hex digits, whose first two bits are the UUID's variant, `10`).
+pub fn response_id(prefix: &str, header: Option<&str>, body: Option<&str>) -> String {
+    match header.or(body) {
+        Some(id) => format!("{prefix}-{id}"),
+        None => format!("{prefix}-{:016x}", (rand::random::<u64>() >> 2) | (1 << 63)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,16 +528,5 @@ mod tests {
             .contains("max_tokens=5, got 6"));
         assert!(ok(10, Some(5), -1).is_err());
         assert_eq!(ok(10, Some(5), 5).unwrap().max_tokens, 5);
-    }
-}
-
-/// The id of an answer: `{prefix}-` and the `X-Request-Id` header, else the body's
-/// `request_id`, else a random one (`_base_request_id`, vllm/entrypoints/serve/engine/serving.py,
-/// vllm 0.33.0; the body's default is `random_uuid()`, vllm/utils/__init__.py: the low 64 bits of
-/// a version-4 UUID as 16 hex digits, whose first two bits are the UUID's variant, `10`).
-pub fn response_id(prefix: &str, header: Option<&str>, body: Option<&str>) -> String {
-    match header.or(body) {
-        Some(id) => format!("{prefix}-{id}"),
-        None => format!("{prefix}-{:016x}", (rand::random::<u64>() >> 2) | (1 << 63)),
     }
 }
