@@ -13,6 +13,7 @@ listens on 127.0.0.1 only and stops by itself."""
 import argparse
 import asyncio
 import collections
+import itertools
 import json
 import os
 import random
@@ -35,6 +36,8 @@ ap.add_argument("--output", type=int, default=32)
 ap.add_argument("--rate", type=float, default=8.0)
 ap.add_argument("--port", type=int, default=18600)
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--sim-args", default="",
+                help="more flags for sim cluster, e.g. '--prefix-aware-ties first' for sglang-router 0.3.2")
 a = ap.parse_args()
 rng = random.Random(a.seed)
 exe = os.path.abspath("target/debug/pagedkv")
@@ -108,7 +111,7 @@ for rid, status, cid in answers:
     real[rid] = served[cid]
 sim_log = os.path.join(work, "sim.jsonl")
 subprocess.run([exe, "sim", "cluster", "--scenario", scen_path, "--replicas", str(a.replicas),
-                "--router", "prefix-aware", "--request-log", sim_log], check=True,
+                "--router", "prefix-aware", "--request-log", sim_log] + shlex.split(a.sim_args), check=True,
                stdout=subprocess.DEVNULL)
 sim = {l["id"]: l for l in map(json.loads, open(sim_log))}
 
@@ -128,7 +131,14 @@ def report(name, log):
 
 
 report(f"real router ({a.router.split()[0]})", real)
-report("sim cluster --router prefix-aware", sim)
+report(f"sim cluster --router prefix-aware {a.sim_args}".rstrip(), sim)
 same = sum(real[r["id"]]["replica"] == sim[r["id"]]["replica"] for r in reqs)
-print(f"same replica for {same} of {len(reqs)} requests (replica numbers may differ by a relabelling)")
+print(f"same replica for {same} of {len(reqs)} requests")
+# The router numbers its workers its own way (not always the order of --worker-urls): the
+# relabelling of the simulator's replicas that agrees most.
+best = max(itertools.permutations(range(a.replicas)),
+           key=lambda p: sum(real[r["id"]]["replica"] == p[sim[r["id"]]["replica"]] for r in reqs))
+agree = sum(real[r["id"]]["replica"] == best[sim[r["id"]]["replica"]] for r in reqs)
+print(f"same replica for {agree} of {len(reqs)} requests once the simulator's replica i is "
+      f"called {list(best)}[i]")
 print(f"files in {work}")

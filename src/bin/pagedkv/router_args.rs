@@ -3,7 +3,7 @@
 
 use crate::count;
 use crate::count_u64;
-use pagedkv::sim::cluster::router::{KvAwareConfig, PrefixAwareConfig};
+use pagedkv::sim::cluster::router::{KvAwareConfig, LoadTies, PrefixAwareConfig};
 use pagedkv::sim::cluster::RouterConfig;
 
 #[derive(clap::Args)]
@@ -27,6 +27,11 @@ pub struct RouterArgs {
     /// --eviction-interval-secs).
     #[arg(long, alias = "eviction-interval", default_value_t = 60.0)]
     eviction_interval_secs: f64,
+    /// Prefix-aware: which of several equally least-loaded replicas wins: `random` as SGLang's
+    /// gateway today (sgl-model-gateway, PR #33138), `first` as `sglang-router` 0.3.2 from
+    /// PyPI (`min_by_key`: the first worker given).
+    #[arg(long, value_enum, default_value_t = LoadTies::Random)]
+    prefix_aware_ties: LoadTies,
     /// Kv-aware (Dynamo's --router-temperature): 0 takes the lowest cost (ties at random); above
     /// 0 samples from the softmax of the normalised costs.
     #[arg(long, default_value_t = 0.0)]
@@ -83,6 +88,7 @@ impl RouterArgs {
                 balance_rel_threshold: self.balance_rel_threshold,
                 eviction_interval: self.eviction_interval_secs,
                 max_tree_size: self.max_tree_size,
+                ties: self.prefix_aware_ties,
             },
             kv_aware: KvAwareConfig {
                 overlap_score_credit: self.router_kv_overlap_score_credit,

@@ -23,7 +23,7 @@ pub mod ties;
 pub mod token_tree;
 
 pub use kv_aware::KvAwareConfig;
-pub use prefix_aware::PrefixAwareConfig;
+pub use prefix_aware::{LoadTies, PrefixAwareConfig};
 
 use crate::sim::engine::hash::BlockHash;
 use crate::workload::serving::ServingRequest;

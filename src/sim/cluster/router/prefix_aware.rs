@@ -18,6 +18,11 @@
 //!   points to, whatever its load. A miss goes to the least loaded, at random among equals
 //!   (PR #14650 replaced the smallest tree with it; 451-467). The text is inserted for the
 //!   chosen replica in every branch (469-490).
+//! - Ties among the least loaded ([`LoadTies`]): at random as above, or the first worker, as
+//!   `sglang-router` 0.3.2 does — the last release on PyPI under that name, the one `pip install
+//!   sglang-router` deploys (its sdist's `src/policies/cache_aware.rs`: `min_by_key` over the
+//!   workers' loads, in both the imbalanced and the miss branch; Rust's `min_by_key` returns the
+//!   first of equal minima). Its tree, thresholds and defaults are the ones above.
 //! - The tree is evicted on a fixed period of simulated time, the first one interval after the
 //!   start (`cache_aware.rs:127-150`, `policies/utils.rs:21-52`: a thread that sleeps an
 //!   interval, then evicts; its drift by the eviction's own time is not modelled).
@@ -50,6 +55,26 @@ pub struct PrefixAwareConfig {
     pub eviction_interval: f64,
     /// `--max-tree-size`: characters each replica's share of the tree keeps at an eviction.
     pub max_tree_size: u64,
+    /// How a tie among the least loaded is broken.
+    #[serde(skip_serializing_if = "LoadTies::is_random")]
+    pub ties: LoadTies,
+}
+
+/// Which of several equally least-loaded replicas SGLang's router takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadTies {
+    /// Uniformly at random (sgl-model-gateway at the commit above, PR #33138).
+    #[default]
+    Random,
+    /// The first in worker order (`sglang-router` 0.3.2 from PyPI).
+    First,
+}
+
+impl LoadTies {
+    pub fn is_random(&self) -> bool {
+        *self == LoadTies::Random
+    }
 }
 
 impl Default for PrefixAwareConfig {
@@ -61,6 +86,7 @@ impl Default for PrefixAwareConfig {
             balance_rel_threshold: 1.5,
             eviction_interval: 60.0,
             max_tree_size: 1 << 26,
+            ties: LoadTies::Random,
         }
     }
 }
@@ -88,6 +114,19 @@ impl PrefixAware {
 
     pub fn tree(&self) -> &TokenTree {
         &self.tree
+    }
+
+    /// The least loaded replica, its load, and how many share that load.
+    fn least_loaded(&mut self, replicas: &dyn Replicas) -> (usize, usize, usize) {
+        match self.cfg.ties {
+            LoadTies::Random => super::least_loaded(&mut self.ties, replicas),
+            LoadTies::First => {
+                let loads: Vec<usize> = (0..replicas.len()).map(|r| replicas.load(r)).collect();
+                let min = loads.iter().copied().min().expect("a cluster has replicas");
+                let first = loads.iter().position(|&l| l == min).expect("the minimum");
+                (first, min, loads.iter().filter(|&&l| l == min).count())
+            }
+        }
     }
 
     /// Runs the evictions due by `now`: one catches up every period that passed (a second one
@@ -119,7 +158,7 @@ impl Router for PrefixAware {
             && max as f32 > min as f32 * c.balance_rel_threshold as f32;
         let len = a.prompt_len();
         let choice = if imbalanced {
-            let (replica, _, tied) = super::least_loaded(&mut self.ties, replicas);
+            let (replica, _, tied) = self.least_loaded(replicas);
             Choice {
                 replica,
                 reason: Reason::Imbalanced { min, max, tied },
@@ -140,7 +179,7 @@ impl Router for PrefixAware {
                     },
                 },
                 _ => {
-                    let (replica, load, tied) = super::least_loaded(&mut self.ties, replicas);
+                    let (replica, load, tied) = self.least_loaded(replicas);
                     Choice {
                         replica,
                         reason: Reason::Miss {
@@ -347,6 +386,47 @@ mod tests {
             c.choose("abcdef", &[0, 1]).reason,
             Reason::Match { matched: 3, .. }
         ));
+    }
+
+    #[test]
+    fn first_ties_take_the_first_least_loaded_in_both_branches() {
+        // sglang-router 0.3.2: `min_by_key` over the loads, the first of equal minima.
+        let mut c = Case::new(4);
+        c.router.cfg.ties = LoadTies::First;
+        for seed in 0..8 {
+            c.router.ties = Ties::new(seed, 2);
+            // Texts that share no first character: every one misses.
+            let first = |base: u8| char::from(base + seed as u8);
+            let miss = c.choose(&format!("{}m", first(b'A')), &[2, 1, 1, 1]);
+            assert_eq!(
+                (miss.replica, miss.reason.clone()),
+                (
+                    1,
+                    Reason::Miss {
+                        matched: 0,
+                        of: 2,
+                        load: 1,
+                        tied: 3
+                    }
+                ),
+                "seed {seed}"
+            );
+            // 100 - 30 > 64 and 100 > 45: imbalanced; replicas 2 and 3 tie at 30.
+            let imbalanced = c.choose(&format!("{}i", first(b'a')), &[100, 31, 30, 30]);
+            assert_eq!(imbalanced.replica, 2, "seed {seed}");
+        }
+        // Random ties spread the same misses (a draw among three, eight seeds).
+        let mut c = Case::new(4);
+        let chosen: std::collections::BTreeSet<usize> = (0..8)
+            .map(|seed| {
+                c.router.ties = Ties::new(seed, 2);
+                c.send(
+                    &format!("{}r", char::from(b'P' + seed as u8)),
+                    &[2, 1, 1, 1],
+                )
+            })
+            .collect();
+        assert!(chosen.len() > 1 && !chosen.contains(&0), "{chosen:?}");
     }
 
     #[test]
