@@ -399,7 +399,7 @@ mod tests {
             let first = |base: u8| char::from(base + seed as u8);
             let miss = c.choose(&format!("{}m", first(b'A')), &[2, 1, 1, 1]);
             assert_eq!(
-                (miss.replica, miss.reason.clone()),
+                (miss.replica, miss.reason),
                 (
                     1,
                     Reason::Miss {
