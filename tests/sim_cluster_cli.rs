@@ -440,8 +440,8 @@ fn the_conductor_logs_the_requests_it_rejects_and_counts_them() {
 
 /// `--search-capacity`: bad layouts and the flags a search cannot take are one line (or clap's
 /// text) and exit code 2; a small search answers on line 1 with the layout the JSON ranks first
-/// and prints one row per layout in 100 columns. Two searches of 2 layouts × ≤ 12 runs of 100
-/// requests: well under a second.
+/// and prints one row per layout in 100 columns. Searches of 2, 2 and 4 layouts × ≤ 12 runs of
+/// 100 requests: 0.2 s.
 #[test]
 fn a_capacity_search_answers_first_with_one_row_per_layout() {
     for (case, want) in [
@@ -546,4 +546,23 @@ fn a_capacity_search_answers_first_with_one_row_per_layout() {
     for l in &table {
         assert!(l.chars().count() <= 100, "{l}");
     }
+    // The widest default table (two routers, a host tier, a split) still fits; different GPU
+    // counts are allowed and said.
+    let mut wide = args.to_vec();
+    wide[2] = "1,1:1";
+    wide[8] = "least-loaded,kv-aware";
+    let out = cluster(&[&wide[..], &["--cpu-offload-gib", "16"]].concat());
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("layout"))
+        .take(6)
+        .collect();
+    assert!(table[0].contains("router") && table[0].contains("hit % GPU/host"));
+    assert!(table[0].contains("KV GB"));
+    for l in &table {
+        assert!(l.chars().count() <= 100, "{l}");
+    }
+    assert!(text.contains("different numbers of GPUs (1, 2)"), "{text}");
 }

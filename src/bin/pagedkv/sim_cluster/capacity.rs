@@ -169,14 +169,15 @@ pub fn run(args: Args, default_trace: &str) -> CmdResult {
     print(&resolved, &slo, &name, &requests, &report, args.wide)
 }
 
-/// A row's name: `colocated 4`, `P:D 2:2`, with its router when the rows have several.
+/// A row's name: `colocated 4`, `P:D 2:2`, with its router when the rows have several
+/// (`P:D 2:2 × kv-aware`).
 fn label(l: &LayoutCapacity, routers: bool) -> String {
     let kind = match l.layout {
         Layout::Colocated(_) => "colocated",
         Layout::Split { .. } => "P:D",
     };
     if routers {
-        format!("{kind} {} ({})", l.layout, l.router)
+        format!("{kind} {} × {}", l.layout, l.router)
     } else {
         format!("{kind} {}", l.layout)
     }
@@ -192,9 +193,9 @@ fn answer(r: &CapacityReport, routers: bool) -> String {
         );
     };
     let mut line = format!(
-        "{} serves the most per GPU: {:.3} requests/s per GPU",
+        "{} serves the most per GPU: {} requests/s per GPU",
         label(best, routers),
-        best.requests_per_s_per_gpu
+        rate(best.requests_per_s_per_gpu, best)
     );
     let searched = |split: bool| {
         r.layouts
@@ -208,12 +209,21 @@ fn answer(r: &CapacityReport, routers: bool) -> String {
     match other {
         Some(o) => {
             let ratio = best.requests_per_s_per_gpu / o.requests_per_s_per_gpu;
+            // A figure still within the SLOs at the highest scale searched is a lower bound.
+            let times = match (lower_bound(best), lower_bound(o)) {
+                (false, false) => format!("{ratio:.2}×"),
+                (true, false) => format!("at least {ratio:.2}×"),
+                (false, true) => format!("at most {ratio:.2}×"),
+                (true, true) => "an unknown multiple of".into(),
+            };
             line += &format!(
-                ", {ratio:.2}× the best {what} layout, {} ({:.3})",
+                ", {times} the best {what} layout, {} ({})",
                 label(o, routers),
-                o.requests_per_s_per_gpu
+                rate(o.requests_per_s_per_gpu, o)
             );
-            if ratio <= 1.0 + r.search.resolution {
+            if lower_bound(best) || lower_bound(o) {
+                line += " (≥: still within the SLOs at the highest rate searched)";
+            } else if ratio <= 1.0 + r.search.resolution {
                 line += &format!(
                     " — a tie within the search's {:.0}% resolution",
                     100.0 * r.search.resolution
@@ -226,6 +236,18 @@ fn answer(r: &CapacityReport, routers: bool) -> String {
         None => line += &format!(" (no {what} layout among those searched)"),
     }
     line
+}
+
+/// Whether `l`'s search still held at its highest scale: its figure is a lower bound.
+fn lower_bound(l: &LayoutCapacity) -> bool {
+    l.failed_scale.is_infinite() && l.rate_scale > 0.0
+}
+
+/// A rate: `≥` when a lower bound; three decimals below 100, one above.
+fn rate(x: f64, l: &LayoutCapacity) -> String {
+    let at_least = if lower_bound(l) { "≥" } else { "" };
+    let digits = if x < 100.0 { 3 } else { 1 };
+    format!("{at_least}{x:.digits$}")
 }
 
 /// A column: its header, its line in the key, whether the default table shows it, its cell.
@@ -243,7 +265,6 @@ fn pct(x: Option<f64>) -> String {
 fn columns<'a>(
     slo: &'a ResolvedSlo,
     routers: bool,
-    mixed_gpus: bool,
     tier: bool,
     split: bool,
     lat: &'a str,
@@ -261,14 +282,6 @@ fn columns<'a>(
         }
     };
     // The rate cells: "≥" when the search still held at its highest scale.
-    let rate = |x: f64, l: &LayoutCapacity| {
-        let lower_bound = if l.failed_scale.is_infinite() && l.rate_scale > 0.0 {
-            "≥"
-        } else {
-            ""
-        };
-        format!("{lower_bound}{x:.3}")
-    };
     let tbt = slo.targets.tbt_s.is_some();
     let mut c = vec![col(
         "layout",
@@ -288,20 +301,20 @@ fn columns<'a>(
         col(
             "GPUs",
             "replicas × tensor parallelism (each side's for P:D)",
-            mixed_gpus,
+            false,
             Box::new(|l| l.gpus.to_string()),
         ),
         col(
             "req/s/GPU",
             "the answer: the highest arrival rate within the SLOs, per GPU (≥: held at the highest rate searched)",
             true,
-            Box::new(move |l| rate(l.requests_per_s_per_gpu, l)),
+            Box::new(|l| rate(l.requests_per_s_per_gpu, l)),
         ),
         col(
             "req/s",
             "that rate for the whole layout",
             true,
-            Box::new(move |l| rate(l.requests_per_s, l)),
+            Box::new(|l| rate(l.requests_per_s, l)),
         ),
         col(
             "scale",
@@ -367,25 +380,29 @@ fn columns<'a>(
                     .map_or("-".into(), |o| pct(Some(slo.targets.met(&o.total))))
             }),
         ),
-        col(
+    ]);
+    // Hits per tier in one cell with a host tier, to keep the table in 100 columns.
+    let gpu_hit = |l: &LayoutCapacity| {
+        l.at.as_ref()
+            .map_or("-".into(), |o| pct(o.total.prefix_cache_hit_ratio))
+    };
+    if tier {
+        c.push(col(
+            "hit % GPU/host",
+            "prompt tokens found in the GPU prefix caches at admission / loaded from the host KV tier",
+            true,
+            Box::new(move |l| {
+                l.at.as_ref().map_or("-".into(), |o| {
+                    format!("{}/{}", gpu_hit(l), pct(Some(o.total.offload_prompt_hit_ratio)))
+                })
+            }),
+        ));
+    } else {
+        c.push(col(
             "GPU hit %",
             "prompt tokens found in the GPU prefix caches at admission",
             true,
-            Box::new(|l| {
-                l.at.as_ref()
-                    .map_or("-".into(), |o| pct(o.total.prefix_cache_hit_ratio))
-            }),
-        ),
-    ]);
-    if tier {
-        c.push(col(
-            "host hit %",
-            "prompt tokens loaded from the host KV tier",
-            true,
-            Box::new(|l| {
-                l.at.as_ref()
-                    .map_or("-".into(), |o| pct(Some(o.total.offload_prompt_hit_ratio)))
-            }),
+            Box::new(gpu_hit),
         ));
     }
     c.push(col(
@@ -494,18 +511,10 @@ fn print(
         .layouts
         .iter()
         .any(|l| matches!(l.layout, Layout::Split { .. }));
-    let cols: Vec<Column> = columns(
-        slo,
-        several,
-        r.mixed_gpus(),
-        e.cpu_offload.is_some(),
-        split,
-        lat,
-        scale,
-    )
-    .into_iter()
-    .filter(|c| wide || c.default)
-    .collect();
+    let cols: Vec<Column> = columns(slo, several, e.cpu_offload.is_some(), split, lat, scale)
+        .into_iter()
+        .filter(|c| wide || c.default)
+        .collect();
     let mut t = Table::new(cols.iter().map(|c| c.head.clone()));
     for l in &r.layouts {
         t.row(cols.iter().map(|c| (c.cell)(l)));
@@ -551,7 +560,7 @@ fn notes(r: &CapacityReport, several: bool) -> CmdResult {
         counts.dedup();
         let counts: Vec<String> = counts.iter().map(ToString::to_string).collect();
         outln!(
-            "the layouts take different numbers of GPUs ({}): compare them by req/s/GPU (`--wide` shows each one's)",
+            "the layouts take different numbers of GPUs ({}): compare them by req/s/GPU (--wide: each one's)",
             counts.join(", ")
         )?;
     } else if let Some(l) = r.layouts.first() {
