@@ -2,7 +2,7 @@
 //! malformed trace line named); the request log and step log carry what they promise; several
 //! routers and replica counts in one run; `sim engine` and `sim radix` read Mooncake traces too;
 //! colocated runs give what main's binary recorded before disaggregation; a disaggregated run's
-//! request log and its table in 100 columns.
+//! request log and its table in 100 columns; `--search-capacity`: its errors, line 1 and table.
 
 mod cli;
 
@@ -436,4 +436,133 @@ fn the_conductor_logs_the_requests_it_rejects_and_counts_them() {
     let total = &run["total"];
     assert_eq!(total["requests"], 60);
     assert_eq!(total["completed"].as_u64().unwrap() + rejected, 60);
+}
+
+/// `--search-capacity`: bad layouts and the flags a search cannot take are one line (or clap's
+/// text) and exit code 2; a small search answers on line 1 with the layout the JSON ranks first
+/// and prints one row per layout in 100 columns. Searches of 2, 2 and 4 layouts × ≤ 12 runs of
+/// 100 requests: 0.2 s.
+#[test]
+fn a_capacity_search_answers_first_with_one_row_per_layout() {
+    for (case, want) in [
+        (vec!["--layouts", "4"], "--search-capacity"),
+        (
+            vec!["--search-capacity", "--layouts", "0:4"],
+            "prefill instances must be 1",
+        ),
+        (vec!["--search-capacity", "--layouts", "3:"], "not a layout"),
+        (
+            vec!["--search-capacity", "--layouts", "4,x"],
+            "not a layout",
+        ),
+        (
+            vec!["--search-capacity", "--layouts", "2", "--replicas", "2"],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "--search-capacity",
+                "--layouts",
+                "1:1",
+                "--prefill-replicas",
+                "1",
+                "--decode-replicas",
+                "1",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec!["--search-capacity", "--rate-scale", "2"],
+            "searches the rate scale",
+        ),
+        (vec!["--search-capacity", "--out", "/tmp/x"], "--out"),
+        (
+            vec!["--search-capacity", "--layouts", "2", "--decode-tp", "2"],
+            "needs disaggregated",
+        ),
+    ] {
+        let args = [&case[..], &["--requests", "20"]].concat();
+        let err = cli::bad_input(&cluster(&args));
+        assert!(err.contains(want), "{case:?}: {err}");
+    }
+    let azure = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
+    let args = [
+        "--search-capacity",
+        "--layouts",
+        "2,1:1",
+        "--trace",
+        azure,
+        "--requests",
+        "100",
+        "--router",
+        "least-loaded",
+        "--slo-ttft",
+        "0.25",
+        "--slo-tpot",
+        "0.008",
+    ];
+    let v = cli::json(&cluster(&[&args[..], &["--json"]].concat()));
+    let layouts = v["layouts"].as_array().unwrap();
+    assert_eq!(layouts.len(), 2);
+    let f = |l: &serde_json::Value, k: &str| l[k].as_f64().unwrap();
+    // Equal but for JSON's rounding of the last digit.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs();
+    for l in layouts {
+        assert_eq!(l["gpus"], 2);
+        assert!(f(l, "rate_scale") > 0.0 && l["resolved"] == true, "{l}");
+        let rps = f(l, "requests_per_s");
+        assert!(close(rps, f(l, "rate_scale") * f(&v, "base_rps")), "{l}");
+        assert!(close(f(l, "requests_per_s_per_gpu"), rps / 2.0), "{l}");
+    }
+    let best = layouts
+        .iter()
+        .max_by(|a, b| f(a, "requests_per_s_per_gpu").total_cmp(&f(b, "requests_per_s_per_gpu")))
+        .unwrap();
+    let name = best["layout"].as_str().unwrap();
+    let kind = if name.contains(':') {
+        "P:D"
+    } else {
+        "colocated"
+    };
+    let out = cluster(&args);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let first = text.lines().next().unwrap();
+    let want = format!(
+        "{kind} {name} serves the most per GPU: {:.3} requests/s per GPU",
+        f(best, "requests_per_s_per_gpu")
+    );
+    assert!(first.starts_with(&want), "{first}\nwanted {want}");
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("layout"))
+        .take(4)
+        .collect();
+    assert!(table[0].contains("req/s/GPU") && table[1].starts_with("---"));
+    assert!(table[2].trim_start().starts_with("2 ") && table[3].starts_with("1:1 "));
+    for (row, l) in table[2..].iter().zip(layouts) {
+        assert!(row.contains(&format!("{:.3}", f(l, "requests_per_s_per_gpu"))));
+    }
+    for l in &table {
+        assert!(l.chars().count() <= 100, "{l}");
+    }
+    // The widest default table (two routers, a host tier, a split) still fits; different GPU
+    // counts are allowed and said.
+    let mut wide = args.to_vec();
+    wide[2] = "1,1:1";
+    wide[8] = "least-loaded,kv-aware";
+    let out = cluster(&[&wide[..], &["--cpu-offload-gib", "16"]].concat());
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("layout"))
+        .take(6)
+        .collect();
+    assert!(table[0].contains("router") && table[0].contains("hit % GPU/host"));
+    assert!(table[0].contains("KV GB"));
+    for l in &table {
+        assert!(l.chars().count() <= 100, "{l}");
+    }
+    assert!(text.contains("different numbers of GPUs (1, 2)"), "{text}");
 }

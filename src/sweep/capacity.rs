@@ -12,6 +12,9 @@
 //! [`SearchLimits::resolution`] of each other or the probes run out; the capacity is the highest
 //! scale seen to hold. Attainment need not fall monotonically with the rate (a burst may land
 //! differently), so the figure is the bracket's lower end, not a proof that every lower rate holds.
+//!
+//! [`search_by`] runs the same search over anything that carries an engine report: a cluster's
+//! layouts ([`crate::sim::cluster::capacity`]).
 
 use crate::sim::engine::EngineReport;
 pub use crate::sim::engine::SloTargets;
@@ -43,6 +46,13 @@ impl Default for SearchLimits {
             min_scale: 1.0 / 1024.0,
             max_scale: 1024.0,
         }
+    }
+}
+
+impl SearchLimits {
+    /// Whether a bracket from `held` (0: none held) to `failed` is within the resolution.
+    pub fn closes(&self, held: f64, failed: f64) -> bool {
+        held > 0.0 && failed <= held * (1.0 + self.resolution)
     }
 }
 
@@ -97,17 +107,45 @@ pub struct Capacity {
 impl Capacity {
     /// Whether the search bracketed the capacity within the resolution asked.
     pub fn resolved(&self, limits: &SearchLimits) -> bool {
-        self.rate_scale > 0.0 && self.failed_scale <= self.rate_scale * (1.0 + limits.resolution)
+        limits.closes(self.rate_scale, self.failed_scale)
     }
+}
+
+/// What a search found, with whatever a probe returns kept for the highest scale that held.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Searched<T> {
+    /// As [`Capacity::rate_scale`], [`Capacity::failed_scale`], [`Capacity::probes`].
+    pub rate_scale: f64,
+    pub failed_scale: f64,
+    pub probes: usize,
+    /// The probe at `rate_scale`; `None` when none held.
+    pub held: Option<T>,
 }
 
 /// Searches the rate scale: `run(scale)` runs the engine at that scale (see the module docs).
 pub fn search<E>(
     limits: &SearchLimits,
     slo: &SloTargets,
-    mut run: impl FnMut(f64) -> Result<EngineReport, E>,
+    run: impl FnMut(f64) -> Result<EngineReport, E>,
 ) -> Result<Capacity, E> {
-    let mut held: Option<(f64, EngineReport)> = None;
+    let s = search_by(limits, slo, run, |r| r)?;
+    Ok(Capacity {
+        rate_scale: s.rate_scale,
+        failed_scale: s.failed_scale,
+        probes: s.probes,
+        at: s.held.as_ref().map(|r| AtCapacity::of(r, slo)),
+    })
+}
+
+/// [`search`] over any run that yields an [`EngineReport`] (`report` finds it in what `run`
+/// returns: a cluster's total, say); keeps the run at the capacity whole.
+pub fn search_by<T, E>(
+    limits: &SearchLimits,
+    slo: &SloTargets,
+    mut run: impl FnMut(f64) -> Result<T, E>,
+    report: impl Fn(&T) -> &EngineReport,
+) -> Result<Searched<T>, E> {
+    let mut held: Option<(f64, T)> = None;
     let mut failed: Option<f64> = None;
     let mut probes = 0;
     while probes < limits.max_probes {
@@ -125,19 +163,19 @@ pub fn search<E>(
         if !(limits.min_scale..=limits.max_scale).contains(&scale) {
             break;
         }
-        let report = run(scale)?;
+        let out = run(scale)?;
         probes += 1;
-        if slo.sustained(&report) {
-            held = Some((scale, report));
+        if slo.sustained(report(&out)) {
+            held = Some((scale, out));
         } else {
             failed = Some(scale);
         }
     }
-    Ok(Capacity {
+    Ok(Searched {
         rate_scale: held.as_ref().map_or(0.0, |(s, _)| *s),
         failed_scale: failed.unwrap_or(f64::INFINITY),
         probes,
-        at: held.as_ref().map(|(_, r)| AtCapacity::of(r, slo)),
+        held: held.map(|(_, t)| t),
     })
 }
 

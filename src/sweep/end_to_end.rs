@@ -148,24 +148,30 @@ pub struct Setup {
 }
 
 /// The serving requests of `requests`, and the [`Setup::base_rps`] and [`Setup::spaced`] they
-/// give: requests / (last arrival − first arrival), or arrivals spaced at 1 per second when they
-/// span no time.
+/// give ([`own_rate`]).
 pub fn serving_requests(requests: &[Request]) -> (Vec<ServingRequest>, f64, bool) {
     let (mut reqs, _) = from_trace(requests);
+    let (rps, spaced) = own_rate(&mut reqs);
+    (reqs, rps, spaced)
+}
+
+/// The rate scale 1 of a capacity search, and whether the arrivals had to be spaced to give one:
+/// requests / (last arrival − first arrival), or, when they span no time, arrivals respaced 1 s
+/// apart (a rate of n / (n − 1)).
+pub fn own_rate(reqs: &mut [ServingRequest]) -> (f64, bool) {
     let first = reqs.iter().map(|r| r.arrival).fold(f64::INFINITY, f64::min);
     let last = reqs
         .iter()
         .map(|r| r.arrival)
         .fold(f64::NEG_INFINITY, f64::max);
+    let n = reqs.len() as f64;
     if last > first {
-        let n = reqs.len() as f64;
-        (reqs, n / (last - first), false)
+        (n / (last - first), false)
     } else {
         for (i, r) in reqs.iter_mut().enumerate() {
             r.arrival = i as f64;
         }
-        let n = reqs.len() as f64;
-        (reqs, n / (n - 1.0).max(1.0), true)
+        (n / (n - 1.0).max(1.0), true)
     }
 }
 

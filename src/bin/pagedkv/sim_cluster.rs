@@ -1,7 +1,9 @@
 //! `pagedkv sim cluster`: replicas of the vLLM engine simulator behind a router, on a trace (by
 //! default Mooncake's conversation trace, whose prompts share real prefixes): routers and replica
-//! counts compared in one run, with an optional KV tier in host memory.
+//! counts compared in one run, with an optional KV tier in host memory; or, with
+//! `--search-capacity`, each layout's capacity per GPU.
 
+mod capacity;
 mod pd_args;
 mod text;
 
@@ -44,6 +46,22 @@ pub struct Args {
     routers: RouterArgs,
     #[command(flatten)]
     pd: pd_args::PdArgs,
+    /// DistServe's goodput: for each layout (--layouts, else --replicas' counts or the P:D
+    /// split), the highest request rate per GPU at which the SLO attainment target holds, found
+    /// by searching the trace's rate scale as the sweep does; one row per layout and router.
+    /// SLOs: the --slo flags, else the preset the sweep would take for the workload.
+    #[arg(long)]
+    search_capacity: bool,
+    /// The layouts --search-capacity compares (comma-separated): N colocated replicas or P:D
+    /// prefill:decode instances, e.g. 4,3:1,2:2,1:3 (the same GPU count compares goodput per GPU
+    /// directly; different counts are allowed, compared per GPU).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        requires = "search_capacity",
+        conflicts_with_all = ["replicas", "prefill_replicas", "decode_replicas"]
+    )]
+    layouts: Vec<pagedkv::sim::cluster::capacity::Layout>,
     /// Print every column (the default table keeps those that carry the answer, in 100
     /// columns; a key follows it).
     #[arg(long)]
@@ -92,6 +110,9 @@ fn create(path: &PathBuf) -> Result<std::io::BufWriter<std::fs::File>, String> {
 }
 
 pub fn run(args: Args) -> CmdResult {
+    if args.search_capacity {
+        return capacity::run(args, DEFAULT_TRACE);
+    }
     let (requests, name, fields) = workload(&args.workload, DEFAULT_TRACE)?;
     let resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
     let router_cfg = args.routers.config(args.workload.seed)?;

@@ -9,11 +9,13 @@
 //!   arrival, `advance` between arrivals; [`book`]: what the router knows of what it sent.
 //! - [`pd`]: prefill and decode on separate instances, the KV moving between them.
 //! - [`run`]: runs on a trace and reports; [`output`]: plots.
+//! - [`capacity`]: DistServe's goodput per GPU of layouts, colocated and split.
 //!
 //! With one replica every router sends everything to it, and the cluster steps exactly as
 //! `sim engine` does (a test holds it to that, step for step).
 
 pub mod book;
+pub mod capacity;
 pub mod core;
 pub mod output;
 pub mod pd;

@@ -8,7 +8,7 @@ use pagedkv::sim::cluster::pd::{
 };
 use pagedkv::sim::cluster::RouterKind;
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct PdArgs {
     /// Disaggregated serving: prefill instances (with --decode-replicas; instead of
     /// --replicas). Each runs the engine on prompts only and samples the first token; the KV
@@ -111,6 +111,16 @@ impl PdArgs {
             transfer: self.kv_transfer,
             local_prefill,
         }))
+    }
+
+    /// The split `p:d` of `--layouts`, with these flags' link and thresholds.
+    pub fn split(&self, p: usize, d: usize) -> Result<Disagg, String> {
+        let args = PdArgs {
+            prefill_replicas: Some(p),
+            decode_replicas: Some(d),
+            ..self.clone()
+        };
+        Ok(args.disagg()?.expect("both sides given"))
     }
 
     /// The prefill routers, when given.
