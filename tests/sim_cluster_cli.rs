@@ -485,9 +485,12 @@ fn the_conductor_logs_the_requests_it_rejects_and_counts_them() {
 fn the_kv_pool_reports_its_hits_and_bytes_per_request_and_in_total() {
     let dir = temp_dir("pool");
     let log = dir.join("requests.jsonl");
+    // At 4× the trace's rate load sends some requests away from the node holding their prefix.
     let args = [
         "--requests",
         "150",
+        "--rate-scale",
+        "4",
         "--prefill-replicas",
         "3",
         "--decode-replicas",

@@ -6,7 +6,7 @@
 
 use super::core::PdCore;
 use super::link::{KvTransfer, Link};
-use super::pool::{Pool, TierHits, DEFAULT_BALANCING_THRESHOLD};
+use super::pool::{Pool, TierHits, DEFAULT_BALANCING_THRESHOLD, NEEDS_POOL};
 use super::{Disagg, PdStats};
 use crate::sim::cluster::core::ClusterCore;
 use crate::sim::cluster::router;
@@ -92,11 +92,9 @@ pub fn run(
         }
         _ => None,
     };
-    if pool.is_none() && d.balancing_threshold.is_some() {
-        return Err(ConfigError(
-            "--kvcache-balancing-threshold needs the KV pool across prefill nodes: a host tier (--kv-offloading-size, --cpu-offload-blocks or --cpu-offload-gib) with --cpu-offload-scope global".into(),
-        )
-        .into());
+    // Without any tier (the CLI's comparison run without it) the threshold has nothing to read.
+    if pool.is_none() && pcfg.cpu_offload.is_some() && d.balancing_threshold.is_some() {
+        return Err(ConfigError(NEEDS_POOL.into()).into());
     }
     let (mut dcfg, dclock, _, dtp) = at_tp(s, d.decode_tp, block_size)?;
     dcfg.cpu_offload = None;
