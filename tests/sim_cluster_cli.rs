@@ -2,7 +2,8 @@
 //! malformed trace line named); the request log and step log carry what they promise; several
 //! routers and replica counts in one run; `sim engine` and `sim radix` read Mooncake traces too;
 //! colocated runs give what main's binary recorded before disaggregation; a disaggregated run's
-//! request log and its table in 100 columns; `--search-capacity`: its errors, line 1 and table.
+//! request log and its table in 100 columns; the KV pool's hits and bytes in the log and JSON;
+//! `--search-capacity`: its errors, line 1 and table.
 
 mod cli;
 
@@ -84,6 +85,49 @@ fn bad_input_is_one_line_and_exit_code_2() {
                 "0",
             ],
             "kv-link-bandwidth",
+        ),
+        (
+            vec!["--kvcache-balancing-threshold", "2"],
+            "needs disaggregated",
+        ),
+        (
+            vec![
+                "--prefill-replicas",
+                "1",
+                "--decode-replicas",
+                "1",
+                "--kvcache-balancing-threshold",
+                "0.5",
+            ],
+            "ratio of prefix lengths, >= 1",
+        ),
+        (
+            vec![
+                "--prefill-replicas",
+                "2",
+                "--decode-replicas",
+                "1",
+                "--prefill-router",
+                "conductor",
+                "--kvcache-balancing-threshold",
+                "2",
+            ],
+            "needs the KV pool",
+        ),
+        (
+            vec![
+                "--prefill-replicas",
+                "2",
+                "--decode-replicas",
+                "1",
+                "--prefill-router",
+                "kv-aware",
+                "--cpu-offload-gib",
+                "8",
+                "--cpu-offload-scope",
+                "global",
+            ],
+            "needs --prefill-router conductor",
         ),
         (vec!["--max-num-batched-tokens", "512"], "max_num_seqs"),
         (
@@ -565,4 +609,80 @@ fn a_capacity_search_answers_first_with_one_row_per_layout() {
         assert!(l.chars().count() <= 100, "{l}");
     }
     assert!(text.contains("different numbers of GPUs (1, 2)"), "{text}");
+}
+
+#[test]
+fn the_kv_pool_reports_its_hits_and_bytes_per_request_and_in_total() {
+    let dir = temp_dir("pool");
+    let log = dir.join("requests.jsonl");
+    // At 4× the trace's rate load sends some requests away from the node holding their prefix.
+    let args = [
+        "--requests",
+        "150",
+        "--rate-scale",
+        "4",
+        "--prefill-replicas",
+        "3",
+        "--decode-replicas",
+        "1",
+        "--prefill-router",
+        "conductor",
+        "--cpu-offload-gib",
+        "64",
+        "--cpu-offload-scope",
+        "global",
+    ];
+    let v = cli::json(&cluster(
+        &[
+            &args[..],
+            &["--json", "--request-log", log.to_str().unwrap()],
+        ]
+        .concat(),
+    ));
+    let pd = &v["runs"][0]["disagg"];
+    assert_eq!(pd["pool"]["threshold"], 1.0);
+    let h = &pd["tier_hits"];
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let sum = |key: &str| -> u64 { lines.iter().map(|l| l[key].as_u64().unwrap()).sum() };
+    // Per request and in total alike; the pool's bytes apart from the KV to decode.
+    assert_eq!(
+        sum("remote_hit_tokens"),
+        h["remote_hit_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(
+        sum("pool_bytes_moved"),
+        h["pool_bytes_moved"].as_u64().unwrap()
+    );
+    assert_eq!(
+        sum("kv_bytes_moved"),
+        pd["kv_bytes_moved"].as_u64().unwrap()
+    );
+    assert_eq!(
+        sum("prefix_hit_tokens"),
+        h["gpu_hit_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(
+        sum("offload_hit_tokens"),
+        h["local_host_hit_tokens"].as_u64().unwrap() + h["remote_hit_tokens"].as_u64().unwrap()
+    );
+    assert!(h["fetches"].as_u64().unwrap() > 0, "{h}");
+    for l in &lines {
+        assert!(
+            l["remote_hit_tokens"].as_u64().unwrap() <= l["offload_hit_tokens"].as_u64().unwrap(),
+            "{l}"
+        );
+    }
+    // The default table in 100 columns; the pool's columns with --wide.
+    let out = cluster(&[&args[..], &["--wide"]].concat());
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("pool hit %") && text.contains("remote pool"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }

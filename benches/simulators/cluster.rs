@@ -51,6 +51,7 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
         link_gbps: DEFAULT_KV_LINK_GBPS,
         transfer: KvTransfer::Layerwise,
         local_prefill: None,
+        balancing_threshold: None,
     };
     let layouts = [
         (RouterKind::RoundRobin, None),

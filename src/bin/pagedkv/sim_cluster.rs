@@ -117,6 +117,11 @@ pub fn run(args: Args) -> CmdResult {
     let resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
     let router_cfg = args.routers.config(args.workload.seed)?;
     let disagg = args.pd.disagg()?;
+    let pooled = (resolved.settings.engine.cpu_offload)
+        .is_some_and(|o| o.scope == pagedkv::sim::engine::OffloadScope::Global);
+    if disagg.is_some_and(|d| d.balancing_threshold.is_some()) && !pooled {
+        return Err(pagedkv::sim::cluster::pd::pool::NEEDS_POOL.into());
+    }
     let mut routers = match disagg {
         Some(_) if !args.pd.prefill_routers().is_empty() => args.pd.prefill_routers().to_vec(),
         _ => args.router.clone(),

@@ -67,7 +67,8 @@ pub struct TierArgs {
     #[arg(long)]
     pub offload_bandwidth: Option<String>,
     /// local (or per-replica): a tier per replica; global: one tier every replica shares
-    /// (Mooncake's pool; store-on-evict mode only).
+    /// (store-on-evict mode only); disaggregated, global is the KV pool across prefill nodes
+    /// (Mooncake's): a tier of this size per prefill node, read by the others over the KV link.
     #[arg(long, value_enum, default_value_t = OffloadScope::Local)]
     pub cpu_offload_scope: OffloadScope,
 }

@@ -290,6 +290,7 @@ mod tests {
                 link_gbps: 100.0,
                 transfer: KvTransfer::Layerwise,
                 local_prefill: None,
+                balancing_threshold: None,
             }),
             ..colocated(0)
         }

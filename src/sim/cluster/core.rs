@@ -158,6 +158,23 @@ impl ClusterCore {
         &*self.router
     }
 
+    /// How many of `hashes[from..]` replica `rep`'s own host tier holds ready in a row (0
+    /// without a tier), as a router credits them.
+    pub fn host_blocks(&self, rep: usize, hashes: &[BlockHash], from: usize) -> usize {
+        View {
+            engines: &self.engines,
+            book: &self.book,
+            tiers: &self.tiers,
+            tier_of: &self.tier_of,
+        }
+        .host_blocks(rep, hashes, from)
+    }
+
+    /// The index in `tiers` of replica `rep`'s host tier.
+    pub fn tier_of(&self, rep: usize) -> Option<usize> {
+        self.tier_of.get(rep).copied()
+    }
+
     /// Where the request numbered `uid` went, and its state there.
     pub fn placed(&self, uid: u64) -> Option<(&Placement, &Req)> {
         let k = *self.by_uid.get(&uid)?;

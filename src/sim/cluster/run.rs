@@ -75,6 +75,13 @@ pub struct RequestLine {
     /// ... and whether the prefill router rejected it early (Mooncake's Conductor).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejected: Option<bool>,
+    /// With the KV pool across prefill nodes: prompt tokens it loaded that its fetch from the
+    /// pool brought (counted in `offload_hit_tokens`) ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_hit_tokens: Option<u32>,
+    /// ... and the bytes that fetch moved over the link (apart from `kv_bytes_moved`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool_bytes_moved: Option<u64>,
 }
 
 impl RequestLine {
@@ -100,6 +107,8 @@ impl RequestLine {
             transfer_end: None,
             kv_bytes_moved: None,
             rejected: None,
+            remote_hit_tokens: None,
+            pool_bytes_moved: None,
         }
     }
 
@@ -124,6 +133,8 @@ impl RequestLine {
             transfer_end: None,
             kv_bytes_moved: None,
             rejected: None,
+            remote_hit_tokens: None,
+            pool_bytes_moved: None,
         }
     }
 }

@@ -3,8 +3,8 @@
 
 use crate::count;
 use pagedkv::sim::cluster::pd::{
-    Disagg, KvTransfer, LocalPrefill, DEFAULT_KV_LINK_GBPS, DYNAMO_MAX_LOCAL_PREFILL_LENGTH,
-    DYNAMO_MAX_PREFILL_QUEUE_SIZE,
+    Disagg, KvTransfer, LocalPrefill, DEFAULT_BALANCING_THRESHOLD, DEFAULT_KV_LINK_GBPS,
+    DYNAMO_MAX_LOCAL_PREFILL_LENGTH, DYNAMO_MAX_PREFILL_QUEUE_SIZE,
 };
 use pagedkv::sim::cluster::RouterKind;
 
@@ -52,6 +52,13 @@ pub struct PdArgs {
     /// [Dynamo's default with either flag: 2].
     #[arg(long, value_parser = count(0..))]
     max_prefill_queue_size: Option<usize>,
+    /// The KV pool across prefill nodes (a host tier with --cpu-offload-scope global: a tier
+    /// per prefill node, which the others read over the KV link), read by the Conductor: an
+    /// instance fetches the longer prefix the pool holds when best / local match >= this ratio
+    /// (Mooncake's kvcache_balancing_threshold, FAST'25 Algorithm 1), else prefills from its
+    /// own. [default: 1, fetch any longer prefix: Mooncake publishes no value; see the README]
+    #[arg(long)]
+    kvcache_balancing_threshold: Option<f64>,
 }
 
 impl PdArgs {
@@ -76,6 +83,10 @@ impl PdArgs {
                     self.max_prefill_queue_size.is_some(),
                     "--max-prefill-queue-size",
                 ),
+                (
+                    self.kvcache_balancing_threshold.is_some(),
+                    "--kvcache-balancing-threshold",
+                ),
             ];
             if let Some((_, name)) = stray.iter().find(|(set, _)| *set) {
                 return Err(format!(
@@ -89,6 +100,13 @@ impl PdArgs {
                 "--kv-link-bandwidth must be a number of GB/s > 0, got {}",
                 self.kv_link_bandwidth
             ));
+        }
+        if let Some(t) = self.kvcache_balancing_threshold {
+            if !(t.is_finite() && t >= 1.0) {
+                return Err(format!(
+                    "--kvcache-balancing-threshold is a ratio of prefix lengths, >= 1 (default {DEFAULT_BALANCING_THRESHOLD}), got {t}"
+                ));
+            }
         }
         let local_prefill = (self.max_local_prefill_length.is_some()
             || self.max_prefill_queue_size.is_some())
@@ -110,6 +128,7 @@ impl PdArgs {
             link_gbps: self.kv_link_bandwidth,
             transfer: self.kv_transfer,
             local_prefill,
+            balancing_threshold: self.kvcache_balancing_threshold,
         }))
     }
 

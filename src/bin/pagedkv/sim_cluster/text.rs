@@ -54,7 +54,14 @@ struct Column<'a> {
     cell: Box<dyn Fn(&ClusterOutcome) -> String + 'a>,
 }
 
-fn columns<'a>(unit: &str, lat: &str, scale: f64, tier: bool, pd: bool) -> Vec<Column<'a>> {
+fn columns<'a>(
+    unit: &str,
+    lat: &str,
+    scale: f64,
+    tier: bool,
+    pd: bool,
+    pool: bool,
+) -> Vec<Column<'a>> {
     let col = |head: String,
                key: &str,
                default: bool,
@@ -187,6 +194,25 @@ fn columns<'a>(unit: &str, lat: &str, scale: f64, tier: bool, pd: bool) -> Vec<C
             }),
         ));
     }
+    if pool {
+        let hits = |o: &ClusterOutcome| o.disagg.as_ref().map(|d| d.tier_hits);
+        c.push(col(
+            "pool hit %".into(),
+            "prompt tokens fetched from other prefill nodes' host tiers (the KV pool)",
+            false,
+            Box::new(move |o| pct(hits(o).and_then(|h| h.remote_ratio()))),
+        ));
+        c.push(col(
+            "pool GB".into(),
+            "bytes the pool's fetches moved over the link, GB (apart from the KV to decode)",
+            false,
+            Box::new(move |o| {
+                hits(o).map_or("-".into(), |h| {
+                    format!("{:.1}", h.pool_bytes_moved as f64 / 1e9)
+                })
+            }),
+        ));
+    }
     c
 }
 
@@ -234,7 +260,10 @@ pub fn print(
     let unit = outcomes[0].total.time_unit;
     let (scale, lat) = latency_unit(unit);
     let pd = outcomes.iter().any(|o| o.disagg.is_some());
-    let cols: Vec<Column> = columns(unit, lat, scale, e.cpu_offload.is_some(), pd)
+    let pool = outcomes
+        .iter()
+        .any(|o| o.disagg.as_ref().is_some_and(|d| d.pool.is_some()));
+    let cols: Vec<Column> = columns(unit, lat, scale, e.cpu_offload.is_some(), pd, pool)
         .into_iter()
         .filter(|c| wide || c.default)
         .collect();
@@ -360,6 +389,33 @@ fn run_lines(
                 d.stats.rejected_ttft,
                 d.stats.rejected_tbt,
             )?;
+        }
+        let h = &d.tier_hits;
+        if e.cpu_offload.is_some() {
+            let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
+            let mut line = format!(
+                "  prompt tokens found: GPU {}, own host tier {}, remote pool {} (all {})",
+                pct(h.gpu_ratio()),
+                pct(h.local_host_ratio()),
+                pct(h.remote_ratio()),
+                pct(h.hit_ratio()),
+            );
+            if let (Some(p), Some(chunks)) = (d.pool, d.pool_node_chunks) {
+                line += &format!(
+                    "; the pool: {} nodes × {chunks} chunks, balancing threshold {}: {} fetches moved {} tokens, {:.2} GB over the link (apart from the KV to decode){}",
+                    d.prefill_replicas,
+                    p.threshold,
+                    h.fetches,
+                    h.fetched_tokens,
+                    h.pool_bytes_moved as f64 / 1e9,
+                    if h.store_failures > 0 {
+                        format!(", {} refused by a full tier", h.store_failures)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            outln!("{line}")?;
         }
         if let (Some(x), Some(a)) = (d.transfer_seconds, d.transfer_delay_seconds) {
             outln!(

@@ -11,9 +11,11 @@
 //! them — at most `max_num_batched_tokens` tokens and `max_num_seqs` requests a step — plus what
 //! remains of the step in flight; the request's prefill is its uncached tokens stepped alone
 //! after that queue. The pool's room and the prefix the queued requests will leave cached are
-//! not foreseen. Mooncake's remote-prefix term (fetching a longer prefix held by another
-//! instance, `kvcache_balancing_threshold`) is left out: an instance's cache cannot yet be
-//! filled from another's here.
+//! not foreseen. With the KV pool across prefill nodes ([`super::pool`]) an instance's cached
+//! prefix is its GPU's and its own host tier's, and Mooncake's remote-prefix term is added:
+//! when the instance fetches a longer prefix from the pool (`kvcache_balancing_threshold`), the
+//! fetch's time over the link, and the prefill past that longer prefix. Requests still fetching
+//! for an instance count in its queue, past the prefix they will have.
 
 use super::link::Link;
 use crate::sim::engine::config::EngineConfig;
@@ -26,17 +28,20 @@ use serde::Serialize;
 /// One prefill instance's estimate for a request, in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Estimate {
+    /// Bringing a remote prefix from the pool (0: none fetched).
+    pub fetch: f64,
     pub queue: f64,
     pub prefill: f64,
     /// The KV's arrival at the decode instance past the prefill's end ([`Link::end`]).
     pub transfer: f64,
-    /// Prompt tokens this instance's GPU prefix cache holds (at most prompt − 1).
+    /// Prompt tokens this instance will hold cached (at most prompt − 1): its GPU prefix
+    /// cache's, and with the pool its host tier's and what it fetches.
     pub hit_tokens: u32,
 }
 
 impl Estimate {
     pub fn ttft(&self) -> f64 {
-        self.queue + self.prefill + self.transfer
+        self.fetch + self.queue + self.prefill + self.transfer
     }
 }
 
@@ -136,31 +141,37 @@ pub fn queued_work(e: &Engine, open: &[(u32, u32)], now: f64) -> (f64, Vec<(u32,
     ((e.now() - now).max(0.0), running)
 }
 
-/// Instance `e`'s estimate for a request of `prompt_len` tokens of which it caches `hit`, its
-/// queue `open`, at `now`; the KV (`kv_bytes`, 0 when it does not move) over `link`.
+/// Instance `e`'s estimate for a request of `prompt_len` tokens of which it will cache `hit`
+/// after a fetch of `fetch` seconds, its queue `open` and then `fetching` (requests still
+/// fetching for it: tokens left, tokens cached), at `now`; the KV (`kv_bytes`, 0 when it does
+/// not move) over `link`.
 #[allow(clippy::too_many_arguments)]
 pub fn estimate(
     e: &Engine,
     model: &StepModel,
     open: &[(u32, u32)],
+    fetching: &[(u32, u32)],
     now: f64,
     prompt_len: u32,
     hit: u32,
+    fetch: f64,
     link: &Link,
     kv_bytes: u64,
 ) -> Estimate {
     let cfg = &e.scheduler().cfg;
     let (in_flight, mut work) = queued_work(e, open, now);
+    work.extend_from_slice(fetching);
     let queue = in_flight + prefill_seconds(model, cfg, &mut work);
     let prefill = prefill_seconds(model, cfg, &mut [(prompt_len - hit, hit)]);
     let transfer = if kv_bytes == 0 {
         0.0
     } else {
-        let start = now + queue;
+        let start = now + fetch + queue;
         let end = start + prefill;
         link.end(start, end, kv_bytes) - end
     };
     Estimate {
+        fetch,
         queue,
         prefill,
         transfer,

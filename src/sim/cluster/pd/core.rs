@@ -14,19 +14,23 @@
 //! least estimated TTFT, and a request whose estimate misses the SLOs is rejected: it never
 //! runs, and counts as finished here (rejected + finished = submitted).
 //!
-//! Time: the earliest of the next transfer's end, the prefill instances' next step and the
-//! decode instances' next step goes first (in that order on ties: a transfer that ends as a
-//! decode step begins is in that step).
+//! With the KV pool across prefill nodes ([`super::pool`]) a request the Conductor sends to
+//! fetch a remote prefix first fetches it (from its arrival, over the link), and reaches its
+//! prefill instance's engine when the fetch ends, the chunks then in that node's host tier.
+//!
+//! Time: the earliest of the next fetch's end, the next transfer's end, the prefill instances'
+//! next step and the decode instances' next step goes first (in that order on ties: a transfer
+//! that ends as a decode step begins is in that step).
 
-use super::conductor::{self, Estimate, Rejection};
+use super::conductor::Rejection;
 use super::link::{KvTransfer, Link};
+use super::pool::{self, Fetch, Pool};
 use super::LocalPrefill;
-use crate::sim::cluster::router::{Choice, Reason, RouterKind};
+use crate::sim::cluster::router::{Choice, RouterKind};
 use crate::sim::cluster::ClusterCore;
 use crate::sim::engine::config::ConfigError;
 use crate::sim::engine::driver::{StepSink, System};
-use crate::sim::engine::hash::BlockHash;
-use crate::sim::engine::request::{Req, Status};
+use crate::sim::engine::request::Req;
 use crate::sim::engine::{Engine, EngineError, Slo, Submission};
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
@@ -35,7 +39,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 /// A total order on event times.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-struct Time(f64);
+pub(super) struct Time(f64);
 impl Eq for Time {}
 #[allow(clippy::derive_ord_xor_partial_ord)]
 impl Ord for Time {
@@ -48,9 +52,9 @@ impl Ord for Time {
 #[derive(Debug, Clone)]
 pub struct PdRequest {
     pub uid: u64,
-    request: ServingRequest,
-    predicted: f64,
-    id_rank: u32,
+    pub(super) request: ServingRequest,
+    pub(super) predicted: f64,
+    pub(super) id_rank: u32,
     /// (prefill instance, index in its engine).
     pub prefill: Option<(u32, u32)>,
     /// (decode instance, index in its engine).
@@ -58,11 +62,11 @@ pub struct PdRequest {
     /// Prefilled on its decode instance (conditional disaggregation).
     pub local: bool,
     /// Its prefill has begun.
-    started: bool,
+    pub(super) started: bool,
     /// It waits for a decode instance to reserve blocks, or has them.
-    wanted: bool,
+    pub(super) wanted: bool,
     /// When its reservation was asked for.
-    wanted_at: f64,
+    pub(super) wanted_at: f64,
     pub prefill_end: f64,
     pub transfer_start: f64,
     pub transfer_end: f64,
@@ -74,6 +78,10 @@ pub struct PdRequest {
     pub arrived: bool,
     /// Rejected early by the Conductor: it never ran.
     pub rejected: Option<Rejection>,
+    /// Its fetch from the KV pool, if any.
+    pub fetch: Option<Fetch>,
+    /// While it fetches: the Conductor's choice and the prefix it will have cached (tokens).
+    pub(super) chosen: Option<(Choice, u32)>,
 }
 
 impl PdRequest {
@@ -113,29 +121,35 @@ impl PdStats {
 pub struct PdCore {
     pub prefill: ClusterCore,
     pub decode: Vec<Engine>,
-    link: Link,
-    local: Option<LocalPrefill>,
+    pub(super) link: Link,
+    pub(super) local: Option<LocalPrefill>,
     pub requests: Vec<PdRequest>,
     /// Per prefill (decode) instance: the request of each of its engine's indices.
-    k_prefill: Vec<Vec<u32>>,
-    k_decode: Vec<Vec<u32>>,
+    pub(super) k_prefill: Vec<Vec<u32>>,
+    pub(super) k_decode: Vec<Vec<u32>>,
     /// Per decode instance: requests reserved, waiting or running there.
-    decode_load: Vec<usize>,
+    pub(super) decode_load: Vec<usize>,
     /// Sent to a prefill instance, prefill not begun (Dynamo's prefill queue).
-    prefill_queue: usize,
+    pub(super) prefill_queue: usize,
     /// Waiting for a decode pool, first come first served.
-    pending: VecDeque<u32>,
+    pub(super) pending: VecDeque<u32>,
     /// Transfers under way, by their end.
-    transfers: BinaryHeap<Reverse<(Time, u32)>>,
-    done: usize,
+    pub(super) transfers: BinaryHeap<Reverse<(Time, u32)>>,
+    pub(super) done: usize,
     pub stats: PdStats,
-    block_size: u32,
+    pub(super) block_size: u32,
     /// Mooncake's Conductor chooses the prefill instance; the SLOs it rejects by.
-    conductor: bool,
-    slo: Slo,
+    pub(super) conductor: bool,
+    pub(super) slo: Slo,
     /// Per prefill instance (Conductor): its unfinished requests (index in its engine, the prefix
     /// hit it was routed with).
-    open: Vec<Vec<(u32, u32)>>,
+    pub(super) open: Vec<Vec<(u32, u32)>>,
+    /// The KV pool across prefill nodes.
+    pub(super) pool: Option<Pool>,
+    /// Fetches from the pool under way, by their end; per prefill instance, the requests
+    /// fetching for it.
+    pub(super) fetches: BinaryHeap<Reverse<(Time, u32)>>,
+    pub(super) fetching: Vec<Vec<u32>>,
 }
 
 impl PdCore {
@@ -167,6 +181,9 @@ impl PdCore {
             conductor,
             slo,
             open: vec![Vec::new(); prefill.engines.len()],
+            pool: None,
+            fetches: BinaryHeap::new(),
+            fetching: vec![Vec::new(); prefill.engines.len()],
             k_prefill: vec![Vec::new(); prefill.engines.len()],
             k_decode: vec![Vec::new(); decode.len()],
             decode_load: vec![0; decode.len()],
@@ -188,8 +205,43 @@ impl PdCore {
         &self.link
     }
 
+    /// The prefill instances' host tiers form a KV pool (see [`super::pool`]): read by the
+    /// Conductor, each instance with a tier of its own.
+    pub fn with_pool(mut self, pool: Pool) -> Result<PdCore, EngineError> {
+        if !self.conductor {
+            return Err(ConfigError(
+                "the KV pool across prefill nodes is read by Mooncake's Conductor: it needs --prefill-router conductor".into(),
+            )
+            .into());
+        }
+        let n = self.prefill.engines.len();
+        if (0..n).any(|p| self.prefill.tier_of(p) != Some(p)) {
+            return Err(ConfigError(
+                "the KV pool across prefill nodes needs a host tier on each prefill node".into(),
+            )
+            .into());
+        }
+        if !(pool.threshold.is_finite() && pool.threshold >= 1.0) {
+            return Err(ConfigError(format!(
+                "the KV cache balancing threshold is a ratio of prefix lengths, >= 1; got {}",
+                pool.threshold
+            ))
+            .into());
+        }
+        self.pool = Some(pool);
+        Ok(self)
+    }
+
+    pub fn pool(&self) -> Option<Pool> {
+        self.pool
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
     /// Decode instances by load, fewest requests first, ties to the lowest index.
-    fn decode_order(&self) -> Vec<usize> {
+    pub(super) fn decode_order(&self) -> Vec<usize> {
         let mut order: Vec<usize> = (0..self.decode.len()).collect();
         order.sort_by_key(|&d| (self.decode_load[d], d));
         order
@@ -321,204 +373,67 @@ impl PdCore {
         self.prefill.engines[p as usize].release_held_kv(pi, at);
     }
 
-    /// Every invariant of every instance ([`Engine::check`], [`ClusterCore::check`]) and of the
-    /// requests between them: each in one place, blocks held on each side as its state says,
-    /// the counts adding up.
-    pub fn check(&self) -> Result<(), String> {
-        self.prefill.check().map_err(|m| format!("prefill: {m}"))?;
-        for (d, e) in self.decode.iter().enumerate() {
-            e.check().map_err(|m| format!("decode {d}: {m}"))?;
+    /// Request `k` was just submitted to a prefill instance, with `hit` tokens cached by the
+    /// Conductor's estimate.
+    fn on_prefill(&mut self, k: u32, hit: u32) {
+        let q = &self.requests[k as usize];
+        let (p, _) = self.prefill.placed(q.uid).expect("just placed");
+        let (rep, i) = (p.replica, p.index);
+        if self.conductor {
+            self.open[rep as usize].push((i, hit));
         }
-        let (mut finished, mut queued, mut moving) = (0, 0, 0);
-        for (k, q) in self.requests.iter().enumerate() {
-            let pre = self.prefill_req(k);
-            let dec = self.decode_req(k);
-            if q.rejected.is_some() {
-                if pre.is_some() || dec.is_some() {
-                    return Err(format!("{}: rejected, yet placed", q.request.id));
-                }
-                finished += 1;
-                continue;
-            }
-            let done = match (q.moves(), pre, dec) {
-                (false, Some(p), None) => p.is_finished(),
-                (false, None, Some(d)) => d.is_finished(),
-                (true, Some(p), d) => {
-                    let held = p.is_finished() && p.hold_kv;
-                    match d {
-                        None => {
-                            if p.is_finished() && !held {
-                                return Err(format!("{}: freed before its transfer", q.request.id));
-                            }
-                            queued += usize::from(q.wanted);
-                            false
-                        }
-                        Some(d) if !q.arrived => {
-                            moving += usize::from(q.prefill_end.is_finite());
-                            if d.status != Status::Receiving || (p.is_finished() && !held) {
-                                return Err(format!(
-                                    "{}: in transfer, decode side {:?}, prefill side holds {held}",
-                                    q.request.id, d.status
-                                ));
-                            }
-                            if d.num_computed != d.prompt_len
-                                || d.blocks.len() as u64
-                                    != u64::from(d.prompt_len + 1)
-                                        .div_ceil(u64::from(self.block_size))
-                            {
-                                return Err(format!(
-                                    "{}: {} blocks reserved for {} tokens",
-                                    q.request.id,
-                                    d.blocks.len(),
-                                    d.prompt_len
-                                ));
-                            }
-                            false
-                        }
-                        Some(d) => {
-                            if held || !p.blocks.is_empty() {
-                                return Err(format!(
-                                    "{}: the prefill side holds blocks after the transfer",
-                                    q.request.id
-                                ));
-                            }
-                            d.is_finished()
-                        }
-                    }
-                }
-                _ => {
-                    return Err(format!(
-                        "{}: placed {:?} / {:?}",
-                        q.request.id, q.prefill, q.decode
-                    ))
-                }
-            };
-            finished += usize::from(done);
+        if q.request.output_len > 1 {
+            self.prefill.engines[rep as usize].hold_kv_on_finish(i);
         }
-        if finished != self.done {
-            return Err(format!("{finished} finished, {} counted", self.done));
+        self.requests[k as usize].prefill = Some((rep, i));
+        self.k_prefill[rep as usize].push(k);
+    }
+
+    /// Request `k`'s fetch from the pool ends at `at`: its chunks go to its instance's host tier,
+    /// and the request to its engine, arriving now.
+    fn land(&mut self, k: u32, at: f64) -> Result<(), EngineError> {
+        let q = &mut self.requests[k as usize];
+        let (choice, hit) = q.chosen.take().expect("a fetch has its choice");
+        let rep = choice.replica;
+        let first = ServingRequest {
+            output_len: 1,
+            arrival: at,
+            ..q.request.clone()
+        };
+        let (uid, predicted, id_rank) = (q.uid, q.predicted, q.id_rank);
+        let f = q.fetch.expect("a fetch");
+        let hashes = self.hashes(&first, uid);
+        let bpc = self.prefill.engines[rep]
+            .scheduler()
+            .cfg
+            .cpu_offload
+            .map_or(1, |o| o.blocks_per_chunk) as u32;
+        let t = self
+            .prefill
+            .tier_of(rep)
+            .expect("the pool has a tier per node");
+        let stored = pool::store(
+            &mut self.prefill.tiers[t],
+            &hashes,
+            f.from,
+            f.to,
+            bpc,
+            self.block_size,
+            uid,
+        );
+        if let Some(f) = &mut self.requests[k as usize].fetch {
+            f.stored = stored;
         }
-        if queued != self.pending.len() || moving != self.transfers.len() {
-            return Err(format!(
-                "{queued} wait for a decode pool ({} queued), {moving} in transfer ({} timed)",
-                self.pending.len(),
-                self.transfers.len()
-            ));
-        }
-        let load: usize = self.decode_load.iter().sum();
-        let on_decode = self.requests.iter().filter(|q| q.decode.is_some()).count();
-        let decode_done: usize = self.decode.iter().map(Engine::finished_requests).sum();
-        if load + decode_done != on_decode {
-            return Err(format!(
-                "decode loads {load} + {decode_done} finished, {on_decode} sent"
-            ));
-        }
+        self.fetching[rep].retain(|&x| x != k);
+        let s1 = Submission {
+            request: &first,
+            uid,
+            predicted,
+            id_rank,
+        };
+        self.prefill.submit_to(s1, at, choice)?;
+        self.on_prefill(k, hit);
         Ok(())
-    }
-
-    /// The chained hashes of `r`'s full blocks, as the engines hash them.
-    fn hashes(&self, r: &ServingRequest, uid: u64) -> Vec<BlockHash> {
-        let bs = self.block_size;
-        let mut probe = Req::new(r, 0.0, 0, uid);
-        (0..r.prompt.len() as u32 / bs)
-            .map(|j| probe.block_hash(j, bs))
-            .collect()
-    }
-
-    /// The Conductor's estimate on every prefill instance for request `r` (numbered `uid`)
-    /// arriving at `now`, its KV bound for the least loaded decode instance.
-    pub fn conductor_estimates(
-        &self,
-        r: &ServingRequest,
-        uid: u64,
-        now: f64,
-    ) -> Result<Vec<Estimate>, EngineError> {
-        let hashes = self.hashes(r, uid);
-        self.estimates(r, &hashes, now, self.decode_order()[0])
-    }
-
-    fn estimates(
-        &self,
-        r: &ServingRequest,
-        hashes: &[BlockHash],
-        now: f64,
-        d: usize,
-    ) -> Result<Vec<Estimate>, EngineError> {
-        let bs = self.block_size;
-        let prompt = r.prompt.len() as u32;
-        // The last prompt token is always computed (vLLM's max_cache_hit_length).
-        let usable = &hashes[..(prompt.saturating_sub(1) / bs) as usize];
-        let kv_bytes = if r.output_len > 1 {
-            let held = self.decode[d].cached_prefix_blocks(hashes) as u32 * bs;
-            self.link.bytes(prompt - held.min(prompt))
-        } else {
-            0
-        };
-        self.prefill
-            .engines
-            .iter()
-            .enumerate()
-            .map(|(p, e)| {
-                let model = e.step_model().ok_or_else(needs_seconds)?;
-                let hit = e.cached_prefix_blocks(usable) as u32 * bs;
-                Ok(conductor::estimate(
-                    e,
-                    model,
-                    &self.open[p],
-                    now,
-                    prompt,
-                    hit,
-                    &self.link,
-                    kv_bytes,
-                ))
-            })
-            .collect()
-    }
-
-    /// The Conductor's choice for `r` at `now`, its KV bound for decode instance `d`: the
-    /// prefill instance with the least estimate and the prefix hit there, or a rejection.
-    fn conduct(
-        &self,
-        r: &ServingRequest,
-        uid: u64,
-        now: f64,
-        d: usize,
-    ) -> Result<Result<(Choice, u32), Rejection>, EngineError> {
-        let hashes = self.hashes(r, uid);
-        let est = self.estimates(r, &hashes, now, d)?;
-        let p = conductor::least(&est).expect("a cluster has prefill instances");
-        let best = est[p];
-        if let Some(slo) = self.slo.ttft.filter(|&s| best.ttft() > s) {
-            return Ok(Err(Rejection::Ttft {
-                estimate: best.ttft(),
-                slo,
-            }));
-        }
-        let tbt = match (self.slo.tbt, self.slo.tpot) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let (Some(slo), true) = (tbt, r.output_len > 1) {
-            let e = &self.decode[d];
-            let model = e.step_model().ok_or_else(needs_seconds)?;
-            let step = conductor::decode_step_seconds(e, model, r.prompt.len() as u32);
-            if step > slo {
-                return Ok(Err(Rejection::Tbt {
-                    estimate: step,
-                    slo,
-                }));
-            }
-        }
-        let choice = Choice {
-            replica: p,
-            reason: Reason::Estimate {
-                ttft: best.ttft(),
-                queue: best.queue,
-                prefill: best.prefill,
-                transfer: best.transfer,
-            },
-        };
-        Ok(Ok((choice, best.hit_tokens)))
     }
 
     /// Dynamo's conditional disaggregation for a request about to go to decode instance `d`.
@@ -559,6 +474,8 @@ impl System for PdCore {
             waited_for_decode: false,
             arrived: false,
             rejected: None,
+            fetch: None,
+            chosen: None,
         };
         let d = self.decode_order()[0];
         if self.prefills_locally(r, s.uid, d) {
@@ -580,7 +497,17 @@ impl System for PdCore {
             let mut hit = 0;
             if self.conductor {
                 match self.conduct(r, s.uid, now, d)? {
-                    Ok((choice, h)) => {
+                    Ok((choice, h, Some(f))) => {
+                        // It reaches its instance when its remote prefix has landed there.
+                        q.fetch = Some(f);
+                        q.chosen = Some((choice, h));
+                        self.fetches.push(Reverse((Time(f.end), k)));
+                        self.fetching[choice.replica].push(k);
+                        self.prefill_queue += 1;
+                        self.requests.push(q);
+                        return Ok(());
+                    }
+                    Ok((choice, h, None)) => {
                         self.prefill.submit_to(s1, now, choice)?;
                         hit = h;
                     }
@@ -598,23 +525,17 @@ impl System for PdCore {
             } else {
                 self.prefill.submit(s1, now)?;
             }
-            let (p, _) = self.prefill.placed(s.uid).expect("just placed");
-            let (rep, i) = (p.replica, p.index);
-            if self.conductor {
-                self.open[rep as usize].push((i, hit));
-            }
-            if r.output_len > 1 {
-                self.prefill.engines[rep as usize].hold_kv_on_finish(i);
-            }
-            q.prefill = Some((rep, i));
-            self.k_prefill[rep as usize].push(k);
+            self.requests.push(q);
+            self.on_prefill(k, hit);
             self.prefill_queue += 1;
+            return Ok(());
         }
         self.requests.push(q);
         Ok(())
     }
 
     fn next_event_time(&self) -> Option<f64> {
+        let fetch = self.fetches.peek().map(|Reverse((Time(t), _))| *t);
         let transfer = self.transfers.peek().map(|Reverse((Time(t), _))| *t);
         let decode = self
             .decode
@@ -622,7 +543,7 @@ impl System for PdCore {
             .filter_map(Engine::next_step_time)
             .min_by(f64::total_cmp);
         // An instance asleep until another frees its blocks has no next step of its own.
-        [transfer, self.prefill.next_event_time(), decode]
+        [fetch, transfer, self.prefill.next_event_time(), decode]
             .into_iter()
             .flatten()
             .filter(|t| t.is_finite())
@@ -645,6 +566,13 @@ impl System for PdCore {
             (a, _) => a.is_some(),
         };
         let td = decode.map(|(_, t)| t);
+        if let Some(&Reverse((Time(t), k))) = self.fetches.peek() {
+            let tt = transfer.map(|(t, _)| t);
+            if before(Some(t), tt) && before(Some(t), prefill) && before(Some(t), td) {
+                self.fetches.pop();
+                return self.land(k, t);
+            }
+        }
         if let Some((t, k)) = transfer {
             if before(Some(t), prefill) && before(Some(t), td) {
                 self.transfers.pop();
@@ -687,7 +615,7 @@ impl System for PdCore {
     }
 }
 
-fn needs_seconds() -> EngineError {
+pub(super) fn needs_seconds() -> EngineError {
     ConfigError(
         "the conductor estimates in seconds: it needs a model's clock, not --clock steps".into(),
     )

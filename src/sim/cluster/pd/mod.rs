@@ -7,15 +7,20 @@
 //!   instances as one [`crate::sim::engine::System`]; Dynamo's conditional disaggregation.
 //! - [`conductor`]: Mooncake's Conductor: the prefill instance with the least estimated TTFT,
 //!   early rejection under SLOs.
+//! - [`pool`]: the KV pool across the prefill nodes' host memory, read over the link.
 //! - [`run`]: runs on a trace and reports.
 
+mod check;
+mod choose;
 pub mod conductor;
 pub mod core;
 pub mod link;
+pub mod pool;
 pub mod run;
 
 pub use self::core::{PdCore, PdRequest, PdStats};
 pub use link::{KvTransfer, Link};
+pub use pool::{Pool, TierHits, DEFAULT_BALANCING_THRESHOLD};
 
 use serde::Serialize;
 
@@ -41,6 +46,9 @@ pub struct Disagg {
     pub transfer: KvTransfer,
     /// Dynamo's conditional disaggregation (`None`: every prefill is remote).
     pub local_prefill: Option<LocalPrefill>,
+    /// Mooncake's `kvcache_balancing_threshold` for the KV pool across prefill nodes (`None`:
+    /// [`DEFAULT_BALANCING_THRESHOLD`]); the pool is on with `--cpu-offload-scope global`.
+    pub balancing_threshold: Option<f64>,
 }
 
 /// When a request prefills on its decode instance instead (Dynamo's rule).

@@ -1,9 +1,12 @@
 //! A disaggregated run on a trace: the prefill instances (at `--prefill-tp`, behind the chosen
 //! router) and the decode instances (at `--decode-tp`, no host tier), what each reports, their
-//! total over each request's whole path, and the link's counts.
+//! total over each request's whole path, the link's counts, and the prompt tokens by the tier
+//! that held them. A host tier of global scope becomes the KV pool across prefill nodes: a tier
+//! per node, read by the others over the link ([`super::pool`]).
 
 use super::core::PdCore;
 use super::link::{KvTransfer, Link};
+use super::pool::{Pool, TierHits, DEFAULT_BALANCING_THRESHOLD, NEEDS_POOL};
 use super::{Disagg, PdStats};
 use crate::sim::cluster::core::ClusterCore;
 use crate::sim::cluster::router;
@@ -16,7 +19,7 @@ use crate::sim::engine::request::Req;
 use crate::sim::engine::scheduler::SchedStats;
 use crate::sim::engine::setup::prepare;
 use crate::sim::engine::step_time::kv_bytes_per_token_per_gpu;
-use crate::sim::engine::{Clock, Engine, EngineError, Recording, RunSettings};
+use crate::sim::engine::{Clock, Engine, EngineError, OffloadScope, Recording, RunSettings};
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
 
@@ -38,6 +41,11 @@ pub struct PdReport {
     pub transfer_seconds: Option<Distribution>,
     /// Prefill end to arrival: what the move added to the request's path (seconds).
     pub transfer_delay_seconds: Option<Distribution>,
+    /// The KV pool across prefill nodes, when on; each node's tier holds `pool_node_chunks`.
+    pub pool: Option<Pool>,
+    pub pool_node_chunks: Option<usize>,
+    /// Prompt tokens by where they were found, and the pool's fetches.
+    pub tier_hits: TierHits,
 }
 
 /// `s` at `tp` (`None`: its own).
@@ -73,7 +81,21 @@ pub fn run(
     steps: &mut StepSink<'_>,
     progress: impl FnMut(usize, usize),
 ) -> Result<ClusterOutcome, EngineError> {
-    let (pcfg, pclock, efficiency, ptp) = at_tp(s, d.prefill_tp, block_size)?;
+    let (mut pcfg, pclock, efficiency, ptp) = at_tp(s, d.prefill_tp, block_size)?;
+    // Global scope under disaggregation: the pool (a tier per node, shared over the link).
+    let pool = match &mut pcfg.cpu_offload {
+        Some(o) if o.scope == OffloadScope::Global => {
+            o.scope = OffloadScope::Local;
+            Some(Pool {
+                threshold: d.balancing_threshold.unwrap_or(DEFAULT_BALANCING_THRESHOLD),
+            })
+        }
+        _ => None,
+    };
+    // Without any tier (the CLI's comparison run without it) the threshold has nothing to read.
+    if pool.is_none() && pcfg.cpu_offload.is_some() && d.balancing_threshold.is_some() {
+        return Err(ConfigError(NEEDS_POOL.into()).into());
+    }
     let (mut dcfg, dclock, _, dtp) = at_tp(s, d.decode_tp, block_size)?;
     dcfg.cpu_offload = None;
     let served = accepted(requests, pcfg.max_model_len)?;
@@ -95,6 +117,9 @@ pub fn run(
         layers: s.model.layers as u32,
     };
     let mut c = PdCore::new(prefill, decode, link, d.local_prefill)?;
+    if let Some(p) = pool {
+        c = c.with_pool(p)?;
+    }
     drive(&mut c, &prepared, steps, progress)?;
     let mut o = outcome(
         &c,
@@ -108,6 +133,7 @@ pub fn run(
     o.total.rejected = served.refused;
     o.total.shortened = served.shortened;
     if let Some(p) = &mut o.disagg {
+        p.pool_node_chunks = pool.and(pcfg.cpu_offload.map(|o| o.chunks));
         (p.prefill_tp, p.decode_tp) = (ptp, dtp);
         (p.prefill_gpu_blocks, p.decode_gpu_blocks) = (pcfg.num_gpu_blocks, dcfg.num_gpu_blocks);
     }
@@ -121,7 +147,7 @@ fn whole_path(c: &PdCore, k: usize) -> Option<Req> {
     if c.requests[k].rejected.is_some() {
         return None;
     }
-    Some(match (c.prefill_req(k), c.decode_req(k)) {
+    let mut r = match (c.prefill_req(k), c.decode_req(k)) {
         (Some(p), Some(d)) => {
             let mut r = d.clone();
             r.first_hit = p.first_hit;
@@ -133,7 +159,35 @@ fn whole_path(c: &PdCore, k: usize) -> Option<Req> {
         (Some(p), None) => p.clone(),
         (None, Some(d)) => d.clone(),
         (None, None) => unreachable!("every request not rejected is placed"),
-    })
+    };
+    // A request that fetched from the pool reached its prefill engine later: its TTFT counts
+    // from its arrival.
+    r.arrival = c.requests[k].request.arrival;
+    Some(r)
+}
+
+/// Prompt tokens by tier over the requests that ran (their whole paths), and the pool's
+/// fetches.
+pub fn tier_hits(c: &PdCore) -> TierHits {
+    let bs = c.block_size();
+    let mut t = TierHits::default();
+    for (k, q) in c.requests.iter().enumerate() {
+        let r = whole_path(c, k);
+        if let Some(f) = &q.fetch {
+            t.fetches += 1;
+            t.fetched_tokens += u64::from((f.to - f.from) * bs);
+            t.pool_bytes_moved += f.bytes;
+            t.store_failures += usize::from(!f.stored);
+        }
+        let Some(r) = r else { continue };
+        let host = r.first_offload_hit.unwrap_or(0);
+        let remote = q.fetch.map_or(0, |f| f.used_tokens(&r, bs));
+        t.prompt_tokens += u64::from(r.prompt_len);
+        t.gpu_hit_tokens += u64::from(r.first_hit.unwrap_or(0));
+        t.local_host_hit_tokens += u64::from(host - remote);
+        t.remote_hit_tokens += u64::from(remote);
+    }
+    t
 }
 
 /// The requests the Conductor rejected count among the requests and, as Mooncake counts them,
@@ -214,6 +268,8 @@ fn outcome(
                 transfer_end: Some(None),
                 kv_bytes_moved: Some(0),
                 rejected: Some(true),
+                remote_hit_tokens: c.pool().map(|_| 0),
+                pool_bytes_moved: c.pool().map(|_| 0),
                 ..RequestLine::refused(r)
             });
             continue;
@@ -247,6 +303,10 @@ fn outcome(
             transfer_end: Some(moved.then_some(q.transfer_end)),
             kv_bytes_moved: Some(q.kv_bytes),
             rejected: Some(false),
+            remote_hit_tokens: c
+                .pool()
+                .map(|_| q.fetch.map_or(0, |f| f.used_tokens(whole, c.block_size()))),
+            pool_bytes_moved: c.pool().map(|_| q.fetch.map_or(0, |f| f.bytes)),
         });
     }
     let moved: Vec<&super::PdRequest> = c
@@ -277,6 +337,9 @@ fn outcome(
                 .map(|q| q.transfer_end - q.prefill_end)
                 .collect(),
         ),
+        pool: c.pool(),
+        pool_node_chunks: None,
+        tier_hits: tier_hits(c),
     };
     ClusterOutcome {
         replicas: d.prefill_replicas + d.decode_replicas,

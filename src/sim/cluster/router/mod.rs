@@ -121,6 +121,8 @@ pub enum Reason {
     /// Conductor: the least estimated TTFT (seconds: queue + prefill + the KV's tail to decode).
     Estimate {
         ttft: f64,
+        /// A remote prefix fetched from the KV pool (0: none).
+        fetch: f64,
         queue: f64,
         prefill: f64,
         transfer: f64,
@@ -185,17 +187,25 @@ impl std::fmt::Display for Reason {
             Reason::Sampled { cost, p } => write!(f, "cost {cost} drawn with p {p:.3}"),
             Reason::Estimate {
                 ttft,
+                fetch,
                 queue,
                 prefill,
                 transfer,
-            } => write!(
-                f,
-                "least estimated TTFT {:.1} ms (queue {:.1} + prefill {:.1} + KV tail {:.2})",
-                ttft * 1e3,
-                queue * 1e3,
-                prefill * 1e3,
-                transfer * 1e3
-            ),
+            } => {
+                let fetch = if fetch > 0.0 {
+                    format!("pool fetch {:.2} + ", fetch * 1e3)
+                } else {
+                    String::new()
+                };
+                write!(
+                    f,
+                    "least estimated TTFT {:.1} ms ({fetch}queue {:.1} + prefill {:.1} + KV tail {:.2})",
+                    ttft * 1e3,
+                    queue * 1e3,
+                    prefill * 1e3,
+                    transfer * 1e3
+                )
+            }
         }
     }
 }
