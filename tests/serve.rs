@@ -382,7 +382,10 @@ async fn a_served_run_equals_its_offline_replay_and_its_metrics() {
     // A pool of 40 blocks of 16 and 6 seats: shared prefixes hit, long requests preempt.
     let s = settings(4096, 40, 6);
     let log = Buffer::default();
-    let server = start(s.clone(), 1, Some(log.clone())).await;
+    // At the wall clock (time scale 1) the requests, sent within milliseconds, overlap for
+    // about a second of decoding whatever the machine's pace, so the run hits and preempts; a
+    // faster clock would let a loaded machine's delays spread them apart.
+    let server = start_with(s.clone(), 1, Some(log.clone()), 1.0, 100_000).await;
     let (c, a) = (client(), server.addrs[0]);
     let asks: Vec<(Vec<u32>, u32)> = (0..40u32)
         .map(|i| {
