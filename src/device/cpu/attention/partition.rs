@@ -1,10 +1,7 @@
 //! One partition of one sequence, every KV head: the step loop of CPU decode attention.
 //!
 //! Steps of [`STEP`] tokens, and within a step KV head after KV head, so a paged block
-//! (`[num_kv_heads, block_size, head_dim]`) is read part after part in address order; where the
-//! rows say a head's tokens are one run ([`RowLocator::heads_outer`], a contiguous cache), every
-//! step of one head before the next head's, so that two streams are read rather than two per KV
-//! head. Per step:
+//! (`[num_kv_heads, block_size, head_dim]`) is read part after part in address order. Per step:
 //! - the block table is read once: the memory of the next step (of the next task after the last),
 //!   every KV head, becomes a few contiguous spans (a whole block is one), requested into L2 a few
 //!   lines at a time while this step computes (see [`super::super::simd::Ahead`]); then, per KV
@@ -13,7 +10,7 @@
 //!   loaded and converted once for the run), one online-softmax update, and the V rows
 //!   accumulated with the old accumulators' rescaling folded in.
 
-use super::super::simd::{group_runs, Ahead, Kernels, Span, SCORES_LEN};
+use super::super::simd::{group_runs, Ahead, Kernels, SCORES_LEN};
 use super::{AttentionShape, RowLocator, Task};
 use crate::kv::KvElem;
 
@@ -62,52 +59,14 @@ pub(super) fn attend_partition<T: KvElem, KV: KvElem>(
         partial,
     };
     let mut spans = Vec::new();
-    let steps = (task.start..task.end).step_by(STEP);
-    // The first step of the next task, requested during this task's last.
-    let next_first = |spans: &mut Vec<Span>, head: Option<usize>| {
-        if let Some(t) = next_task {
-            let end = (t.start + STEP).min(t.end);
-            match head {
-                Some(h) => rows.head_spans(t.seq, h, t.start, end, spans),
-                None => rows.spans(t.seq, t.start, end, spans),
-            }
-        }
-    };
-    if rows.heads_outer() {
-        // One KV head's tokens, then the next head's: two streams (K and V) at a time.
-        for head in 0..kv_heads {
-            for t0 in steps.clone() {
-                let n = STEP.min(task.end - t0);
-                spans.clear();
-                let next = t0 + STEP;
-                if next < task.end {
-                    rows.head_spans(
-                        task.seq,
-                        head,
-                        next,
-                        (next + STEP).min(task.end),
-                        &mut spans,
-                    );
-                } else if head + 1 < kv_heads {
-                    let end = (task.start + STEP).min(task.end);
-                    rows.head_spans(task.seq, head + 1, task.start, end, &mut spans);
-                } else {
-                    next_first(&mut spans, Some(0));
-                }
-                let mut ahead = Ahead::new(k, v, &spans, kernels.beats(group, n));
-                walk.head_step(rows, head, t0, n, &mut ahead);
-            }
-        }
-        return;
-    }
-    for t0 in steps {
+    for t0 in (task.start..task.end).step_by(STEP) {
         let n = STEP.min(task.end - t0);
         spans.clear();
         let next = t0 + STEP;
         if next < task.end {
             rows.spans(task.seq, next, (next + STEP).min(task.end), &mut spans);
-        } else {
-            next_first(&mut spans, None);
+        } else if let Some(t) = next_task {
+            rows.spans(t.seq, t.start, (t.start + STEP).min(t.end), &mut spans);
         }
         let mut ahead = Ahead::new(k, v, &spans, kv_heads * kernels.beats(group, n));
         for head in 0..kv_heads {
@@ -116,7 +75,7 @@ pub(super) fn attend_partition<T: KvElem, KV: KvElem>(
     }
 }
 
-/// One task's state while it walks its (KV head, step) pairs.
+/// One task's state while it walks its steps.
 struct Walk<'a, KV> {
     kernels: Kernels,
     shape: &'a AttentionShape,

@@ -21,18 +21,6 @@ pub trait RowLocator: Sync {
     /// Appends to `out` contiguous spans that together hold the rows of tokens `t0..t1` of every
     /// KV head (and may hold more, never outside the buffer), in the order they are best read.
     fn spans(&self, seq: usize, t0: usize, t1: usize, out: &mut Vec<Span>);
-
-    /// As [`Self::spans`], for KV head `head` only (the default: every head's).
-    fn head_spans(&self, seq: usize, head: usize, t0: usize, t1: usize, out: &mut Vec<Span>) {
-        let _ = head;
-        self.spans(seq, t0, t1, out);
-    }
-
-    /// Whether a task should walk each KV head's tokens before the next head's rather than
-    /// every head per step: where a head's rows are one run through the task.
-    fn heads_outer(&self) -> bool {
-        false
-    }
 }
 
 /// Rows of a paged pool, found through the block table.
@@ -118,24 +106,12 @@ impl RowLocator for ContiguousRows {
 
     /// One span per KV head.
     fn spans(&self, seq: usize, t0: usize, t1: usize, out: &mut Vec<Span>) {
-        for head in 0..self.num_kv_heads {
-            self.head_spans(seq, head, t0, t1, out);
-        }
-    }
-
-    fn head_spans(&self, seq: usize, head: usize, t0: usize, t1: usize, out: &mut Vec<Span>) {
         if t1 > t0 {
-            out.push(Span {
+            out.extend((0..self.num_kv_heads).map(|head| Span {
                 start: self.row(seq, head, t0),
                 len: (t1 - t0) * self.head_dim,
-            });
+            }));
         }
-    }
-
-    /// A head's tokens are one run: 16 streams of 8 KiB a step (K and V of 8 heads, 1 MiB
-    /// apart at 4096 tokens) read at 0.52 of the stream limit where two read at 0.7 (measured).
-    fn heads_outer(&self) -> bool {
-        true
     }
 }
 
@@ -211,15 +187,6 @@ mod tests {
         };
         for (t0, t1) in [(0, 10), (3, 4), (9, 10), (5, 5)] {
             spans_cover_the_rows(&rows, 1, 3, 8, (t0, t1), 2 * 3 * 10 * 8);
-            // One head's span holds that head's rows and no other head's.
-            for head in 0..3 {
-                let mut spans = Vec::new();
-                rows.head_spans(1, head, t0, t1, &mut spans);
-                assert_eq!(spans.len(), usize::from(t1 > t0));
-                for s in &spans {
-                    assert_eq!((s.start, s.len), (rows.row(1, head, t0), (t1 - t0) * 8));
-                }
-            }
         }
     }
 }
