@@ -4,6 +4,7 @@
 //! seed whatever the thread count, and can be drawn twice (once to find the largest magnitude a
 //! scale is calibrated from, once to store) without holding them in f32.
 
+use crate::device::cpu::pages::huge_vec;
 use crate::kv::{Dtype, KvElem};
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
@@ -129,7 +130,9 @@ impl Tensor {
 
     /// The values stored as `E`: `E::from_f32(x / scale[head])`.
     pub fn store<E: KvElem>(&self, scale: &[f32]) -> Vec<E> {
-        let mut out = vec![E::default(); self.elems];
+        // Huge pages, as the paged pools have: a contiguous cache on 4 KiB pages walked the page
+        // tables every 4 KiB and read at 0.52 of the stream limit where paged read at 0.72.
+        let mut out = huge_vec(self.elems, E::default());
         out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
             let first = c * CHUNK;
             let mut buf = vec![0f32; o.len()];

@@ -14,6 +14,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod prefetch;
+#[cfg(target_arch = "x86_64")]
+mod softmax512;
 
 pub use prefetch::{Ahead, Span};
 
@@ -24,11 +26,14 @@ pub const MAX_STEP_ROWS: usize = 64;
 /// Scores of one step and run: `[row][g]`, padded to whole vectors.
 pub const SCORES_LEN: usize = MAX_STEP_ROWS * 4;
 
-/// The kernels chosen for one call, for rows of `hd` elements.
+/// The kernels chosen for one call, for rows of `hd` elements, and what [`Kernels::for_rows`]
+/// found of one step's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Kernels {
     isa: Isa,
     hd: usize,
+    /// The rows hold no e4m3 NaN code: the AVX-512 widening may skip turning it into a NaN.
+    nan_free: bool,
 }
 
 /// The instruction sets of the kernel sets, narrowest first.
@@ -80,11 +85,14 @@ impl Kernels {
         let mut sets = vec![Self::portable(hd)];
         #[cfg(target_arch = "x86_64")]
         if hd.is_multiple_of(8) && avx2::available() {
-            sets.push(Kernels { isa: Isa::Avx2, hd });
+            sets.push(Kernels {
+                isa: Isa::Avx2,
+                ..Self::portable(hd)
+            });
             if hd.is_multiple_of(16) && avx512::available() {
                 sets.push(Kernels {
                     isa: Isa::Avx512,
-                    hd,
+                    ..Self::portable(hd)
                 });
             }
         }
@@ -96,7 +104,31 @@ impl Kernels {
         Kernels {
             isa: Isa::Portable,
             hd,
+            nan_free: false,
         }
+    }
+
+    /// These kernels for one step's `rows` of `k` and `v`: with the AVX-512 kernels and an e4m3
+    /// cache, whether the rows hold e4m3's NaN code (the widening without it is 5 instructions a
+    /// vector of 16 rather than 8, the scan half an instruction a vector).
+    pub fn for_rows<T: KvElem>(self, k: &[T], v: &[T], rows: &[usize]) -> Self {
+        if self.isa != Isa::Avx512 || T::DTYPE != crate::kv::Dtype::Fp8E4m3 {
+            return self;
+        }
+        let hd = self.hd;
+        let end = last_row_end(rows, hd);
+        assert!(end <= k.len() && end <= v.len(), "row out of range");
+        let nan_free = match T::DTYPE {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `available` found the features and `hd % 16 == 0`; rows checked; an
+            // e4m3 element is one byte.
+            crate::kv::Dtype::Fp8E4m3 => unsafe {
+                let bytes = |x: &[T]| std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), x.len());
+                !avx512::e4m3_nan_in_rows(bytes(k), bytes(v), rows, hd)
+            },
+            _ => false,
+        };
+        Kernels { nan_free, ..self }
     }
 
     #[cfg(test)]
@@ -150,10 +182,14 @@ impl Kernels {
             // SAFETY: `available` found the features and `hd % 16 == 0`; rows and lengths
             // checked.
             Isa::Avx512 => unsafe {
-                match g {
-                    1 => avx512::scores::<T, 1, 16>(q, k, rows, hd, scale, s, ahead),
-                    2 => avx512::scores::<T, 2, 8>(q, k, rows, hd, scale, s, ahead),
-                    _ => avx512::scores::<T, 4, 4>(q, k, rows, hd, scale, s, ahead),
+                use avx512::scores as sc;
+                match (g, self.nan_free) {
+                    (1, true) => sc::<T, 1, 16, false>(q, k, rows, hd, scale, s, ahead),
+                    (2, true) => sc::<T, 2, 8, false>(q, k, rows, hd, scale, s, ahead),
+                    (_, true) => sc::<T, 4, 4, false>(q, k, rows, hd, scale, s, ahead),
+                    (1, false) => sc::<T, 1, 16, true>(q, k, rows, hd, scale, s, ahead),
+                    (2, false) => sc::<T, 2, 8, true>(q, k, rows, hd, scale, s, ahead),
+                    (_, false) => sc::<T, 4, 4, true>(q, k, rows, hd, scale, s, ahead),
                 }
                 s[n..padded].fill(f32::NEG_INFINITY);
                 return;
@@ -195,6 +231,18 @@ impl Kernels {
     ) -> [f32; 4] {
         assert!(matches!(g, 1 | 2 | 4) && maxs.len() == g && sums.len() == g);
         assert!((1..=MAX_STEP_ROWS).contains(&rows));
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx512 {
+            let s = &mut s[..(rows * g).div_ceil(16) * 16];
+            // SAFETY: `available` found the features; `s` holds whole padded vectors.
+            unsafe {
+                return match g {
+                    1 => softmax512::softmax::<1>(s, as_array(maxs), as_array(sums)),
+                    2 => softmax512::softmax::<2>(s, as_array(maxs), as_array(sums)),
+                    _ => softmax512::softmax::<4>(s, as_array(maxs), as_array(sums)),
+                };
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if self.isa >= Isa::Avx2 {
             let s = &mut s[..(rows * g).div_ceil(8) * 8];
@@ -245,10 +293,14 @@ impl Kernels {
         match self.isa {
             // SAFETY: as in `scores`.
             Isa::Avx512 => unsafe {
-                match g {
-                    1 => avx512::accumulate::<T, 1>(s, v, rows, hd, rescale, acc, ahead),
-                    2 => avx512::accumulate::<T, 2>(s, v, rows, hd, rescale, acc, ahead),
-                    _ => avx512::accumulate::<T, 4>(s, v, rows, hd, rescale, acc, ahead),
+                use avx512::accumulate as ac;
+                match (g, self.nan_free) {
+                    (1, true) => ac::<T, 1, false>(s, v, rows, hd, rescale, acc, ahead),
+                    (2, true) => ac::<T, 2, false>(s, v, rows, hd, rescale, acc, ahead),
+                    (_, true) => ac::<T, 4, false>(s, v, rows, hd, rescale, acc, ahead),
+                    (1, false) => ac::<T, 1, true>(s, v, rows, hd, rescale, acc, ahead),
+                    (2, false) => ac::<T, 2, true>(s, v, rows, hd, rescale, acc, ahead),
+                    (_, false) => ac::<T, 4, true>(s, v, rows, hd, rescale, acc, ahead),
                 }
                 return;
             },

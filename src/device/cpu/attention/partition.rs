@@ -46,8 +46,18 @@ pub(super) fn attend_partition<T: KvElem, KV: KvElem>(
         stats[..group].fill(f32::NEG_INFINITY);
         stats[group..].fill(0.0);
     }
-    let mut step_rows = [0usize; STEP];
-    let mut s = [0f32; SCORES_LEN];
+    let mut walk = Walk {
+        kernels,
+        shape,
+        q: &q,
+        k,
+        v,
+        k_scale,
+        seq: task.seq,
+        step_rows: [0; STEP],
+        s: [0f32; SCORES_LEN],
+        partial,
+    };
     let mut spans = Vec::new();
     for t0 in (task.start..task.end).step_by(STEP) {
         let n = STEP.min(task.end - t0);
@@ -60,20 +70,54 @@ pub(super) fn attend_partition<T: KvElem, KV: KvElem>(
         }
         let mut ahead = Ahead::new(k, v, &spans, kv_heads * kernels.beats(group, n));
         for head in 0..kv_heads {
-            let here = &mut step_rows[..n];
-            rows.rows(task.seq, head, t0, here);
-            let (acc, stats) =
-                partial[head * partial_len..(head + 1) * partial_len].split_at_mut(group * hd);
-            let (maxs, sums) = stats.split_at_mut(group);
-            for (g0, g) in group_runs(group) {
-                let q_run = &q[(head * group + g0) * hd..(head * group + g0 + g) * hd];
-                let scale = shape.scale * k_scale[head];
-                kernels.scores(q_run, g, k, here, scale, &mut s, &mut ahead);
-                let rescale =
-                    kernels.softmax(&mut s, g, n, &mut maxs[g0..g0 + g], &mut sums[g0..g0 + g]);
-                let acc_run = &mut acc[g0 * hd..(g0 + g) * hd];
-                kernels.accumulate(&s, g, v, here, &rescale, acc_run, &mut ahead);
-            }
+            walk.head_step(rows, head, t0, n, &mut ahead);
+        }
+    }
+}
+
+/// One task's state while it walks its steps.
+struct Walk<'a, KV> {
+    kernels: Kernels,
+    shape: &'a AttentionShape,
+    /// The sequence's query, `[num_heads, head_dim]`, in f32.
+    q: &'a [f32],
+    k: &'a [KV],
+    v: &'a [KV],
+    k_scale: &'a [f32],
+    seq: usize,
+    step_rows: [usize; STEP],
+    s: [f32; SCORES_LEN],
+    /// `[num_kv_heads][acc | max | sum]`
+    partial: &'a mut [f32],
+}
+
+impl<KV: KvElem> Walk<'_, KV> {
+    /// Tokens `t0..t0 + n` of KV head `head`: per run of its query heads, scores, one softmax
+    /// update and the V rows accumulated.
+    fn head_step(
+        &mut self,
+        rows: &impl RowLocator,
+        head: usize,
+        t0: usize,
+        n: usize,
+        ahead: &mut Ahead<KV>,
+    ) {
+        let (hd, group) = (self.shape.head_dim, self.shape.group());
+        let here = &mut self.step_rows[..n];
+        rows.rows(self.seq, head, t0, here);
+        let kernels = self.kernels.for_rows(self.k, self.v, here);
+        let partial_len = group * hd + 2 * group;
+        let (acc, stats) =
+            self.partial[head * partial_len..(head + 1) * partial_len].split_at_mut(group * hd);
+        let (maxs, sums) = stats.split_at_mut(group);
+        let scale = self.shape.scale * self.k_scale[head];
+        for (g0, g) in group_runs(group) {
+            let q_run = &self.q[(head * group + g0) * hd..(head * group + g0 + g) * hd];
+            let s = &mut self.s;
+            kernels.scores(q_run, g, self.k, here, scale, s, ahead);
+            let rescale = kernels.softmax(s, g, n, &mut maxs[g0..g0 + g], &mut sums[g0..g0 + g]);
+            let acc_run = &mut acc[g0 * hd..(g0 + g) * hd];
+            kernels.accumulate(s, g, self.v, here, &rescale, acc_run, ahead);
         }
     }
 }

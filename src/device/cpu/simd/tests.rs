@@ -37,8 +37,15 @@ fn close(got: f32, want: f64) -> bool {
 }
 
 /// One step of scores, softmax and accumulation for a run of `g` heads against f64, starting
-/// from a running state (max, sum, accumulators) as an earlier step leaves it.
-fn check_step<T: KvElem>(kernels: Kernels, g: usize, n_rows: usize, rng: &mut impl Rng) {
+/// from a running state (max, sum, accumulators) as an earlier step leaves it; with `for_rows`,
+/// the kernels as [`Kernels::for_rows`] makes them for the step's rows.
+fn check_step<T: KvElem>(
+    kernels: Kernels,
+    for_rows: bool,
+    g: usize,
+    n_rows: usize,
+    rng: &mut impl Rng,
+) {
     let hd = kernels.hd;
     let pool = n_rows * hd + 5;
     let k: Vec<T> = (0..pool)
@@ -51,6 +58,19 @@ fn check_step<T: KvElem>(kernels: Kernels, g: usize, n_rows: usize, rng: &mut im
         .map(|_| rng.random_range(0..=pool - hd))
         .collect();
     let q: Vec<f32> = (0..g * hd).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let kernels = match for_rows {
+        true => {
+            let made = kernels.for_rows(&k, &v, &rows);
+            // Values in [-1, 1) hold no NaN code.
+            let avx512 = kernels.isa == Isa::Avx512;
+            assert_eq!(
+                made.nan_free,
+                avx512 && T::DTYPE == crate::kv::Dtype::Fp8E4m3
+            );
+            made
+        }
+        false => kernels,
+    };
     let el = |x: &[T], r: usize, d: usize| x[r + d].to_f32() as f64;
     let scale = 0.3;
     let want_s: Vec<f64> = (0..n_rows * g)
@@ -122,12 +142,16 @@ fn every_kernel_set_matches_f64_loops() {
     for hd in [8, 16, 24, 64, 128, 12] {
         for kernels in Kernels::available(hd) {
             for g in [1, 2, 4] {
-                for n_rows in [1, 3, 16, 17, MAX_STEP_ROWS] {
-                    check_step::<f16>(kernels, g, n_rows, &mut rng);
-                    check_step::<bf16>(kernels, g, n_rows, &mut rng);
-                    check_step::<f32>(kernels, g, n_rows, &mut rng);
-                    check_step::<Fp8E4m3>(kernels, g, n_rows, &mut rng);
-                    check_step::<Fp8E5m2>(kernels, g, n_rows, &mut rng);
+                for (n_rows, f) in [1, 3, 16, 17, MAX_STEP_ROWS]
+                    .into_iter()
+                    .zip([false, true].into_iter().cycle())
+                {
+                    check_step::<f16>(kernels, f, g, n_rows, &mut rng);
+                    check_step::<bf16>(kernels, !f, g, n_rows, &mut rng);
+                    check_step::<f32>(kernels, f, g, n_rows, &mut rng);
+                    check_step::<Fp8E4m3>(kernels, false, g, n_rows, &mut rng);
+                    check_step::<Fp8E4m3>(kernels, true, g, n_rows, &mut rng);
+                    check_step::<Fp8E5m2>(kernels, !f, g, n_rows, &mut rng);
                 }
             }
             let k: Vec<f16> = (0..77).map(|i| f16::from_f32(i as f32 * 0.25)).collect();
@@ -217,9 +241,23 @@ fn vector_fp8_widening_matches_every_code() {
         out
     }
     fn sixteen<T: KvElem>(elems: &[T]) -> [f32; 16] {
-        let mut out = [0f32; 16];
+        let (mut out, mut fast) = ([0f32; 16], [0f32; 16]);
         // SAFETY: AVX-512 checked by the caller; sixteen one-byte elements, sixteen floats.
-        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), avx512::load16::<T>(elems.as_ptr())) };
+        unsafe {
+            _mm512_storeu_ps(out.as_mut_ptr(), avx512::load16::<T, true>(elems.as_ptr()));
+            _mm512_storeu_ps(
+                fast.as_mut_ptr(),
+                avx512::load16::<T, false>(elems.as_ptr()),
+            );
+        }
+        // Without the NaN fix-up, the same bits for every code but e4m3's NaN.
+        for (lane, (o, f)) in out.iter().zip(fast).enumerate() {
+            let nan_code = T::DTYPE == crate::kv::Dtype::Fp8E4m3 && o.is_nan();
+            assert!(
+                nan_code || o.to_bits() == f.to_bits(),
+                "lane {lane}: {o} != {f}"
+            );
+        }
         // Undone as the kernels undo it (exact: a power of two).
         out.map(|x| x / avx512::widening::<T>())
     }
@@ -235,5 +273,54 @@ fn vector_fp8_widening_matches_every_code() {
         check::<Fp8E5m2, 16>(E5M2, sixteen);
     } else {
         eprintln!("AVX-512 widening not tested: this CPU has no AVX-512 F/BW/VL");
+    }
+}
+
+/// The scan for e4m3's NaN code finds one at any place of any row of K or of V, in rows of any
+/// length the AVX-512 kernels take (a tail past 64 codes too), and nothing outside the rows; a
+/// step with one gives NaN scores (K) or accumulators (V), as the widening with the fix-up does.
+#[test]
+fn e4m3_nan_codes_are_found_in_the_rows_and_give_nan() {
+    let kernels = match Kernels::available(16).pop() {
+        Some(k) if k.isa == Isa::Avx512 => k,
+        _ => return eprintln!("skipped: no AVX-512"),
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let nan = 0x7f_u8; // S 1111 111 with either sign
+    for hd in [16, 48, 80, 128] {
+        let kernels = Kernels { hd, ..kernels };
+        let pool = 6 * hd + 64;
+        let codes = |rng: &mut rand::rngs::StdRng| -> Vec<Fp8E4m3> {
+            (0..pool)
+                .map(|_| Fp8E4m3::from_f32(rng.random_range(-1.0..1.0)))
+                .collect()
+        };
+        let (k0, v0) = (codes(&mut rng), codes(&mut rng));
+        let rows = [3 * hd + 7, 5, hd + 9];
+        assert!(kernels.for_rows(&k0, &v0, &rows).nan_free);
+        for (c, &r) in rows.iter().enumerate() {
+            for d in [0, hd / 2 + 1, hd - 1] {
+                for (in_v, sign) in [(false, 0), (true, 0x80)] {
+                    let (mut k, mut v) = (k0.clone(), v0.clone());
+                    let x = if in_v { &mut v } else { &mut k };
+                    x[r + d] = Fp8E4m3(nan | sign);
+                    let made = kernels.for_rows(&k, &v, &rows);
+                    assert!(!made.nan_free, "hd {hd} row {c} col {d} in V {in_v}");
+                    let mut s = vec![0f32; SCORES_LEN];
+                    let q = vec![0.5f32; hd];
+                    made.scores(&q, 1, &k, &rows, 1.0, &mut s, &mut Ahead::none());
+                    assert_eq!(s[c].is_nan(), !in_v, "score of row {c}");
+                    let mut acc = vec![0f32; hd];
+                    let w = [0.25f32; 4];
+                    made.accumulate(&w, 1, &v, &rows, &[1.0; 4], &mut acc, &mut Ahead::none());
+                    assert_eq!(acc[d].is_nan(), in_v, "column {d}");
+                }
+            }
+        }
+        // Outside the rows (just before and just after one) a NaN code is not the scan's.
+        let (mut k, mut v) = (k0.clone(), v0.clone());
+        k[rows[0] - 1] = Fp8E4m3(nan);
+        v[rows[0] + hd] = Fp8E4m3(nan);
+        assert!(kernels.for_rows(&k, &v, &rows).nan_free, "hd {hd}");
     }
 }
