@@ -92,8 +92,10 @@ pub fn run(args: Args) -> CmdResult {
         for line in describe_limits(&resolved) {
             outln!("{line}")?;
         }
+        let plural = if replicas == 1 { "" } else { "s" };
         outln!(
-            "{replicas} replicas, {scale} simulated {unit} per second; SIGTERM or Ctrl-C stops"
+            "{replicas} replica{plural}, {scale} simulated {unit} per second; SIGTERM or Ctrl-C \
+             stops"
         )?;
         crate::stdout::flush()?;
         server.run_until(shutdown_signal()).await.map_err(unsend)?;
