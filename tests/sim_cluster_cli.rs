@@ -72,6 +72,10 @@ fn bad_input_is_one_line_and_exit_code_2() {
             "needs disaggregated serving",
         ),
         (
+            vec!["--kv-link-sharing", "fifo"],
+            "needs disaggregated serving",
+        ),
+        (
             vec!["--max-local-prefill-length", "10"],
             "needs disaggregated",
         ),
@@ -684,5 +688,70 @@ fn the_kv_pool_reports_its_hits_and_bytes_per_request_and_in_total() {
         text.contains("pool hit %") && text.contains("remote pool"),
         "{text}"
     );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `--kv-link-sharing fifo`: moved whole, each transfer holds its prefill node's NIC and its
+/// decode node's for bytes / bandwidth before its end, so from the request log no two transfers
+/// of one node overlap; with `own` links (the default) they do at this bandwidth, which is what
+/// the flag changes. 200 requests at 1 GB/s, twice: about 1 s.
+#[test]
+fn fifo_links_carry_one_transfer_per_node_at_a_time() {
+    let dir = temp_dir("fifo");
+    let overlaps = |sharing: &str| {
+        let log = dir.join(format!("{sharing}.jsonl"));
+        let out = cluster(&[
+            "--requests",
+            "200",
+            "--rate-scale",
+            "4",
+            "--prefill-replicas",
+            "2",
+            "--decode-replicas",
+            "2",
+            "--kv-transfer",
+            "whole",
+            "--kv-link-bandwidth",
+            "1",
+            "--kv-link-sharing",
+            sharing,
+            "--router",
+            "least-loaded",
+            "--request-log",
+            log.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut busy: Vec<(String, f64, f64)> = Vec::new();
+        for l in std::fs::read_to_string(&log).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let (Some(end), Some(bytes)) =
+                (v["transfer_end"].as_f64(), v["kv_bytes_moved"].as_f64())
+            else {
+                continue;
+            };
+            let begin = end - bytes / 1e9;
+            assert!(begin >= v["transfer_start"].as_f64().unwrap() - 1e-9, "{v}");
+            for node in [
+                format!("p{}", v["prefill_replica"]),
+                format!("d{}", v["decode_replica"]),
+            ] {
+                busy.push((node, begin, end));
+            }
+        }
+        busy.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        let overlapping = busy
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0 && w[1].1 < w[0].2 - 1e-9)
+            .count();
+        (overlapping, busy.len())
+    };
+    let (fifo, moved) = overlaps("fifo");
+    assert!(moved > 100, "{moved}");
+    assert_eq!(fifo, 0);
+    assert!(overlaps("own").0 > 0);
     std::fs::remove_dir_all(dir).unwrap();
 }

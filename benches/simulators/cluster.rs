@@ -50,6 +50,7 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
         decode_tp: None,
         link_gbps: DEFAULT_KV_LINK_GBPS,
         transfer: KvTransfer::Layerwise,
+        link_sharing: Default::default(),
         local_prefill: None,
         balancing_threshold: None,
     };

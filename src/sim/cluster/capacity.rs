@@ -289,6 +289,7 @@ mod tests {
                 decode_tp,
                 link_gbps: 100.0,
                 transfer: KvTransfer::Layerwise,
+                link_sharing: Default::default(),
                 local_prefill: None,
                 balancing_threshold: None,
             }),

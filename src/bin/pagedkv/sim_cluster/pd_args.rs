@@ -3,8 +3,8 @@
 
 use crate::count;
 use pagedkv::sim::cluster::pd::{
-    Disagg, KvTransfer, LocalPrefill, DEFAULT_BALANCING_THRESHOLD, DEFAULT_KV_LINK_GBPS,
-    DYNAMO_MAX_LOCAL_PREFILL_LENGTH, DYNAMO_MAX_PREFILL_QUEUE_SIZE,
+    Disagg, KvTransfer, LinkSharing, LocalPrefill, DEFAULT_BALANCING_THRESHOLD,
+    DEFAULT_KV_LINK_GBPS, DYNAMO_MAX_LOCAL_PREFILL_LENGTH, DYNAMO_MAX_PREFILL_QUEUE_SIZE,
 };
 use pagedkv::sim::cluster::RouterKind;
 
@@ -36,6 +36,11 @@ pub struct PdArgs {
     /// bandwidth); or whole after the prefill.
     #[arg(long, value_enum, default_value_t = KvTransfer::Layerwise)]
     kv_transfer: KvTransfer,
+    /// Whether transfers share their nodes' links: `own` (each has the whole bandwidth, however
+    /// many run at once) or `fifo` (a node's NIC sends or receives one transfer at a time, at
+    /// the full bandwidth, in the order they are ready).
+    #[arg(long, value_enum, default_value_t = LinkSharing::Own)]
+    kv_link_sharing: LinkSharing,
     /// The prefill instances' router (default: --router's list); `conductor` is Mooncake's
     /// (FAST'25, Algorithm 1): the instance with the least estimated TTFT (its queued prefills,
     /// then the request's uncached tokens, through the step-time model, plus the KV's tail to
@@ -74,6 +79,7 @@ impl PdArgs {
                     "--kv-link-bandwidth",
                 ),
                 (self.kv_transfer != KvTransfer::Layerwise, "--kv-transfer"),
+                (!self.kv_link_sharing.is_own(), "--kv-link-sharing"),
                 (!self.prefill_router.is_empty(), "--prefill-router"),
                 (
                     self.max_local_prefill_length.is_some(),
@@ -127,6 +133,7 @@ impl PdArgs {
             decode_tp: self.decode_tp,
             link_gbps: self.kv_link_bandwidth,
             transfer: self.kv_transfer,
+            link_sharing: self.kv_link_sharing,
             local_prefill,
             balancing_threshold: self.kvcache_balancing_threshold,
         }))

@@ -23,7 +23,7 @@
 //! that ends as a decode step begins is in that step).
 
 use super::conductor::Rejection;
-use super::link::{KvTransfer, Link};
+use super::link::{KvTransfer, Link, LinkSharing, Nics};
 use super::pool::{self, Fetch, Pool};
 use super::LocalPrefill;
 use crate::sim::cluster::router::{Choice, RouterKind};
@@ -122,6 +122,8 @@ pub struct PdCore {
     pub prefill: ClusterCore,
     pub decode: Vec<Engine>,
     pub(super) link: Link,
+    /// The nodes' NICs when transfers share them.
+    nics: Option<Nics>,
     pub(super) local: Option<LocalPrefill>,
     pub requests: Vec<PdRequest>,
     /// Per prefill (decode) instance: the request of each of its engine's indices.
@@ -190,6 +192,7 @@ impl PdCore {
             prefill,
             decode,
             link,
+            nics: None,
             local,
             requests: Vec::new(),
             prefill_queue: 0,
@@ -305,10 +308,28 @@ impl PdCore {
         Ok(())
     }
 
+    /// Transfers share their nodes' NICs as `sharing` says.
+    pub fn with_link_sharing(mut self, sharing: LinkSharing) -> PdCore {
+        self.nics = match sharing {
+            LinkSharing::Own => None,
+            LinkSharing::Fifo => Some(Nics::new(self.prefill.engines.len(), self.decode.len())),
+        };
+        self
+    }
+
     /// Request `k` has its decode blocks and its prefill is done: its transfer's end is known.
     fn start_transfer(&mut self, k: u32) {
         let q = &mut self.requests[k as usize];
-        q.transfer_end = self.link.end(q.transfer_start, q.prefill_end, q.kv_bytes);
+        q.transfer_end = match (&mut self.nics, q.prefill, q.decode) {
+            (Some(n), Some((p, _)), Some((d, _))) => n.transfer(
+                &self.link,
+                (p as usize, d as usize),
+                q.transfer_start,
+                q.prefill_end,
+                q.kv_bytes,
+            ),
+            _ => self.link.end(q.transfer_start, q.prefill_end, q.kv_bytes),
+        };
         self.transfers.push(Reverse((Time(q.transfer_end), k)));
     }
 

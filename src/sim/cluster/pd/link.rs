@@ -9,7 +9,9 @@
 //!   `max(prefill_end + bytes / layers / bandwidth, start + bytes / bandwidth)`: the last layer's
 //!   share after the prefill, or the whole volume from the start, whichever is later.
 //!
-//! Each transfer has its node's link to itself (transfers do not share bandwidth).
+//! Sharing ([`LinkSharing`]): by default each transfer has its nodes' links to itself; with
+//! `fifo` a node's NIC carries one transfer at a time at the full bandwidth, in the order the
+//! transfers' ends are set ([`Nics`]).
 
 use serde::Serialize;
 
@@ -23,6 +25,70 @@ pub enum KvTransfer {
 }
 
 crate::value_names::display_as_value_name!(KvTransfer);
+
+/// Whether transfers share their nodes' NICs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkSharing {
+    /// Each transfer has the whole bandwidth of its nodes' links, however many run at once.
+    #[default]
+    Own,
+    /// A node's NIC sends (prefill side) or receives (decode side) one transfer at a time.
+    Fifo,
+}
+
+crate::value_names::display_as_value_name!(LinkSharing);
+
+impl LinkSharing {
+    pub fn is_own(&self) -> bool {
+        *self == LinkSharing::Own
+    }
+}
+
+/// The nodes' NICs under [`LinkSharing::Fifo`]: when each prefill node's and each decode node's
+/// is next free. A transfer begins once it may (its reservation; whole: its prefill's end too)
+/// and both its NICs are free, and holds them for its volume at the full bandwidth (whole: to
+/// its end; layerwise: `bytes / bandwidth` from its beginning — a last layer that waits for the
+/// prefill leaves the NIC to others meanwhile).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nics {
+    send: Vec<f64>,
+    receive: Vec<f64>,
+}
+
+impl Nics {
+    pub fn new(prefill_nodes: usize, decode_nodes: usize) -> Nics {
+        Nics {
+            send: vec![f64::NEG_INFINITY; prefill_nodes],
+            receive: vec![f64::NEG_INFINITY; decode_nodes],
+        }
+    }
+
+    /// The end of a transfer of `bytes` from prefill node `p` to decode node `d`, reserved at
+    /// `start`, its prefill ended at `prefill_end`; books the NICs.
+    pub fn transfer(
+        &mut self,
+        link: &Link,
+        (p, d): (usize, usize),
+        start: f64,
+        prefill_end: f64,
+        bytes: u64,
+    ) -> f64 {
+        let free = self.send[p].max(self.receive[d]);
+        let begin = match link.mode {
+            KvTransfer::Whole => start.max(prefill_end).max(free),
+            KvTransfer::Layerwise => start.max(free),
+        };
+        let end = link.end(begin, prefill_end, bytes);
+        let busy = match link.mode {
+            KvTransfer::Whole => end,
+            KvTransfer::Layerwise => begin + link.seconds(bytes),
+        };
+        self.send[p] = busy;
+        self.receive[d] = busy;
+        end
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Link {
@@ -81,5 +147,34 @@ mod tests {
         l.mode = KvTransfer::Whole;
         assert!((l.end(0.0, 1.0, b) - 1.01).abs() < 1e-12);
         assert!((l.end(2.0, 1.0, b) - 2.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fifo_nics_carry_one_transfer_at_a_time() {
+        // 10 ms a transfer (100 MB over 10 GB/s), 1 ms a layer.
+        let mut l = Link {
+            gbps: 10.0,
+            mode: KvTransfer::Whole,
+            bytes_per_token: 100_000,
+            layers: 10,
+        };
+        let b = l.bytes(1000);
+        let near = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        let mut n = Nics::new(2, 2);
+        // Whole: two prefills of node 0 ending at 1.0 s go one after the other; node 1 to
+        // decode 1 runs beside them; node 1 to decode 0 waits for decode 0's NIC.
+        assert!(near(n.transfer(&l, (0, 0), 0.0, 1.0, b), 1.01));
+        assert!(near(n.transfer(&l, (0, 1), 0.0, 1.0, b), 1.02));
+        assert!(near(n.transfer(&l, (1, 1), 0.5, 0.9, b), 1.03));
+        assert!(near(n.transfer(&l, (1, 0), 0.0, 0.0, b), 1.04));
+        // Layerwise: from the reservation on; the NIC is held for the volume only.
+        l.mode = KvTransfer::Layerwise;
+        let mut n = Nics::new(1, 2);
+        // Streams 0 to 0.01 but ends after its prefill's last layer, at 1.001.
+        assert!(near(n.transfer(&l, (0, 0), 0.0, 1.0, b), 1.001));
+        // The NIC is free again at 0.01: the next, reserved at 0, begins then.
+        assert!(near(n.transfer(&l, (0, 1), 0.0, 0.005, b), 0.02));
+        // Own links would have ended it at 0.01.
+        assert!(near(l.end(0.0, 0.005, b), 0.01));
     }
 }

@@ -19,7 +19,7 @@ pub mod pool;
 pub mod run;
 
 pub use self::core::{PdCore, PdRequest, PdStats};
-pub use link::{KvTransfer, Link};
+pub use link::{KvTransfer, Link, LinkSharing};
 pub use pool::{Pool, TierHits, DEFAULT_BALANCING_THRESHOLD};
 
 use serde::Serialize;
@@ -44,6 +44,9 @@ pub struct Disagg {
     /// GB/s per node.
     pub link_gbps: f64,
     pub transfer: KvTransfer,
+    /// Whether transfers share their nodes' NICs.
+    #[serde(skip_serializing_if = "LinkSharing::is_own")]
+    pub link_sharing: LinkSharing,
     /// Dynamo's conditional disaggregation (`None`: every prefill is remote).
     pub local_prefill: Option<LocalPrefill>,
     /// Mooncake's `kvcache_balancing_threshold` for the KV pool across prefill nodes (`None`:

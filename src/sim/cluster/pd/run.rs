@@ -116,7 +116,8 @@ pub fn run(
         bytes_per_token: kv_bytes_per_token_per_gpu(&s.model, 1),
         layers: s.model.layers as u32,
     };
-    let mut c = PdCore::new(prefill, decode, link, d.local_prefill)?;
+    let mut c =
+        PdCore::new(prefill, decode, link, d.local_prefill)?.with_link_sharing(d.link_sharing);
     if let Some(p) = pool {
         c = c.with_pool(p)?;
     }
