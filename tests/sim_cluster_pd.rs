@@ -3,6 +3,8 @@
 //! take a request keeps it waiting and loses nothing, and conservation of requests, tokens and
 //! blocks on both sides after every event of random workloads.
 
+mod pd_common;
+
 use pagedkv::sim::cluster::pd::{KvTransfer, Link, LocalPrefill, PdCore};
 use pagedkv::sim::cluster::router::build;
 use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
@@ -12,21 +14,9 @@ use pagedkv::sim::engine::{
     prepare, Clock, Engine, EngineConfig, Recording, Slo, StepModel, System,
 };
 use pagedkv::workload::serving::{Prompt, ServingRequest};
+use pd_common::{random_requests, run, step_model, tokens};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-fn step_model() -> StepModel {
-    StepModel {
-        model: pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
-        gpu: gpu("h200").unwrap(),
-        tp: 1,
-        efficiency: 0.8,
-        cpu_overhead_s: 5e-4,
-        overlap_cpu: false,
-        swap_gbps: None,
-        offload_gbps: None,
-    }
-}
 
 fn req(id: &str, arrival: f64, prompt: u32, output_len: u32) -> ServingRequest {
     ServingRequest {
@@ -76,40 +66,6 @@ fn pd(
 }
 
 /// Runs `reqs` on `c` to the end, `each` called after every event (submission or step).
-fn run(c: &mut PdCore, cfg: &EngineConfig, reqs: &[ServingRequest], mut each: impl FnMut(&PdCore)) {
-    let p = prepare(cfg, reqs).unwrap();
-    let mut next = 0;
-    let mut events = 0u64;
-    while c.finished() < reqs.len() {
-        let t = c.next_event_time();
-        events += 1;
-        if events > 200_000 {
-            let pre: Vec<_> = c
-                .prefill
-                .engines
-                .iter()
-                .map(|e| e.next_step_time())
-                .collect();
-            let dec: Vec<_> = c.decode.iter().map(|e| e.next_step_time()).collect();
-            panic!(
-                "no progress: t {t:?}, prefill {pre:?}, decode {dec:?}, finished {}",
-                c.finished()
-            );
-        }
-        match p.arrival(next) {
-            Some(a) if t.is_none_or(|t| a <= t) => {
-                c.submit(p.submission(next), a).unwrap();
-                next += 1;
-            }
-            _ => {
-                assert!(t.is_some(), "nothing to run with requests unfinished");
-                c.advance(&mut |_, _| Ok(())).unwrap();
-            }
-        }
-        each(c);
-    }
-}
-
 /// Seconds of a step that computes `tokens` new tokens after `context` for one request.
 fn step(tokens: u32, context: u32) -> f64 {
     let plan = Plan {
@@ -303,39 +259,6 @@ fn conditional_disaggregation_prefills_short_prompts_and_overflow_locally() {
     assert_eq!(local, [false, false, true, true, true, true, true, true]);
 }
 
-/// Random requests: a few shared prefixes plus a tail, some unique.
-fn random_requests(rng: &mut StdRng, n: usize, span: f64) -> Vec<ServingRequest> {
-    let prefixes: Vec<Vec<u32>> = (0..4)
-        .map(|p| {
-            (0..rng.random_range(40..400))
-                .map(|t| p * 1000 + t)
-                .collect()
-        })
-        .collect();
-    let mut arrivals: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..span)).collect();
-    arrivals.sort_by(f64::total_cmp);
-    arrivals
-        .iter()
-        .enumerate()
-        .map(|(i, &a)| {
-            let prompt = if rng.random_bool(0.2) {
-                Prompt::Unique(rng.random_range(1..600))
-            } else {
-                let mut t = prefixes[rng.random_range(0..4)].clone();
-                t.extend((0..rng.random_range(0..200)).map(|_| rng.random_range(0..5u32)));
-                Prompt::Tokens(t)
-            };
-            ServingRequest {
-                id: format!("q{i}"),
-                arrival: a,
-                prompt,
-                output_len: rng.random_range(1..60),
-                priority: 0,
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn requests_tokens_and_blocks_are_conserved_on_both_sides_after_every_event() {
     let mut waited = 0;
@@ -421,16 +344,6 @@ fn conductor(cfg: &EngineConfig, p: usize, d: usize, slo: Slo) -> PdCore {
         layers: m.layers as u32,
     };
     PdCore::new(prefill, decode, link, None).unwrap()
-}
-
-fn tokens(id: &str, arrival: f64, prompt: Vec<u32>, output_len: u32) -> ServingRequest {
-    ServingRequest {
-        id: id.into(),
-        arrival,
-        prompt: Prompt::Tokens(prompt),
-        output_len,
-        priority: 0,
-    }
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! remote match, and requests, tokens, blocks and per-tier hits are conserved after every event
 //! of random workloads with the pool on.
 
+mod pd_common;
+
 use pagedkv::sim::cluster::pd::run::tier_hits;
 use pagedkv::sim::cluster::pd::{KvTransfer, Link, PdCore, Pool};
 use pagedkv::sim::cluster::router::build;
@@ -15,21 +17,9 @@ use pagedkv::sim::engine::{
     Submission, System,
 };
 use pagedkv::workload::serving::{Prompt, ServingRequest};
+use pd_common::{random_requests, run, step_model, tokens};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-
-fn step_model() -> StepModel {
-    StepModel {
-        model: pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
-        gpu: gpu("h200").unwrap(),
-        tp: 1,
-        efficiency: 0.8,
-        cpu_overhead_s: 5e-4,
-        overlap_cpu: false,
-        swap_gbps: None,
-        offload_gbps: None,
-    }
-}
 
 /// Llama-3.1-8B's KV: 32 layers × 8 KV heads × 128 × 2 bytes × (K, V).
 const KV_BYTES_PER_TOKEN: u64 = 131_072;
@@ -81,43 +71,11 @@ fn pooled(cfg: &EngineConfig, p: usize, d: usize, threshold: f64, mode: KvTransf
 
 /// Runs `reqs` on `c` until every request is finished and every copy has landed, `each` called
 /// after every event.
-fn run(c: &mut PdCore, cfg: &EngineConfig, reqs: &[ServingRequest], mut each: impl FnMut(&PdCore)) {
-    let p = prepare(cfg, reqs).unwrap();
-    let mut next = 0;
-    let mut events = 0u64;
-    while next < reqs.len() || c.finished() < c.requests.len() || c.copies_in_flight() {
-        events += 1;
-        assert!(events < 300_000, "no progress");
-        let t = c.next_event_time();
-        match p.arrival(next) {
-            Some(a) if t.is_none_or(|t| a <= t) => {
-                c.submit(p.submission(next), a).unwrap();
-                next += 1;
-            }
-            _ => {
-                assert!(t.is_some(), "nothing to run with work left");
-                c.advance(&mut |_, _| Ok(())).unwrap();
-            }
-        }
-        each(c);
-    }
-}
-
 /// Steps `c` until its requests are finished and its copies landed, checking after each.
 fn finish(c: &mut PdCore) {
     while c.finished() < c.requests.len() || c.copies_in_flight() {
         c.advance(&mut |_, _| Ok(())).unwrap();
         c.check().unwrap();
-    }
-}
-
-fn tokens(id: &str, arrival: f64, prompt: Vec<u32>, output_len: u32) -> ServingRequest {
-    ServingRequest {
-        id: id.into(),
-        arrival,
-        prompt: Prompt::Tokens(prompt),
-        output_len,
-        priority: 0,
     }
 }
 
@@ -272,43 +230,6 @@ fn the_balancing_threshold_keeps_a_close_local_match_and_fetches_a_far_better_on
             assert_eq!(pre.first_offload_hit, Some(0));
             assert_eq!((h.remote_hit_tokens, h.pool_bytes_moved), (0, 0));
         }
-    }
-}
-
-/// Random requests: a few shared prefixes plus a tail, some unique.
-fn random_requests(rng: &mut StdRng, n: usize, span: f64) -> Vec<ServingRequest> {
-    let prefixes: Vec<Vec<u32>> = (0..4)
-        .map(|p| {
-            (0..rng.random_range(40..400))
-                .map(|t| p * 1000 + t)
-                .collect()
-        })
-        .collect();
-    let mut arrivals: Vec<f64> = (0..n).map(|_| rng.random_range(0.0..span)).collect();
-    arrivals.sort_by(f64::total_cmp);
-    arrivals
-        .iter()
-        .enumerate()
-        .map(|(i, &a)| {
-            let prompt = if rng.random_bool(0.2) {
-                Prompt::Unique(rng.random_range(1..600))
-            } else {
-                let mut t = prefixes[rng.random_range(0..4)].clone();
-                t.extend((0..rng.random_range(0..200)).map(|_| rng.random_range(0..5u32)));
-                Prompt::Tokens(t)
-            };
-            tokens_or(prompt, format!("q{i}"), a, rng.random_range(1..60))
-        })
-        .collect()
-}
-
-fn tokens_or(prompt: Prompt, id: String, arrival: f64, output_len: u32) -> ServingRequest {
-    ServingRequest {
-        id,
-        arrival,
-        prompt,
-        output_len,
-        priority: 0,
     }
 }
 

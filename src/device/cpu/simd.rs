@@ -19,6 +19,26 @@ mod softmax512;
 
 pub use prefetch::{Ahead, Span};
 
+/// Cephes' `expf`, shared by the vector `e^x` of [`avx2`] and [`softmax512`]: inputs clamped to
+/// `EXP_LO..=EXP_HI` (below `EXP_LO` the result is 0), `n = round(x log2 e)`, `r = x - n ln 2`
+/// with ln 2 split in two so the product is exact, then `e^r = 1 + r + r² p(r)`, `p` of degree 5
+/// by Horner from `EXP_POLY[0]`.
+#[cfg(target_arch = "x86_64")]
+mod exp_consts {
+    pub const EXP_LO: f32 = -87.336_55;
+    pub const EXP_HI: f32 = 88.376_26;
+    pub const EXP_LN2_HI: f32 = 0.693_359_4;
+    pub const EXP_LN2_LO: f32 = -2.121_944_4e-4;
+    pub const EXP_POLY: [f32; 6] = [
+        1.987_569_1e-4,
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ];
+}
+
 use crate::kv::KvElem;
 
 /// The most rows one step may hold.

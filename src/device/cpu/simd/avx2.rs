@@ -10,6 +10,7 @@
 // Register arrays (`[__m256; G]`) are indexed by head and column in lockstep with pointers.
 #![allow(clippy::needless_range_loop)]
 
+use super::exp_consts::{EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO, EXP_POLY};
 use super::Ahead;
 use crate::kv::{Dtype, KvElem};
 use std::arch::x86_64::*;
@@ -261,28 +262,21 @@ unsafe fn columns<T: KvElem, const G: usize, const W: usize>(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn exp8(x: __m256) -> __m256 {
-    const LO: f32 = -87.336_55;
-    let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(LO));
+    let underflow = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_set1_ps(EXP_LO));
     let x = _mm256_min_ps(
-        _mm256_max_ps(x, _mm256_set1_ps(LO)),
-        _mm256_set1_ps(88.376_26),
+        _mm256_max_ps(x, _mm256_set1_ps(EXP_LO)),
+        _mm256_set1_ps(EXP_HI),
     );
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
         x,
         _mm256_set1_ps(std::f32::consts::LOG2_E),
     ));
     // r = x - n ln 2, with ln 2 split in two so the product is exact.
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_HI), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_LN2_LO), r);
+    let mut p = _mm256_set1_ps(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
     }
     let r2 = _mm256_mul_ps(r, r);
     let y = _mm256_add_ps(_mm256_fmadd_ps(p, r2, r), _mm256_set1_ps(1.0));

@@ -3,6 +3,7 @@
 //! taken by four independent chains rather than one (a chain of 8 to 16 dependent operations
 //! per step and KV head was latency the core could not hide: the accumulation waits on it).
 
+use super::exp_consts::{EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO, EXP_POLY};
 use std::arch::x86_64::*;
 
 /// Lane `l` of the result is `op` over the lanes of `v` that hold the same head as `l`: lanes
@@ -38,27 +39,20 @@ fn fold4(x: &[__m512], init: __m512, op: impl Fn(__m512, __m512) -> __m512) -> _
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn exp16(x: __m512) -> __m512 {
-    const LO: f32 = -87.336_55;
-    let underflow = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(LO));
+    let underflow = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(EXP_LO));
     let x = _mm512_min_ps(
-        _mm512_max_ps(x, _mm512_set1_ps(LO)),
-        _mm512_set1_ps(88.376_26),
+        _mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
+        _mm512_set1_ps(EXP_HI),
     );
     let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
         _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
     );
     // r = x - n ln 2, with ln 2 split in two so the product is exact.
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
-    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm512_set1_ps(1.987_569_1e-4);
-    for c in [
-        1.398_199_9e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        1.666_666_5e-1,
-        0.5,
-    ] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(EXP_LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(*c));
     }
     let r2 = _mm512_mul_ps(r, r);
     let y = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0));
