@@ -9,10 +9,8 @@ use pagedkv::sim::cluster::pd::{KvTransfer, Link, LocalPrefill, PdCore};
 use pagedkv::sim::cluster::router::build;
 use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
 use pagedkv::sim::engine::scheduler::{Plan, Scheduled};
-use pagedkv::sim::engine::step_time::{gpu, kv_bytes_per_token_per_gpu};
-use pagedkv::sim::engine::{
-    prepare, Clock, Engine, EngineConfig, Recording, Slo, StepModel, System,
-};
+use pagedkv::sim::engine::step_time::kv_bytes_per_token_per_gpu;
+use pagedkv::sim::engine::{Clock, Engine, EngineConfig, Recording, Slo, System};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use pd_common::{random_requests, run, step_model, tokens};
 use rand::rngs::StdRng;

@@ -11,10 +11,9 @@ use pagedkv::sim::cluster::pd::{KvTransfer, Link, PdCore, Pool};
 use pagedkv::sim::cluster::router::build;
 use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
 use pagedkv::sim::engine::host_tier::OffloadMode;
-use pagedkv::sim::engine::step_time::{gpu, kv_bytes_per_token_per_gpu};
+use pagedkv::sim::engine::step_time::kv_bytes_per_token_per_gpu;
 use pagedkv::sim::engine::{
-    prepare, Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, StepModel,
-    Submission, System,
+    Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, Submission, System,
 };
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use pd_common::{random_requests, run, step_model, tokens};
