@@ -10,7 +10,7 @@
 //!   loaded and converted once for the run), one online-softmax update, and the V rows
 //!   accumulated with the old accumulators' rescaling folded in.
 
-use super::super::simd::{group_runs, Ahead, Kernels, SCORES_LEN};
+use super::super::simd::{group_runs, Ahead, Kernels, StepRows, SCORES_LEN};
 use super::{AttentionShape, RowLocator, Task};
 use crate::kv::KvElem;
 
@@ -105,6 +105,7 @@ impl<KV: KvElem> Walk<'_, KV> {
         let (hd, group) = (self.shape.head_dim, self.shape.group());
         let here = &mut self.step_rows[..n];
         rows.rows(self.seq, head, t0, here);
+        let here = StepRows::new(here, hd);
         let kernels = self.kernels.for_rows(self.k, self.v, here);
         let partial_len = group * hd + 2 * group;
         let (acc, stats) =

@@ -60,7 +60,7 @@ fn check_step<T: KvElem>(
     let q: Vec<f32> = (0..g * hd).map(|_| rng.random_range(-1.0..1.0)).collect();
     let kernels = match for_rows {
         true => {
-            let made = kernels.for_rows(&k, &v, &rows);
+            let made = kernels.for_rows(&k, &v, StepRows::new(&rows, hd));
             // Values in [-1, 1) hold no NaN code.
             let avx512 = kernels.isa == Isa::Avx512;
             assert_eq!(
@@ -84,7 +84,15 @@ fn check_step<T: KvElem>(
         .collect();
     let what = format!("{kernels:?} g{g} rows {n_rows} {:?}", T::DTYPE);
     let mut s = vec![f32::NAN; SCORES_LEN];
-    kernels.scores(&q, g, &k, &rows, scale, &mut s, &mut Ahead::none());
+    kernels.scores(
+        &q,
+        g,
+        &k,
+        StepRows::new(&rows, hd),
+        scale,
+        &mut s,
+        &mut Ahead::none(),
+    );
     for (i, &want) in want_s.iter().enumerate() {
         assert!(close(s[i], want), "{what}: score {i}: {} vs {want}", s[i]);
     }
@@ -110,7 +118,15 @@ fn check_step<T: KvElem>(
     let (old_max, old_sum) = (maxs.clone(), sums.clone());
     let rescale = kernels.softmax(&mut s, g, n_rows, &mut maxs, &mut sums);
     let mut acc = acc0.clone();
-    kernels.accumulate(&s, g, &v, &rows, &rescale, &mut acc, &mut Ahead::none());
+    kernels.accumulate(
+        &s,
+        g,
+        &v,
+        StepRows::new(&rows, hd),
+        &rescale,
+        &mut acc,
+        &mut Ahead::none(),
+    );
     for h in 0..g {
         let new_max = (0..n_rows)
             .map(|c| want_s[c * g + h])
@@ -139,7 +155,7 @@ fn check_step<T: KvElem>(
 #[test]
 fn every_kernel_set_matches_f64_loops() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    for hd in [8, 16, 24, 64, 128, 12] {
+    for hd in [8, 16, 24, 48, 64, 128, 12] {
         for kernels in Kernels::available(hd) {
             for g in [1, 2, 4] {
                 for (n_rows, f) in [1, 3, 16, 17, MAX_STEP_ROWS]
@@ -189,8 +205,16 @@ fn kernels_beat_as_often_as_they_announce_at(hd: usize) {
             for (_, g) in group_runs(group) {
                 let q = vec![0.1f32; g * hd];
                 let mut acc = vec![0f32; g * hd];
-                kernels.scores(&q, g, &k, &rows, 1.0, &mut s, &mut ahead);
-                kernels.accumulate(&s, g, &k, &rows, &[1.0; 4], &mut acc, &mut ahead);
+                kernels.scores(&q, g, &k, StepRows::new(&rows, hd), 1.0, &mut s, &mut ahead);
+                kernels.accumulate(
+                    &s,
+                    g,
+                    &k,
+                    StepRows::new(&rows, hd),
+                    &[1.0; 4],
+                    &mut acc,
+                    &mut ahead,
+                );
             }
             assert_eq!(
                 ahead.beats(),
@@ -202,7 +226,8 @@ fn kernels_beat_as_often_as_they_announce_at(hd: usize) {
     }
 }
 
-/// The vector widening of every fp8 code (AVX2's eight lanes, AVX-512's sixteen) equals the
+/// The vector widening of every fp8 code (AVX2's eight lanes, AVX-512's sixteen and thirty-two)
+/// equals the
 /// table the portable loops use (bit for bit; a NaN code gives a NaN), in every lane.
 #[cfg(target_arch = "x86_64")]
 #[test]
@@ -261,6 +286,26 @@ fn vector_fp8_widening_matches_every_code() {
         // Undone as the kernels undo it (exact: a power of two).
         out.map(|x| x / avx512::widening::<T>())
     }
+    fn thirty_two<T: KvElem>(elems: &[T]) -> [f32; 32] {
+        let (mut out, mut fast) = ([0f32; 32], [0f32; 32]);
+        // SAFETY: AVX-512 checked by the caller; thirty-two one-byte elements, 32 floats.
+        unsafe {
+            let [a, b] = avx512::load32::<T, true>(elems.as_ptr());
+            _mm512_storeu_ps(out.as_mut_ptr(), a);
+            _mm512_storeu_ps(out[16..].as_mut_ptr(), b);
+            let [a, b] = avx512::load32::<T, false>(elems.as_ptr());
+            _mm512_storeu_ps(fast.as_mut_ptr(), a);
+            _mm512_storeu_ps(fast[16..].as_mut_ptr(), b);
+        }
+        for (lane, (o, f)) in out.iter().zip(fast).enumerate() {
+            let nan_code = T::DTYPE == crate::kv::Dtype::Fp8E4m3 && o.is_nan();
+            assert!(
+                nan_code || o.to_bits() == f.to_bits(),
+                "lane {lane}: {o} != {f}"
+            );
+        }
+        out.map(|x| x / avx512::widening::<T>())
+    }
     use crate::kv::Fp8Format::{E4M3, E5M2};
     if avx2::available() {
         check::<Fp8E4m3, 8>(E4M3, eight);
@@ -271,6 +316,8 @@ fn vector_fp8_widening_matches_every_code() {
     if avx512::available() {
         check::<Fp8E4m3, 16>(E4M3, sixteen);
         check::<Fp8E5m2, 16>(E5M2, sixteen);
+        check::<Fp8E4m3, 32>(E4M3, thirty_two);
+        check::<Fp8E5m2, 32>(E5M2, thirty_two);
     } else {
         eprintln!("AVX-512 widening not tested: this CPU has no AVX-512 F/BW/VL");
     }
@@ -297,22 +344,42 @@ fn e4m3_nan_codes_are_found_in_the_rows_and_give_nan() {
         };
         let (k0, v0) = (codes(&mut rng), codes(&mut rng));
         let rows = [3 * hd + 7, 5, hd + 9];
-        assert!(kernels.for_rows(&k0, &v0, &rows).nan_free);
+        assert!(
+            kernels
+                .for_rows(&k0, &v0, StepRows::new(&rows, hd))
+                .nan_free
+        );
         for (c, &r) in rows.iter().enumerate() {
             for d in [0, hd / 2 + 1, hd - 1] {
                 for (in_v, sign) in [(false, 0), (true, 0x80)] {
                     let (mut k, mut v) = (k0.clone(), v0.clone());
                     let x = if in_v { &mut v } else { &mut k };
                     x[r + d] = Fp8E4m3(nan | sign);
-                    let made = kernels.for_rows(&k, &v, &rows);
+                    let made = kernels.for_rows(&k, &v, StepRows::new(&rows, hd));
                     assert!(!made.nan_free, "hd {hd} row {c} col {d} in V {in_v}");
                     let mut s = vec![0f32; SCORES_LEN];
                     let q = vec![0.5f32; hd];
-                    made.scores(&q, 1, &k, &rows, 1.0, &mut s, &mut Ahead::none());
+                    made.scores(
+                        &q,
+                        1,
+                        &k,
+                        StepRows::new(&rows, hd),
+                        1.0,
+                        &mut s,
+                        &mut Ahead::none(),
+                    );
                     assert_eq!(s[c].is_nan(), !in_v, "score of row {c}");
                     let mut acc = vec![0f32; hd];
                     let w = [0.25f32; 4];
-                    made.accumulate(&w, 1, &v, &rows, &[1.0; 4], &mut acc, &mut Ahead::none());
+                    made.accumulate(
+                        &w,
+                        1,
+                        &v,
+                        StepRows::new(&rows, hd),
+                        &[1.0; 4],
+                        &mut acc,
+                        &mut Ahead::none(),
+                    );
                     assert_eq!(acc[d].is_nan(), in_v, "column {d}");
                 }
             }
@@ -321,6 +388,9 @@ fn e4m3_nan_codes_are_found_in_the_rows_and_give_nan() {
         let (mut k, mut v) = (k0.clone(), v0.clone());
         k[rows[0] - 1] = Fp8E4m3(nan);
         v[rows[0] + hd] = Fp8E4m3(nan);
-        assert!(kernels.for_rows(&k, &v, &rows).nan_free, "hd {hd}");
+        assert!(
+            kernels.for_rows(&k, &v, StepRows::new(&rows, hd)).nan_free,
+            "hd {hd}"
+        );
     }
 }
