@@ -10,7 +10,9 @@ mod values;
 pub use crate::launch::{split_plan, AttentionData, AttentionShape, SplitPlan, CHUNK, FULL_WAVE};
 pub use oracle::{attention_f64, attention_f64_exact, relative_error, tolerance};
 pub use problem::{Problem, ProblemError, ProblemOptions};
-pub use roofline::{attention_lane_fmas, in_cache_secs_per_token, Bound, InCacheError, Roofline};
+pub use roofline::{
+    attention_lane_fmas, in_cache_secs_per_token, Bound, InCacheError, ReadTimes, Roofline,
+};
 pub use run::{
     measure, measure_dtype, AttentionReport, EngineChoice, EngineFigures, MeasureOptions,
 };

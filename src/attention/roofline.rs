@@ -51,9 +51,23 @@ pub struct Roofline {
     pub fma_us: f64,
     /// The paged kernel over the same tokens with K and V in cache ([`in_cache_secs_per_token`]).
     pub in_cache_us: f64,
+    /// K and V read in the kernel's order with no arithmetic, paged and contiguous
+    /// ([`crate::device::cpu::attention::read_rows`]): what each layout costs to read here.
+    pub paged_read_us: f64,
+    pub contiguous_read_us: f64,
     pub binds: Bound,
     /// The bound (the longest of the three) over the paged kernel's time.
     pub paged_frac_of_bound: f64,
+    /// The paged read over the paged kernel's time: the kernel against what its layout costs to
+    /// read.
+    pub paged_frac_of_read: f64,
+}
+
+/// The two layouts' read times ([`Roofline::paged_read_us`], [`Roofline::contiguous_read_us`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadTimes {
+    pub paged_us: f64,
+    pub contiguous_us: f64,
 }
 
 /// Lane-FMAs of a decode step over `tokens` tokens with `num_heads` query heads of `head_dim`.
@@ -70,6 +84,7 @@ impl Roofline {
         lane_fmas: f64,
         fma: FmaLimit,
         in_cache_us: f64,
+        reads: ReadTimes,
         paged_us: f64,
     ) -> Self {
         let memory_us = kv_bytes / stream_gbps / 1e3;
@@ -93,8 +108,11 @@ impl Roofline {
             memory_us,
             fma_us,
             in_cache_us,
+            paged_read_us: reads.paged_us,
+            contiguous_read_us: reads.contiguous_us,
             binds,
             paged_frac_of_bound: bound / paged_us,
+            paged_frac_of_read: reads.paged_us / paged_us,
         }
     }
 }
@@ -150,17 +168,23 @@ mod tests {
         let fmas = attention_lane_fmas(tokens, 32, 128);
         assert_eq!(fmas, 268_435_456.0);
         let bytes = (tokens * 8 * 128 * 2 * 2) as f64;
-        let r = Roofline::new(bytes, 24.0, fmas, limit(92.0), 4_000.0, 10_000.0);
+        let reads = ReadTimes {
+            paged_us: 6_000.0,
+            contiguous_us: 5_000.0,
+        };
+        let r = Roofline::new(bytes, 24.0, fmas, limit(92.0), 4_000.0, reads, 10_000.0);
         assert_eq!(r.binds, Bound::Memory);
         assert!((r.memory_us - bytes / 24e3).abs() < 1e-9);
         assert!((r.fma_us - fmas / 92e3).abs() < 1e-9);
         assert!((r.paged_frac_of_bound - r.memory_us / 10_000.0).abs() < 1e-12);
+        assert!((r.paged_frac_of_read - 0.6).abs() < 1e-12);
+        assert_eq!((r.paged_read_us, r.contiguous_read_us), (6_000.0, 5_000.0));
         // A slow FMA limit binds instead.
-        let r = Roofline::new(bytes, 24.0, fmas, limit(10.0), 4_000.0, 40_000.0);
+        let r = Roofline::new(bytes, 24.0, fmas, limit(10.0), 4_000.0, reads, 40_000.0);
         assert_eq!(r.binds, Bound::Fma);
         assert!((r.paged_frac_of_bound - r.fma_us / 40_000.0).abs() < 1e-12);
         // And a kernel slower in cache than either limit binds itself.
-        let r = Roofline::new(bytes, 24.0, fmas, limit(92.0), 30_000.0, 40_000.0);
+        let r = Roofline::new(bytes, 24.0, fmas, limit(92.0), 30_000.0, reads, 40_000.0);
         assert_eq!(r.binds, Bound::Instructions);
         assert!((r.paged_frac_of_bound - 0.75).abs() < 1e-12);
     }

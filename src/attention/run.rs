@@ -2,7 +2,7 @@
 //! and reported as bandwidth and as a fraction of the limits measured over the same bytes.
 
 use super::problem::{describe, host_bytes};
-use super::roofline::{attention_lane_fmas, in_cache_secs_per_token, Roofline};
+use super::roofline::{attention_lane_fmas, in_cache_secs_per_token, ReadTimes, Roofline};
 use super::{
     attention_f64, attention_f64_exact, relative_error, AttentionShape, Problem, ProblemError,
     ProblemOptions, SplitPlan,
@@ -208,9 +208,9 @@ struct Timed<T> {
     paged_out: Vec<T>,
     contiguous_out: Vec<T>,
     limits: Limits,
-    /// The CPU's FMA limit and the paged kernel's seconds per token with K and V in cache,
-    /// measured beside `limits` (None on a GPU).
-    compute: Option<(FmaLimit, f64)>,
+    /// The CPU's FMA limit, the paged kernel's seconds per token with K and V in cache and the
+    /// two layouts' read times, measured beside `limits` (None on a GPU).
+    compute: Option<(FmaLimit, f64, ReadTimes)>,
     plan: SplitPlan,
     copies: usize,
     /// Further engines on the same problem.
@@ -276,11 +276,19 @@ where
     let paged_gbps = kv / timed.paged_s / 1e9;
     let contiguous_gbps = kv / timed.contiguous_s / 1e9;
     let total_tokens = p.lens.iter().map(|&l| l as usize).sum();
-    let roofline = timed.compute.map(|(fma, token_s)| {
+    let roofline = timed.compute.map(|(fma, token_s, reads)| {
         let fmas = attention_lane_fmas(total_tokens, p.shape.num_heads, p.shape.head_dim);
         let in_cache_us = token_s * total_tokens as f64 * 1e6;
         let stream = timed.limits.stream_gbps;
-        Roofline::new(kv, stream, fmas, fma, in_cache_us, timed.paged_s * 1e6)
+        Roofline::new(
+            kv,
+            stream,
+            fmas,
+            fma,
+            in_cache_us,
+            reads,
+            timed.paged_s * 1e6,
+        )
     });
     Ok(AttentionReport {
         device: device.name(),
@@ -367,6 +375,12 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         0,
         || in_cache_secs_per_token(p, cpu::stream::MIN_PASSES),
     )?;
+    let reads = phase(
+        progress,
+        "attention: K and V read in the kernel's order, paged and contiguous in turns",
+        0,
+        || read_times(p, iters),
+    );
     Ok(Timed {
         engine: None,
         paged_s,
@@ -374,7 +388,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         paged_out,
         contiguous_out,
         limits,
-        compute: Some((fma, in_cache)),
+        compute: Some((fma, in_cache, reads)),
         // The CPU splits every sequence into partitions of a fixed size (one rayon task each).
         plan: SplitPlan {
             num_partitions: p.max_len.div_ceil(cpu::attention::PARTITION),
@@ -383,6 +397,36 @@ fn run_cpu<T: KvElem, KV: KvElem>(
         copies: 1,
         others: Vec::new(),
     })
+}
+
+/// Median times of `iters` reads of the problem's paged and of its contiguous K and V in the
+/// kernel's order ([`cpu::attention::read_rows`]), in turns after one untimed read of each.
+fn read_times<T: KvElem, KV: KvElem>(p: &Problem<T, KV>, iters: usize) -> ReadTimes {
+    let paged = cpu::attention::PagedRows {
+        spec: &p.spec,
+        table: &p.table,
+    };
+    let contiguous = cpu::attention::ContiguousRows {
+        num_kv_heads: p.shape.num_kv_heads,
+        max_len: p.max_len,
+        head_dim: p.shape.head_dim,
+    };
+    let (mut paged_s, mut contiguous_s) = (Vec::new(), Vec::new());
+    for i in 0..=iters {
+        let (sum, d) = timed(|| cpu::attention::read_rows(&p.shape, &p.k, &p.v, &p.lens, &paged));
+        std::hint::black_box(sum);
+        let (kc, vc) = (&p.k_contiguous, &p.v_contiguous);
+        let (sum, dc) = timed(|| cpu::attention::read_rows(&p.shape, kc, vc, &p.lens, &contiguous));
+        std::hint::black_box(sum);
+        if i > 0 {
+            paged_s.push(d.as_secs_f64());
+            contiguous_s.push(dc.as_secs_f64());
+        }
+    }
+    ReadTimes {
+        paged_us: median(&paged_s) * 1e6,
+        contiguous_us: median(&contiguous_s) * 1e6,
+    }
 }
 
 fn run_cuda<T, KV>(

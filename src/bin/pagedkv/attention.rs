@@ -297,6 +297,16 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
         r.paged_over_contiguous
     )?;
     if let Some(roof) = &r.roofline {
+        let of_stream = |us: f64| roof.memory_us / us;
+        outln!(
+            "K/V read in the kernel's order with no arithmetic: paged {:.1} us ({:.3} of the \
+             stream), contiguous {:.1} us ({:.3}); the paged kernel at {:.3} of the paged read",
+            roof.paged_read_us,
+            of_stream(roof.paged_read_us),
+            roof.contiguous_read_us,
+            of_stream(roof.contiguous_read_us),
+            roof.paged_frac_of_read
+        )?;
         outln!(
             "roofline: K/V at the read-only stream {:.1} us; {:.0} M lane-FMAs at the FMA limit \
              ({:.1} G/s, {} threads x {} lanes) {:.1} us; the paged kernel with K/V in cache \

@@ -11,8 +11,10 @@
 //! on every machine with the same kernels, and paged and contiguous agree bit for bit.
 
 mod partition;
+mod read;
 mod rows;
 
+pub use read::read_rows;
 pub use rows::{ContiguousRows, PagedRows, RowLocator};
 
 use super::simd::Kernels;

@@ -10,7 +10,7 @@
 //!   loaded and converted once for the run), one online-softmax update, and the V rows
 //!   accumulated with the old accumulators' rescaling folded in.
 
-use super::super::simd::{group_runs, Ahead, Kernels, StepRows, SCORES_LEN};
+use super::super::simd::{group_runs, Ahead, Kernels, Span, StepRows, SCORES_LEN};
 use super::{AttentionShape, RowLocator, Task};
 use crate::kv::KvElem;
 
@@ -61,17 +61,29 @@ pub(super) fn attend_partition<T: KvElem, KV: KvElem>(
     let mut spans = Vec::new();
     for t0 in (task.start..task.end).step_by(STEP) {
         let n = STEP.min(task.end - t0);
-        spans.clear();
-        let next = t0 + STEP;
-        if next < task.end {
-            rows.spans(task.seq, next, (next + STEP).min(task.end), &mut spans);
-        } else if let Some(t) = next_task {
-            rows.spans(t.seq, t.start, (t.start + STEP).min(t.end), &mut spans);
-        }
+        next_step_spans(rows, task, t0, next_task, &mut spans);
         let mut ahead = Ahead::new(k, v, &spans, kv_heads * kernels.beats(group, n));
         for head in 0..kv_heads {
             walk.head_step(rows, head, t0, n, &mut ahead);
         }
+    }
+}
+
+/// Into `spans` (cleared first), the memory of the step after the one at `t0` of `task`: its
+/// next step, or the first step of `next_task` after the last.
+pub(super) fn next_step_spans(
+    rows: &impl RowLocator,
+    task: &Task,
+    t0: usize,
+    next_task: Option<&Task>,
+    spans: &mut Vec<Span>,
+) {
+    spans.clear();
+    let next = t0 + STEP;
+    if next < task.end {
+        rows.spans(task.seq, next, (next + STEP).min(task.end), spans);
+    } else if let Some(t) = next_task {
+        rows.spans(t.seq, t.start, (t.start + STEP).min(t.end), spans);
     }
 }
 
