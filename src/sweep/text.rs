@@ -306,10 +306,7 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
             let share = move |f: Figure| move |r: &SweepRow| pct(at(r, f));
             c.push(col(
                 &format!("stream {l}"),
-                &format!(
-                    "read-only stream limit measured next to this row's gathers and attention \
-                     ({l}), GB/s"
-                ),
+                &format!("read-only stream limit measured next to this row's rates ({l}), GB/s"),
                 gbps(|m| Some(m.stream_gbps)),
             ));
             if any(|m| m.gather_gbps) {
