@@ -387,7 +387,7 @@ impl SweepConfig {
             "the CPU bandwidth probe of {}",
             crate::host_memory::bytes(opts.pool_bytes as u64)
         );
-        crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(opts.pool_bytes), &what)
+        crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(opts), &what)
             .map_err(|e| invalid(e.to_string()))
     }
 

@@ -46,10 +46,16 @@ pub struct CpuProbe {
     limit: Option<MemoryProbe>,
 }
 
-/// Host bytes a probe of `pool_bytes` maps (checked before it maps anything): K, V and the
-/// copy-out buffer of half the pool each, and the limits' buffer.
-pub fn host_bytes(pool_bytes: usize) -> u64 {
-    (3 * (pool_bytes / 2) + limit_bytes(pool_bytes)) as u64
+/// Host bytes a probe with `opts` maps (checked before it maps anything): the limits' buffer,
+/// and K, V and the copy-out buffer of half the pool each unless only attention and the stream
+/// beside it are measured (`answer_only` with attention: no gather, no conversion pass).
+pub fn host_bytes(opts: &ProbeOptions) -> u64 {
+    let pools = if opts.answer_only && opts.attention.is_some() {
+        0
+    } else {
+        3 * (opts.pool_bytes / 2)
+    };
+    (pools + limit_bytes(opts.pool_bytes)) as u64
 }
 
 impl CpuProbe {
@@ -318,6 +324,26 @@ mod tests {
             shuffled_table(&spec, 100, 256, 1),
             Err(ProbeError::PoolTooSmall { .. })
         ));
+    }
+
+    #[test]
+    fn answer_only_with_attention_maps_the_limits_buffer_alone() {
+        let mut opts = ProbeOptions {
+            pool_bytes: 64 << 20,
+            reps: 1,
+            rounds: 1,
+            seq_tokens: 256,
+            seed: 1,
+            attention: Some(AttentionBatch::fixed(32, 1, 16)),
+            answer_only: false,
+        };
+        let limits = limit_bytes(64 << 20) as u64;
+        assert_eq!(host_bytes(&opts), 3 * (32 << 20) + limits);
+        opts.answer_only = true;
+        assert_eq!(host_bytes(&opts), limits);
+        // Without attention the read-only gather carries the answer: the pools are mapped.
+        opts.attention = None;
+        assert_eq!(host_bytes(&opts), 3 * (32 << 20) + limits);
     }
 
     #[test]
