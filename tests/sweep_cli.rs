@@ -144,9 +144,7 @@ fn quick_json_has_every_key_and_exact_waste() {
             "internal_waste_pct",
             "concurrent_requests",
             "prefix_share_lost_pct",
-            "gather_gbps",
             "stream_gbps",
-            "copy_gbps",
             "tw_concurrent_requests",
             "block_table_bytes_per_request",
             "block_table_bytes_pool",
@@ -171,7 +169,18 @@ fn quick_json_has_every_key_and_exact_waste() {
             .iter()
             .map(|m| m["memory"].as_str().unwrap())
             .collect();
-        assert!(labels.contains(&"4k"), "{labels:?}");
+        // --quick measures only what the answer reads: the first probe's attention and the
+        // stream limit beside it; not the other probe, the gathers, the copy limit or the scalar
+        // conversion pass (the sweep without --quick does: see the other tests).
+        assert_eq!(labels.len(), 1, "{labels:?}");
+        for key in [
+            "gather_gbps",
+            "gather_copy_gbps",
+            "copy_gbps",
+            "convert_stream_gbps",
+        ] {
+            assert!(r[key].is_null(), "{key} in {r}");
+        }
         for key in [
             "e2e_output_tokens_per_s",
             "e2e_p99_ttft_s",
@@ -237,6 +246,18 @@ fn quick_json_has_every_key_and_exact_waste() {
     noise.sort_by(f64::total_cmp);
     let tolerance = noise[noise.len() / 2].max(0.01);
     assert!((v["noise_tolerance"].as_f64().unwrap() - tolerance).abs() < 1e-12);
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let said = |s: &str| notes.iter().any(|n| n.contains(s));
+    assert!(
+        said("--quick measures only what the answer reads"),
+        "{notes:?}"
+    );
+    assert!(said("copy limit"), "{notes:?}");
 }
 
 /// Requests over the arrival span of the trace's first `first` requests, from its timestamps
@@ -502,7 +523,8 @@ fn check_text(text: &str, v: &serde_json::Value) {
 
 #[test]
 fn wide_prints_every_column_and_the_default_table_fewer() {
-    let mut args = vec!["--no-attention", "--quick", "--rounds", "1"];
+    // Not --quick: it measures the first probe alone.
+    let mut args = vec!["--no-attention", "--rounds", "1"];
     args.extend(TINY);
     let narrow = sweep(&args);
     args.push("--wide");

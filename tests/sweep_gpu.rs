@@ -10,7 +10,7 @@ use pagedkv::device::cuda::CudaDevice;
 use pagedkv::kv::{BlockTable, Dtype, KvElem, KvSpec};
 use pagedkv::launch::gather::GatherGeometry;
 use pagedkv::sweep::gpu_probe::{GpuElem, GpuProbe};
-use pagedkv::sweep::{AttentionBatch, BandwidthProbe, ProbeOptions};
+use pagedkv::sweep::{AttentionBatch, BandwidthProbe, LimitSet, ProbeOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -153,14 +153,16 @@ fn the_gpu_probe_measures_checked_kernels() {
         seq_tokens: 1024,
         seed: 3,
         attention: Some(batch),
+        answer_only: false,
     };
     let mut probe = GpuProbe::new(Arc::new(dev), opts);
     for bs in [1, 16, 256] {
         let spec = KvSpec::new(8, 128, bs, Dtype::F16).unwrap();
-        let l = probe.limits(&spec).unwrap();
+        let l = probe.limits(&spec, LimitSet::CopyAndStream).unwrap();
         let g = probe.gather(&spec).unwrap();
         let a = probe.attention_gbps(&spec).unwrap().unwrap();
-        for x in [l.copy_gbps, l.stream_gbps, g.copy_gbps, g.read_gbps, a] {
+        let copy = l.copy_gbps.unwrap();
+        for x in [copy, l.stream_gbps, g.copy_gbps, g.read_gbps, a] {
             assert!(x.is_finite() && x > 0.0, "block size {bs}");
         }
     }

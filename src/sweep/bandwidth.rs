@@ -8,8 +8,11 @@
 //!   raw words: the memory's own read limit (on the CPU both are the crate's one limit,
 //!   [`crate::device::cpu::stream`]: every core, wide loads, huge pages, best pass, at least 4x
 //!   the last-level cache; and `convert_stream_gbps`: the pools themselves converted element by
-//!   element to f32 with scalar code, for reference: the vectorised CPU kernels beat it);
-//! - the limits are measured next to every block size's gathers (the sweep pairs them);
+//!   element to f32 with scalar code, for reference: the vectorised CPU kernels beat it; no rate
+//!   divides by it, and it does not depend on the block size, so the sweep measures it once per
+//!   probe and round);
+//! - the copy and stream limits are measured next to every block size's gathers and attention
+//!   (the sweep pairs them; [`LimitSet`]: the copy only where a copy-out gather is measured);
 //! - gather copy-out (`copy_gbps` of [`GatherRates`]): the paged copy-out gather of K through a
 //!   shuffled block table, bytes read + written, to be compared with the copy limit;
 //! - gather read-only (`read_gbps`): the paged sum over K and V through the same table, bytes read,
@@ -32,11 +35,18 @@ use thiserror::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Limits {
-    pub copy_gbps: f64,
+    /// `None` when [`LimitSet::Stream`] asked for the stream alone.
+    pub copy_gbps: Option<f64>,
     pub stream_gbps: f64,
-    /// The same bytes summed after converting each element to f32 with scalar code (for
-    /// reference: the vectorised CPU kernels beat it); `None` where the probe has none.
-    pub convert_stream_gbps: Option<f64>,
+}
+
+/// The limits [`BandwidthProbe::limits`] measures: the read-only stream always (what attention
+/// and the read-only gather are fractions of), the copy only where a copy-out gather is measured
+/// beside it (its one use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitSet {
+    Stream,
+    CopyAndStream,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -87,6 +97,11 @@ pub struct ProbeOptions {
     pub seed: u64,
     /// The decode batch paged attention is measured on; `None`: attention is not measured.
     pub attention: Option<AttentionBatch>,
+    /// Measure only what the recommendation reads (`--quick`): the first probe, its attention
+    /// and the stream limit beside it (its read-only gather instead where attention is not
+    /// measured); no other probe, no gather beside attention, no scalar conversion pass. See
+    /// [`super::measure_bandwidth`].
+    pub answer_only: bool,
 }
 
 /// One pool's bytes (K or V) in a probe of `pool_bytes`: half, in whole 4-byte words (the copy-out
@@ -120,8 +135,13 @@ pub trait BandwidthProbe {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
-    /// Copy and read-only stream limits, over elements of `spec`'s dtype.
-    fn limits(&mut self, spec: &KvSpec) -> Result<Limits, ProbeError>;
+    /// The copy (when `set` asks for it) and read-only stream limits, for a layer of `spec`.
+    fn limits(&mut self, spec: &KvSpec, set: LimitSet) -> Result<Limits, ProbeError>;
+    /// The pools of `spec`'s dtype summed after converting each element to f32 with scalar code
+    /// (GB/s, for reference: no rate divides by it); `None` where the probe has no such pass.
+    fn convert_stream_gbps(&mut self, _spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
+        Ok(None)
+    }
     /// Paged gather rates for one layer of shape `spec` (its block size included).
     fn gather(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError>;
     /// Paged decode attention, K and V bytes read per second (GB/s); `None` when this probe has
@@ -133,8 +153,23 @@ pub trait BandwidthProbe {
 
 /// The probes for `device`, first the one the table's main columns show. The CPU gets two: with
 /// transparent huge pages (when the kernel offers them) and with 4 KiB pages. A CUDA device gets
-/// one, over its memory (HBM), running the paged gather and attention kernels.
+/// one, over its memory (HBM), running the paged gather and attention kernels. With
+/// `opts.answer_only` the first alone: the answer reads no other.
 pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
+    let (mut probes, mut notes) = device_probes(device, opts)?;
+    if opts.answer_only && probes.len() > 1 {
+        let left: Vec<String> = probes.split_off(1).iter().map(|p| p.memory()).collect();
+        notes.push(format!(
+            "--quick measures the {} probe alone (the one the answer reads): not the {} probe \
+             (the sweep without --quick measures it)",
+            probes[0].memory(),
+            left.join(", ")
+        ));
+    }
+    Ok((probes, notes))
+}
+
+fn device_probes(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
     match device {
         Device::Cpu => {
             let mut notes = Vec::new();
@@ -154,5 +189,37 @@ pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeE
             vec![Box::new(GpuProbe::new(dev.clone(), opts.clone()))],
             Vec::new(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answer_only_keeps_the_first_probe_and_says_which_it_left_out() {
+        let mut opts = ProbeOptions {
+            pool_bytes: 1 << 20,
+            reps: 1,
+            rounds: 1,
+            seq_tokens: 256,
+            seed: 1,
+            attention: None,
+            answer_only: false,
+        };
+        // Nothing is mapped or measured until a probe is asked for a figure.
+        let (all, _) = probes_for(&Device::Cpu, &opts).unwrap();
+        let labels: Vec<String> = all.iter().map(|p| p.memory()).collect();
+        opts.answer_only = true;
+        let (first, notes) = probes_for(&Device::Cpu, &opts).unwrap();
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].memory(), labels[0]);
+        let said = notes.iter().any(|n| n.contains("--quick measures the"));
+        assert_eq!(said, labels.len() > 1, "{notes:?}");
+        for left in &labels[1..] {
+            assert!(notes
+                .iter()
+                .any(|n| n.contains(&format!("not the {left} probe"))));
+        }
     }
 }

@@ -79,7 +79,8 @@ pub struct SweepConfig {
     /// Replay: decode time per output token, and prefill time per prompt token (milliseconds).
     pub decode_ms: f64,
     pub prefill_ms_per_token: f64,
-    /// A smaller probe pool and decode batch.
+    /// A smaller probe pool and decode batch, a coarser capacity search, and only the
+    /// measurements the answer reads ([`ProbeOptions::answer_only`]).
     pub quick: bool,
     /// Probe pool in MiB, K and V together (default: see [`SweepConfig::probe_options`]).
     pub probe_mib: Option<usize>,
@@ -371,6 +372,7 @@ impl SweepConfig {
             seq_tokens: PROBE_SEQ_TOKENS,
             seed: self.seed,
             attention: self.attention_batch(m, requests, gpu)?,
+            answer_only: self.quick,
         })
     }
 
@@ -385,7 +387,7 @@ impl SweepConfig {
             "the CPU bandwidth probe of {}",
             crate::host_memory::bytes(opts.pool_bytes as u64)
         );
-        crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(opts.pool_bytes), &what)
+        crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(opts), &what)
             .map_err(|e| invalid(e.to_string()))
     }
 
@@ -551,11 +553,13 @@ mod tests {
             .collect();
         let gpu = c.probe_options(&m, &requests, true).unwrap();
         assert_eq!((gpu.pool_bytes, gpu.reps, gpu.rounds), (2048 << 20, 2, 3));
+        assert!(!gpu.answer_only);
         let a = gpu.attention.unwrap();
         assert_eq!((a.num_heads, a.lens), (32, vec![4096; 64]));
         c.quick = true;
         let gpu = c.probe_options(&m, &requests, true).unwrap();
         assert_eq!(gpu.pool_bytes, 512 << 20);
+        assert!(gpu.answer_only);
         assert_eq!(gpu.attention.unwrap().lens, vec![2048; 32]);
         // The CPU's defaults (not built: whether they fit depends on this machine's free memory).
         assert!(c.default_probe_mib(false) >= 64);

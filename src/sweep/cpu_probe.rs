@@ -14,7 +14,7 @@
 //! probe shows what its page size costs against what the memory can give.
 
 use super::attention_probe::cpu_attention_gbps;
-use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
+use super::bandwidth::{BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cpu::pages::{HostBuf, Pages};
 use crate::device::cpu::stream::{
@@ -46,10 +46,16 @@ pub struct CpuProbe {
     limit: Option<MemoryProbe>,
 }
 
-/// Host bytes a probe of `pool_bytes` maps (checked before it maps anything): K, V and the
-/// copy-out buffer of half the pool each, and the limits' buffer.
-pub fn host_bytes(pool_bytes: usize) -> u64 {
-    (3 * (pool_bytes / 2) + limit_bytes(pool_bytes)) as u64
+/// Host bytes a probe with `opts` maps (checked before it maps anything): the limits' buffer,
+/// and K, V and the copy-out buffer of half the pool each unless only attention and the stream
+/// beside it are measured (`answer_only` with attention: no gather, no conversion pass).
+pub fn host_bytes(opts: &ProbeOptions) -> u64 {
+    let pools = if opts.answer_only && opts.attention.is_some() {
+        0
+    } else {
+        3 * (opts.pool_bytes / 2)
+    };
+    (pools + limit_bytes(opts.pool_bytes)) as u64
 }
 
 impl CpuProbe {
@@ -100,7 +106,8 @@ impl CpuProbe {
         Ok(b)
     }
 
-    fn measure_limits<T: KvElem>(&mut self) -> Result<Limits, ProbeError> {
+    /// The scalar conversion pass over K and V (GB/s of elements read).
+    fn measure_convert<T: KvElem>(&mut self) -> Result<f64, ProbeError> {
         let reps = self.opts.reps;
         let b = self.buffers(T::DTYPE)?;
         let (k, v) = (b.k.as_slice::<T>(), b.v.as_slice::<T>());
@@ -113,6 +120,11 @@ impl CpuProbe {
                 .sum();
             std::hint::black_box(sum);
         });
+        Ok(2.0 * bytes / convert_s / 1e9)
+    }
+
+    fn measure_limits(&mut self, set: LimitSet) -> Result<Limits, ProbeError> {
+        let reps = self.opts.reps;
         let pool_bytes = 2 * self.half_bytes();
         if self.limit.is_none() {
             let probe = MemoryProbe::new(pool_bytes).map_err(|source| ProbeError::Memory {
@@ -121,11 +133,12 @@ impl CpuProbe {
             })?;
             self.limit = Some(probe);
         }
-        let limit = self.limit.as_mut().expect("just made").measure(reps);
+        let limit = self.limit.as_mut().expect("just made");
+        // The copy first, as `MemoryProbe::measure` orders them.
+        let copy_gbps = (set == LimitSet::CopyAndStream).then(|| limit.measure_copy(reps));
         Ok(Limits {
-            copy_gbps: limit.copy_gbps,
-            stream_gbps: limit.stream_gbps,
-            convert_stream_gbps: Some(2.0 * bytes / convert_s / 1e9),
+            copy_gbps,
+            stream_gbps: limit.measure_stream(reps),
         })
     }
 
@@ -199,15 +212,20 @@ impl BandwidthProbe for CpuProbe {
         notes
     }
 
-    fn limits(&mut self, spec: &KvSpec) -> Result<Limits, ProbeError> {
-        // The stream limit reads raw words; the scalar conversion pass beside it converts each element.
-        match spec.dtype {
-            Dtype::F16 => self.measure_limits::<f16>(),
-            Dtype::Bf16 => self.measure_limits::<bf16>(),
-            Dtype::F32 => self.measure_limits::<f32>(),
-            Dtype::Fp8E4m3 => self.measure_limits::<Fp8E4m3>(),
-            Dtype::Fp8E5m2 => self.measure_limits::<Fp8E5m2>(),
-        }
+    fn limits(&mut self, _spec: &KvSpec, set: LimitSet) -> Result<Limits, ProbeError> {
+        // Raw words, whatever the dtype: the memory's own limits.
+        self.measure_limits(set)
+    }
+
+    fn convert_stream_gbps(&mut self, spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
+        let gbps = match spec.dtype {
+            Dtype::F16 => self.measure_convert::<f16>(),
+            Dtype::Bf16 => self.measure_convert::<bf16>(),
+            Dtype::F32 => self.measure_convert::<f32>(),
+            Dtype::Fp8E4m3 => self.measure_convert::<Fp8E4m3>(),
+            Dtype::Fp8E5m2 => self.measure_convert::<Fp8E5m2>(),
+        }?;
+        Ok(Some(gbps))
     }
 
     fn gather(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError> {
@@ -309,6 +327,26 @@ mod tests {
     }
 
     #[test]
+    fn answer_only_with_attention_maps_the_limits_buffer_alone() {
+        let mut opts = ProbeOptions {
+            pool_bytes: 64 << 20,
+            reps: 1,
+            rounds: 1,
+            seq_tokens: 256,
+            seed: 1,
+            attention: Some(AttentionBatch::fixed(32, 1, 16)),
+            answer_only: false,
+        };
+        let limits = limit_bytes(64 << 20) as u64;
+        assert_eq!(host_bytes(&opts), 3 * (32 << 20) + limits);
+        opts.answer_only = true;
+        assert_eq!(host_bytes(&opts), limits);
+        // Without attention the read-only gather carries the answer: the pools are mapped.
+        opts.attention = None;
+        assert_eq!(host_bytes(&opts), 3 * (32 << 20) + limits);
+    }
+
+    #[test]
     fn a_tiny_probe_measures_positive_rates() {
         let opts = ProbeOptions {
             pool_bytes: 2 << 20,
@@ -317,7 +355,11 @@ mod tests {
             seq_tokens: 256,
             seed: 1,
             attention: Some(AttentionBatch::fixed(32, 2, 40)),
+            answer_only: false,
         };
+        // Both limits with the first probe, the stream alone with the second (the limits' buffer
+        // is the same memory whatever the probe's page size: one check each keeps this cheap).
+        let mut set = LimitSet::CopyAndStream;
         for pages in [Pages::Huge, Pages::Small] {
             if pages == Pages::Huge && !crate::device::cpu::pages::thp_available() {
                 continue;
@@ -325,11 +367,17 @@ mod tests {
             let mut p = CpuProbe::new(pages, opts.clone()).unwrap();
             let spec = KvSpec::new(8, 128, 16, Dtype::F16).unwrap();
             let g = p.gather(&spec).unwrap();
-            let l = p.limits(&spec).unwrap();
-            let raw = l.convert_stream_gbps.unwrap();
-            for x in [g.copy_gbps, g.read_gbps, l.copy_gbps, l.stream_gbps, raw] {
+            let l = p.limits(&spec, set).unwrap();
+            let raw = p.convert_stream_gbps(&spec).unwrap().unwrap();
+            for x in [g.copy_gbps, g.read_gbps, l.stream_gbps, raw] {
                 assert!(x.is_finite() && x > 0.0);
             }
+            match (set, l.copy_gbps) {
+                (LimitSet::CopyAndStream, Some(copy)) => assert!(copy.is_finite() && copy > 0.0),
+                (LimitSet::Stream, None) => {}
+                other => panic!("{other:?}"),
+            }
+            set = LimitSet::Stream;
             // Llama-3-8B's one-layer shape: 32 query heads over 8 KV heads.
             let a = p.attention_gbps(&spec).unwrap().unwrap();
             assert!(a.is_finite() && a > 0.0);

@@ -15,7 +15,7 @@
 //! - Times come from CUDA events ([`CudaDevice::time_ms`]), median of several runs after a warm-up.
 
 use super::attention_probe::{check_finite, AttentionBatch};
-use super::bandwidth::{BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
+use super::bandwidth::{BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions};
 use super::cpu_probe::{fill, shuffled_table};
 use crate::attention::{relative_error, tolerance, Problem};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
@@ -258,12 +258,13 @@ impl BandwidthProbe for GpuProbe {
         self.notes.clone()
     }
 
-    fn limits(&mut self, _spec: &KvSpec) -> Result<Limits, ProbeError> {
+    fn limits(&mut self, _spec: &KvSpec, set: LimitSet) -> Result<Limits, ProbeError> {
+        // One launch pair measures both (milliseconds on a GPU): the copy is dropped when not
+        // asked for, so that no copy limit stands without a copy-out gather beside it.
         let l = self.dev.memory_limits(self.half_bytes(), self.iters())?;
         Ok(Limits {
-            copy_gbps: l.copy_gbps,
+            copy_gbps: (set == LimitSet::CopyAndStream).then_some(l.copy_gbps),
             stream_gbps: l.stream_gbps,
-            convert_stream_gbps: None,
         })
     }
 

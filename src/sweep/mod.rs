@@ -7,7 +7,7 @@
 //!   weights;
 //! - [`fragmentation`], [`replay`], [`prefix`]: the memory side;
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
-//!   [`attention_probe`]: the bandwidth side (host buffers of a chosen page size in
+//!   [`attention_probe`], [`measure`] (every probe at every block size): the bandwidth side (host buffers of a chosen page size in
 //!   [`crate::device::cpu::pages`]);
 //! - [`end_to_end`]: the engine simulation, at the trace's rate and at the [`capacity`] within
 //!   SLOs that the recommendation ([`recommend`]: one rule) rests on; [`proxy`]: the throughput
@@ -27,6 +27,7 @@ pub mod end_to_end;
 pub mod fragmentation;
 pub mod gpu_probe;
 pub mod html;
+pub mod measure;
 pub mod output;
 pub mod prefix;
 pub mod proxy;
@@ -37,9 +38,12 @@ pub mod summary;
 pub mod text;
 
 pub use attention_probe::AttentionBatch;
-pub use bandwidth::{probes_for, BandwidthProbe, GatherRates, Limits, ProbeError, ProbeOptions};
+pub use bandwidth::{
+    probes_for, BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions,
+};
 pub use capacity::{SearchLimits, SloTargets};
 pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
+pub use measure::{measure_bandwidth, MemoryBandwidth};
 pub use model::ModelShape;
 pub use replay::DurationModel;
 pub use run::{run_plan, run_sweep, NoProgress, Phase, Progress, SweepPlan};
@@ -48,7 +52,6 @@ pub use summary::{kv_dtype_summary, limit_medians, KvDtypeSummary, LimitMedians,
 use crate::device::DeviceError;
 use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};
 use crate::sim::engine::EngineError;
-use crate::stats::median;
 use crate::workload::azure::{Request, TraceError};
 use serde::Serialize;
 use thiserror::Error;
@@ -94,64 +97,6 @@ pub struct MemoryConfig {
     pub turns: usize,
     /// System-prompt tokens every request of the multi-turn workload shares.
     pub system_prompt_tokens: u64,
-}
-
-/// One memory setting's bandwidth figures at one block size (GB/s; fractions of the limits).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MemoryBandwidth {
-    pub memory: String,
-    pub copy_gbps: f64,
-    pub stream_gbps: f64,
-    pub convert_stream_gbps: Option<f64>,
-    pub gather_gbps: f64,
-    pub gather_frac_of_stream: f64,
-    pub gather_copy_gbps: f64,
-    pub gather_copy_frac_of_copy: f64,
-    pub attention_gbps: Option<f64>,
-    pub attention_frac_of_stream: Option<f64>,
-    /// Half the range of the efficiency the proxy uses (attention's fraction of stream, else the
-    /// read-only gather's) over the rounds, relative to its median; `None` with one round.
-    pub efficiency_noise: Option<f64>,
-}
-
-impl MemoryBandwidth {
-    /// The efficiency the throughput proxy uses: attention's fraction of the stream limit when
-    /// measured, else the read-only gather's.
-    pub fn efficiency(&self) -> f64 {
-        self.attention_frac_of_stream
-            .unwrap_or(self.gather_frac_of_stream)
-    }
-
-    /// Every figure the median of its values over `rounds` (each fraction the median of the
-    /// per-round fractions, each taken against its own neighbouring limit).
-    fn median_of(rounds: &[MemoryBandwidth]) -> MemoryBandwidth {
-        let med =
-            |f: &dyn Fn(&MemoryBandwidth) -> f64| median(&rounds.iter().map(f).collect::<Vec<_>>());
-        let med_opt = |f: &dyn Fn(&MemoryBandwidth) -> Option<f64>| {
-            let v: Option<Vec<f64>> = rounds.iter().map(f).collect();
-            v.map(|v| median(&v))
-        };
-        let eff: Vec<f64> = rounds.iter().map(MemoryBandwidth::efficiency).collect();
-        let (lo, hi) = eff
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| {
-                (l.min(x), h.max(x))
-            });
-        let mid = median(&eff);
-        MemoryBandwidth {
-            memory: rounds[0].memory.clone(),
-            copy_gbps: med(&|m| m.copy_gbps),
-            stream_gbps: med(&|m| m.stream_gbps),
-            convert_stream_gbps: med_opt(&|m| m.convert_stream_gbps),
-            gather_gbps: med(&|m| m.gather_gbps),
-            gather_frac_of_stream: med(&|m| m.gather_frac_of_stream),
-            gather_copy_gbps: med(&|m| m.gather_copy_gbps),
-            gather_copy_frac_of_copy: med(&|m| m.gather_copy_frac_of_copy),
-            attention_gbps: med_opt(&|m| m.attention_gbps),
-            attention_frac_of_stream: med_opt(&|m| m.attention_frac_of_stream),
-            efficiency_noise: (rounds.len() > 1 && mid > 0.0).then(|| (hi - lo) / 2.0 / mid),
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -284,76 +229,6 @@ pub fn memory_rows(
         .collect()
 }
 
-/// Measures every probe at every row's block size, one layer of `model`'s shape, `rounds` times
-/// over, and keeps the median of each figure (and the spread of the proxy's efficiency). The
-/// limits are measured again next to each block size's gathers, and each fraction divides by its
-/// neighbour; the probes take turns at each block size, and each round passes over every block
-/// size before the next begins. On a shared machine the load drifts over a sweep: a limit (or
-/// another memory setting) measured at another moment would skew the comparison, and rounds
-/// spread over the whole sweep keep a burst of load from landing on one block size only.
-/// `progress` is called after each measurement with a short label. Returns the probes' notes.
-pub fn measure_bandwidth(
-    rows: &mut [SweepRow],
-    mut probes: Vec<Box<dyn BandwidthProbe>>,
-    model: &ModelShape,
-    rounds: usize,
-    mut progress: impl FnMut(&str),
-) -> Result<Vec<String>, SweepError> {
-    let rounds = rounds.max(1);
-    // samples[row][probe][round]
-    let mut samples: Vec<Vec<Vec<MemoryBandwidth>>> =
-        vec![vec![Vec::with_capacity(rounds); probes.len()]; rows.len()];
-    for round in 0..rounds {
-        for (row, row_samples) in rows.iter().zip(samples.iter_mut()) {
-            let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
-            for (probe, probe_samples) in probes.iter_mut().zip(row_samples.iter_mut()) {
-                let memory = probe.memory();
-                let limits = probe.limits(&spec)?;
-                let g = probe.gather(&spec)?;
-                let attention = probe.attention_gbps(&spec)?;
-                probe_samples.push(MemoryBandwidth {
-                    memory: memory.clone(),
-                    copy_gbps: limits.copy_gbps,
-                    stream_gbps: limits.stream_gbps,
-                    convert_stream_gbps: limits.convert_stream_gbps,
-                    gather_gbps: g.read_gbps,
-                    gather_frac_of_stream: g.read_gbps / limits.stream_gbps,
-                    gather_copy_gbps: g.copy_gbps,
-                    gather_copy_frac_of_copy: g.copy_gbps / limits.copy_gbps,
-                    attention_gbps: attention,
-                    attention_frac_of_stream: attention.map(|a| a / limits.stream_gbps),
-                    efficiency_noise: None,
-                });
-                progress(&format!(
-                    "round {}/{rounds}, {memory}: block size {}",
-                    round + 1,
-                    row.block_size
-                ));
-            }
-        }
-    }
-    let notes = probes.iter().flat_map(|p| p.notes()).collect();
-    for (row, row_samples) in rows.iter_mut().zip(&samples) {
-        row.memory = row_samples
-            .iter()
-            .map(|s| MemoryBandwidth::median_of(s))
-            .collect();
-        if let Some(m) = row.memory.first().cloned() {
-            row.gather_gbps = Some(m.gather_gbps);
-            row.gather_copy_gbps = Some(m.gather_copy_gbps);
-            row.copy_gbps = Some(m.copy_gbps);
-            row.stream_gbps = Some(m.stream_gbps);
-            row.convert_stream_gbps = m.convert_stream_gbps;
-            row.gather_frac_of_stream = Some(m.gather_frac_of_stream);
-            row.gather_copy_frac_of_copy = Some(m.gather_copy_frac_of_copy);
-            row.attention_gbps = m.attention_gbps;
-            row.attention_frac_of_stream = m.attention_frac_of_stream;
-            row.efficiency_noise = m.efficiency_noise;
-        }
-    }
-    Ok(notes)
-}
-
 /// Fills each row's proxy and returns the run's noise band ([`proxy::tie_tolerance`]).
 pub fn apply_proxy(rows: &mut [SweepRow]) -> f64 {
     let inputs: Vec<proxy::ProxyInput> = rows
@@ -419,94 +294,5 @@ mod tests {
     #[test]
     fn covers_every_power_of_two_to_256() {
         assert_eq!(block_sizes(), vec![1, 2, 4, 8, 16, 32, 64, 128, 256]);
-    }
-
-    /// A probe whose figures are scripted per call: stream 10 GB/s, and attention
-    /// `block_size * (1 + call)` GB/s on its `call`-th measurement, so the order of the
-    /// measurements shows in the figures.
-    struct Scripted {
-        calls: usize,
-        order: std::rc::Rc<std::cell::RefCell<Vec<usize>>>,
-    }
-
-    impl BandwidthProbe for Scripted {
-        fn device(&self) -> String {
-            "scripted".into()
-        }
-        fn memory(&self) -> String {
-            "test".into()
-        }
-        fn limits(&mut self, _spec: &KvSpec) -> Result<Limits, ProbeError> {
-            Ok(Limits {
-                copy_gbps: 20.0,
-                stream_gbps: 10.0,
-                convert_stream_gbps: None,
-            })
-        }
-        fn gather(&mut self, spec: &KvSpec) -> Result<GatherRates, ProbeError> {
-            self.order.borrow_mut().push(spec.block_size);
-            Ok(GatherRates {
-                copy_gbps: 10.0,
-                read_gbps: 5.0,
-            })
-        }
-        fn attention_gbps(&mut self, spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
-            self.calls += 1;
-            Ok(Some(spec.block_size as f64 * self.calls as f64))
-        }
-    }
-
-    #[test]
-    fn rounds_pass_over_every_block_size_and_keep_medians_and_spread() {
-        let model = model::preset("llama-3-8b").unwrap();
-        let requests: Vec<Request> = (0..20)
-            .map(|i| Request {
-                arrival_s: i as f64,
-                prompt_tokens: 100 + 7 * i,
-                output_tokens: 10 + i,
-            })
-            .collect();
-        let config = MemoryConfig {
-            model: model.clone(),
-            pool_bytes: 1 << 30,
-            durations: DurationModel {
-                prefill_s_per_token: 0.0,
-                decode_s_per_token: 0.02,
-            },
-            turns: 2,
-            system_prompt_tokens: 0,
-        };
-        let mut rows = memory_rows(&requests, &config).unwrap();
-        rows.truncate(2); // block sizes 1 and 2
-        let order = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let probe = Scripted {
-            calls: 0,
-            order: order.clone(),
-        };
-        let mut labels = Vec::new();
-        measure_bandwidth(&mut rows, vec![Box::new(probe)], &model, 3, |l| {
-            labels.push(l.to_string())
-        })
-        .unwrap();
-        // Round by round over every block size, not block size by block size.
-        assert_eq!(*order.borrow(), vec![1, 2, 1, 2, 1, 2]);
-        assert_eq!(labels.len(), 6);
-        // Block size 1 was measured on calls 1, 3, 5 (GB/s 1, 3, 5); block size 2 on calls 2,
-        // 4, 6 (4, 8, 12).
-        assert_eq!(rows[0].attention_gbps, Some(3.0));
-        assert_eq!(rows[0].attention_frac_of_stream, Some(0.3));
-        assert_eq!(rows[1].attention_gbps, Some(8.0));
-        // Half the range over the median: (0.5 - 0.1) / 2 / 0.3 and (1.2 - 0.4) / 2 / 0.8.
-        let noise = |r: &SweepRow| r.efficiency_noise.unwrap();
-        assert!((noise(&rows[0]) - 2.0 / 3.0).abs() < 1e-12);
-        assert!((noise(&rows[1]) - 0.5).abs() < 1e-12);
-        assert_eq!(rows[0].memory.len(), 1);
-        assert_eq!(rows[0].gather_frac_of_stream, Some(0.5));
-        // The noise band follows the measured spread; block size 2 (proxy 1) is the best.
-        let noise = apply_proxy(&mut rows);
-        assert!((noise - (2.0 / 3.0 + 0.5) / 2.0).abs() < 1e-12);
-        assert_eq!((rows[0].proxy, rows[1].proxy), (0.3 / 0.8, 1.0));
-        let banded = proxy_banded(&rows, noise);
-        assert!((banded[0].high - 0.375 * (1.0 + 2.0 / 3.0)).abs() < 1e-12);
     }
 }

@@ -57,13 +57,13 @@ struct RowCells {
 /// The columns of each probe after the first, suffixed with its memory label (`gather_gbps_4k`).
 #[derive(Serialize, Default)]
 struct ProbeCells {
-    gather_gbps: f64,
-    gather_copy_gbps: f64,
-    copy_gbps: f64,
+    gather_gbps: Option<f64>,
+    gather_copy_gbps: Option<f64>,
+    copy_gbps: Option<f64>,
     stream_gbps: f64,
     convert_stream_gbps: Option<f64>,
-    gather_frac_of_stream: f64,
-    gather_copy_frac_of_copy: f64,
+    gather_frac_of_stream: Option<f64>,
+    gather_copy_frac_of_copy: Option<f64>,
     attention_gbps: Option<f64>,
     attention_frac_of_stream: Option<f64>,
 }
@@ -293,13 +293,13 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
         );
         push(
             series(&format!("gather / stream ({label})"), rows, |r| {
-                at(r).map(|m| m.gather_frac_of_stream)
+                at(r).and_then(|m| m.gather_frac_of_stream)
             }),
-            (!attention).then(|| band(|m| Some(m.gather_frac_of_stream))),
+            (!attention).then(|| band(|m| m.gather_frac_of_stream)),
         );
         push(
             series(&format!("gather copy / copy ({label})"), rows, |r| {
-                at(r).map(|m| m.gather_copy_frac_of_copy)
+                at(r).and_then(|m| m.gather_copy_frac_of_copy)
             }),
             None,
         );
@@ -374,13 +374,13 @@ mod tests {
     fn probe(memory: &str, gather_gbps: f64) -> MemoryBandwidth {
         MemoryBandwidth {
             memory: memory.into(),
-            copy_gbps: 20.0,
+            copy_gbps: Some(20.0),
             stream_gbps: 40.0,
             convert_stream_gbps: None,
-            gather_gbps,
-            gather_frac_of_stream: gather_gbps / 40.0,
-            gather_copy_gbps: 10.0,
-            gather_copy_frac_of_copy: 0.5,
+            gather_gbps: Some(gather_gbps),
+            gather_frac_of_stream: Some(gather_gbps / 40.0),
+            gather_copy_gbps: Some(10.0),
+            gather_copy_frac_of_copy: Some(0.5),
             attention_gbps: Some(0.1),
             attention_frac_of_stream: None,
             efficiency_noise: None,
@@ -400,7 +400,7 @@ mod tests {
             block_table_bytes_per_request: 1e-7,
             block_table_bytes_pool: 4096,
             block_table_bytes_padded: 8192,
-            gather_gbps: Some(memory[0].gather_gbps),
+            gather_gbps: memory[0].gather_gbps,
             gather_copy_gbps: None,
             copy_gbps: None,
             stream_gbps: None,

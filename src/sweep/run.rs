@@ -128,7 +128,7 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
             Phase::Bandwidth,
             (rounds * probes.len() * rows.len()) as u64,
         );
-        let measured = measure_bandwidth(&mut rows, probes, &m, rounds, |label| {
+        let measured = measure_bandwidth(&mut rows, probes, &m, &opts, |label| {
             progress.step(Phase::Bandwidth, label)
         });
         progress.end(Phase::Bandwidth);

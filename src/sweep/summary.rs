@@ -85,7 +85,7 @@ pub fn limit_medians(report: &SweepReport) -> Vec<LimitMedians> {
             };
             LimitMedians {
                 memory,
-                copy_gbps: middle(&|m| Some(m.copy_gbps)),
+                copy_gbps: middle(&|m| m.copy_gbps),
                 stream_gbps: middle(&|m| Some(m.stream_gbps)),
                 convert_stream_gbps: middle(&|m| m.convert_stream_gbps),
             }

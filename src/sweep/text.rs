@@ -297,40 +297,37 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
             .first()
             .map(|r| r.memory.iter().map(|m| m.memory.clone()).collect())
             .unwrap_or_default();
+        type Figure = fn(&super::MemoryBandwidth) -> Option<f64>;
         for (i, l) in labels.iter().enumerate() {
-            let at = move |r: &SweepRow, f: fn(&super::MemoryBandwidth) -> f64| {
-                r.memory
-                    .get(i)
-                    .map_or("-".into(), |m| format!("{:.2}", f(m)))
-            };
+            let at = move |r: &SweepRow, f: Figure| r.memory.get(i).and_then(f);
+            // Columns no row measured (`--quick` leaves the gathers out beside attention) go.
+            let any = |f: Figure| report.rows.iter().any(|r| at(r, f).is_some());
+            let gbps = move |f: Figure| move |r: &SweepRow| opt(at(r, f), 2);
+            let share = move |f: Figure| move |r: &SweepRow| pct(at(r, f));
             c.push(col(
                 &format!("stream {l}"),
-                &format!("read-only stream limit measured next to this row's gathers ({l}), GB/s"),
-                move |r| at(r, |m| m.stream_gbps),
+                &format!("read-only stream limit measured next to this row's rates ({l}), GB/s"),
+                gbps(|m| Some(m.stream_gbps)),
             ));
-            c.push(col(
-                &format!("gather {l}"),
-                &format!("read-only paged gather, GB/s ({l})"),
-                move |r| at(r, |m| m.gather_gbps),
-            ));
-            c.push(col(
-                &format!("g/stream {l}"),
-                "the gather over this row's stream limit",
-                move |r| {
-                    r.memory.get(i).map_or("-".into(), |m| {
-                        format!("{:.0}%", 100.0 * m.gather_frac_of_stream)
-                    })
-                },
-            ));
-            c.push(col(
-                &format!("copy/copy {l}"),
-                "paged gather copied out, over the copy limit (read + write) measured beside it",
-                move |r| {
-                    r.memory.get(i).map_or("-".into(), |m| {
-                        format!("{:.0}%", 100.0 * m.gather_copy_frac_of_copy)
-                    })
-                },
-            ));
+            if any(|m| m.gather_gbps) {
+                c.push(col(
+                    &format!("gather {l}"),
+                    &format!("read-only paged gather, GB/s ({l})"),
+                    gbps(|m| m.gather_gbps),
+                ));
+                c.push(col(
+                    &format!("g/stream {l}"),
+                    "the gather over this row's stream limit",
+                    share(|m| m.gather_frac_of_stream),
+                ));
+            }
+            if any(|m| m.gather_copy_frac_of_copy) {
+                c.push(col(
+                    &format!("copy/copy {l}"),
+                    "paged gather copied out, over the copy limit (read + write) measured beside it",
+                    share(|m| m.gather_copy_frac_of_copy),
+                ));
+            }
         }
         c.push(col(
             "attn GB/s",
@@ -563,13 +560,21 @@ pub fn footer(report: &SweepReport) -> Vec<String> {
         lines.push(format!("end to end: {s}"));
     }
     for l in limit_medians(report) {
+        let mut parts = Vec::new();
+        if let Some(copy) = l.copy_gbps {
+            parts.push(format!("copy {copy:.2} GB/s (read + write)"));
+        }
+        parts.push(format!("read-only stream {} GB/s", opt(l.stream_gbps, 2)));
+        if let Some(convert) = l.convert_stream_gbps {
+            parts.push(format!(
+                "scalar {}-to-f32 pass {convert:.2} GB/s (for reference, once per round)",
+                report.model.dtype
+            ));
+        }
         lines.push(format!(
-            "limits ({}, median over block sizes): copy {} GB/s (read + write), read-only stream \
-             {} GB/s; scalar f16-to-f32 pass {} GB/s (for reference)",
+            "limits ({}, median over block sizes): {}",
             l.memory,
-            opt(l.copy_gbps, 2),
-            opt(l.stream_gbps, 2),
-            opt(l.convert_stream_gbps, 2),
+            parts.join("; ")
         ));
     }
     for note in &report.notes {

@@ -86,7 +86,9 @@ pub struct Args {
     /// Replay: prefill time per prompt token, in milliseconds (0: prefill is instant).
     #[arg(long, default_value_t = 0.0)]
     prefill_ms_per_token: f64,
-    /// A smaller probe pool and decode batch (under a minute on 2 cores).
+    /// A smaller probe pool and decode batch, a coarser capacity search, and only what the answer
+    /// reads: the first probe's attention beside its stream limit, not the 4 KiB-page probe, the
+    /// gathers, the copy limit or the scalar conversion pass.
     #[arg(long)]
     quick: bool,
     /// Probe pool in MiB, K and V together (default 256, --quick 64; on the CPU at least 4x the

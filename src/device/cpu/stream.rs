@@ -160,16 +160,26 @@ impl MemoryProbe {
     /// The best of `passes` (at least [`MIN_PASSES`]) copies and read-only streams, after one
     /// untimed pass of each. Copy counts bytes read plus bytes written, as STREAM does.
     pub fn measure(&mut self, passes: usize) -> Limits {
-        let passes = passes.max(MIN_PASSES);
-        let bytes = self.bytes() as f64;
-        let copy_s = best_secs(1, passes, || self.copy_pass());
-        let read_s = best_secs(1, passes, || {
+        Limits {
+            copy_gbps: self.measure_copy(passes),
+            stream_gbps: self.measure_stream(passes),
+        }
+    }
+
+    /// The copy limit alone (GB/s, bytes read plus written): the best of `passes` (at least
+    /// [`MIN_PASSES`]) after one untimed pass.
+    pub fn measure_copy(&mut self, passes: usize) -> f64 {
+        let copy_s = best_secs(1, passes.max(MIN_PASSES), || self.copy_pass());
+        self.bytes() as f64 / copy_s / 1e9
+    }
+
+    /// The read-only stream limit alone (GB/s): the best of `passes` (at least [`MIN_PASSES`])
+    /// after one untimed pass.
+    pub fn measure_stream(&mut self, passes: usize) -> f64 {
+        let read_s = best_secs(1, passes.max(MIN_PASSES), || {
             std::hint::black_box(self.stream_pass());
         });
-        Limits {
-            copy_gbps: bytes / copy_s / 1e9,
-            stream_gbps: bytes / read_s / 1e9,
-        }
+        self.bytes() as f64 / read_s / 1e9
     }
 }
 
