@@ -300,7 +300,7 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
         let of_stream = |us: f64| roof.memory_us / us;
         outln!(
             "K/V read in the kernel's order with no arithmetic: paged {:.1} us ({:.3} of the \
-             stream), contiguous {:.1} us ({:.3}); the paged kernel at {:.3} of the paged read",
+             stream),\n  contiguous {:.1} us ({:.3}); the paged kernel at {:.3} of the paged read",
             roof.paged_read_us,
             of_stream(roof.paged_read_us),
             roof.contiguous_read_us,

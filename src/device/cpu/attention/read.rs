@@ -1,8 +1,8 @@
 //! K and V read in decode attention's order with no arithmetic: the same tasks, steps and
 //! requests ahead as [`super::decode_attention`], each row summed as 64-bit words. Its time is
 //! what reading the layout costs on this machine, the kernel aside: at block size 1 a step's rows
-//! lie in 64 small blocks scattered over the pool, which read slower than a contiguous run with or
-//! without a kernel, so the paged kernel is measured against this as well as the stream.
+//! lie in 32 small blocks of each pool scattered over it, which read slower than a contiguous run
+//! with or without a kernel, so the paged kernel is measured against this as well as the stream.
 
 use super::partition::{next_step_spans, STEP};
 use super::{plan, AttentionShape, RowLocator, Task};
@@ -61,7 +61,7 @@ fn read_task<KV: KvElem>(
 }
 
 /// The wrapping sum of `row`'s bytes as little-endian 64-bit words, a tail of fewer as one word.
-pub fn row_words<KV: KvElem>(row: &[KV]) -> u64 {
+fn row_words<KV: KvElem>(row: &[KV]) -> u64 {
     let bytes: &[u8] = bytemuck::cast_slice(row);
     let words = bytes.chunks_exact(8);
     let tail = words
