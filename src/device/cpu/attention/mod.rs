@@ -161,9 +161,8 @@ fn merge<'a, T: KvElem>(
             }
         }
         let inv = if sum > 0.0 { v_scale / sum } else { 0.0 };
-        for (o, r) in out_g[g * hd..(g + 1) * hd].iter_mut().zip(&row) {
-            *o = T::from_f32(r * inv);
-        }
+        row.iter_mut().for_each(|r| *r *= inv);
+        T::slice_from_f32(&row, &mut out_g[g * hd..(g + 1) * hd]);
     }
 }
 
