@@ -336,30 +336,22 @@ fn run_cpu<T: KvElem, KV: KvElem>(
     let nan = T::from_f32(f32::NAN);
     let mut paged_out = vec![nan; p.q.len()];
     let mut contiguous_out = vec![nan; p.q.len()];
-    // One warm-up run of each layout, then the timed runs in turns: a spell of other work on a
-    // shared machine slows both layouts alike, so their ratio holds where their times do not.
     let iters = opts.iters.max(1);
-    let (mut paged, mut contiguous) = (Vec::with_capacity(iters), Vec::with_capacity(iters));
-    phase(
+    let [paged_s, contiguous_s] = phase(
         progress,
         "attention: paged and contiguous runs, in turns",
         2 * (1 + iters) as u64,
         || {
-            for i in 0..=iters {
-                for (layout, out, times) in [
-                    (Layout::Paged, &mut paged_out, &mut paged),
-                    (Layout::Contiguous, &mut contiguous_out, &mut contiguous),
-                ] {
-                    let (_, d) = timed(|| p.attend_cpu(layout, out));
-                    if i > 0 {
-                        times.push(d.as_secs_f64());
-                    }
-                    progress.advance(1);
-                }
-            }
+            medians_in_turns(
+                iters,
+                [
+                    &mut || p.attend_cpu(Layout::Paged, &mut paged_out),
+                    &mut || p.attend_cpu(Layout::Contiguous, &mut contiguous_out),
+                ],
+                &|| progress.advance(1),
+            )
         },
     );
-    let (paged_s, contiguous_s) = (median(&paged), median(&contiguous));
     let limits = phase(
         progress,
         "attention: measuring the memory limits",
@@ -400,7 +392,7 @@ fn run_cpu<T: KvElem, KV: KvElem>(
 }
 
 /// Median times of `iters` reads of the problem's paged and of its contiguous K and V in the
-/// kernel's order ([`cpu::attention::read_rows`]), in turns after one untimed read of each.
+/// kernel's order ([`cpu::attention::read_rows`]), in turns.
 fn read_times<T: KvElem, KV: KvElem>(p: &Problem<T, KV>, iters: usize) -> ReadTimes {
     let paged = cpu::attention::PagedRows {
         spec: &p.spec,
@@ -411,22 +403,52 @@ fn read_times<T: KvElem, KV: KvElem>(p: &Problem<T, KV>, iters: usize) -> ReadTi
         max_len: p.max_len,
         head_dim: p.shape.head_dim,
     };
-    let (mut paged_s, mut contiguous_s) = (Vec::new(), Vec::new());
+    let (kc, vc) = (&p.k_contiguous, &p.v_contiguous);
+    let [paged_s, contiguous_s] = medians_in_turns(
+        iters,
+        [
+            &mut || {
+                std::hint::black_box(cpu::attention::read_rows(
+                    &p.shape, &p.k, &p.v, &p.lens, &paged,
+                ));
+            },
+            &mut || {
+                std::hint::black_box(cpu::attention::read_rows(
+                    &p.shape,
+                    kc,
+                    vc,
+                    &p.lens,
+                    &contiguous,
+                ));
+            },
+        ],
+        &|| {},
+    );
+    ReadTimes {
+        paged_us: paged_s * 1e6,
+        contiguous_us: contiguous_s * 1e6,
+    }
+}
+
+/// One untimed run of each of `runs`, then `iters` timed rounds taking them in turns: a spell of
+/// other work on a shared machine slows each alike, so their ratio holds where their times do
+/// not. The median seconds of each; `done` is told after every run.
+fn medians_in_turns<const N: usize>(
+    iters: usize,
+    mut runs: [&mut dyn FnMut(); N],
+    done: &dyn Fn(),
+) -> [f64; N] {
+    let mut times = [(); N].map(|_| Vec::with_capacity(iters));
     for i in 0..=iters {
-        let (sum, d) = timed(|| cpu::attention::read_rows(&p.shape, &p.k, &p.v, &p.lens, &paged));
-        std::hint::black_box(sum);
-        let (kc, vc) = (&p.k_contiguous, &p.v_contiguous);
-        let (sum, dc) = timed(|| cpu::attention::read_rows(&p.shape, kc, vc, &p.lens, &contiguous));
-        std::hint::black_box(sum);
-        if i > 0 {
-            paged_s.push(d.as_secs_f64());
-            contiguous_s.push(dc.as_secs_f64());
+        for (run, t) in runs.iter_mut().zip(&mut times) {
+            let ((), d) = timed(run);
+            if i > 0 {
+                t.push(d.as_secs_f64());
+            }
+            done();
         }
     }
-    ReadTimes {
-        paged_us: median(&paged_s) * 1e6,
-        contiguous_us: median(&contiguous_s) * 1e6,
-    }
+    times.map(|t| median(&t))
 }
 
 fn run_cuda<T, KV>(

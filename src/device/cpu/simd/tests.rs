@@ -275,7 +275,11 @@ fn vector_fp8_widening_matches_every_code() {
                 avx512::load16::<T, false>(elems.as_ptr()),
             );
         }
-        // Without the NaN fix-up, the same bits for every code but e4m3's NaN.
+        unwidened_agreeing::<T, 16>(out, fast)
+    }
+    /// `out` (with the NaN fix-up) checked against `fast` (without): the same bits for every code
+    /// but e4m3's NaN; then the widening undone as the kernels undo it (exact: a power of two).
+    fn unwidened_agreeing<T: KvElem, const L: usize>(out: [f32; L], fast: [f32; L]) -> [f32; L] {
         for (lane, (o, f)) in out.iter().zip(fast).enumerate() {
             let nan_code = T::DTYPE == crate::kv::Dtype::Fp8E4m3 && o.is_nan();
             assert!(
@@ -283,7 +287,6 @@ fn vector_fp8_widening_matches_every_code() {
                 "lane {lane}: {o} != {f}"
             );
         }
-        // Undone as the kernels undo it (exact: a power of two).
         out.map(|x| x / avx512::widening::<T>())
     }
     fn thirty_two<T: KvElem>(elems: &[T]) -> [f32; 32] {
@@ -297,14 +300,7 @@ fn vector_fp8_widening_matches_every_code() {
             _mm512_storeu_ps(fast.as_mut_ptr(), a);
             _mm512_storeu_ps(fast[16..].as_mut_ptr(), b);
         }
-        for (lane, (o, f)) in out.iter().zip(fast).enumerate() {
-            let nan_code = T::DTYPE == crate::kv::Dtype::Fp8E4m3 && o.is_nan();
-            assert!(
-                nan_code || o.to_bits() == f.to_bits(),
-                "lane {lane}: {o} != {f}"
-            );
-        }
-        out.map(|x| x / avx512::widening::<T>())
+        unwidened_agreeing::<T, 32>(out, fast)
     }
     use crate::kv::Fp8Format::{E4M3, E5M2};
     if avx2::available() {
