@@ -1,6 +1,7 @@
 //! `pagedkv attention --dtype fp8_e4m3|fp8_e5m2`: K and V in fp8 with scales, q in --q-dtype, on
 //! the CPU; the JSON reports the scales and the error against the unquantised values, a
-//! calibrated cache passes, given scales that saturate are reported, and bad input exits 2.
+//! calibrated cache passes, given scales that saturate are reported, bad input exits 2, and a run
+//! with `--no-check` says its errors were not checked.
 
 mod cli;
 
@@ -98,4 +99,35 @@ fn bad_fp8_input_is_one_line_and_exit_2() {
         let out = attention(bad);
         cli::bad_input(&out);
     }
+}
+
+#[test]
+fn without_the_check_the_errors_say_not_checked_not_nan() {
+    let args = [&["attention"][..], &SMALL[..], &["--dtype", "fp8_e5m2"]].concat();
+    let unchecked = cli::pagedkv(&[&args[..], &["--no-check"]].concat());
+    assert!(unchecked.status.success());
+    let text = String::from_utf8_lossy(&unchecked.stdout);
+    assert!(!text.contains("NaN"), "{text}");
+    assert!(text.contains("unquantised values not checked"), "{text}");
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("paged") || l.starts_with("contiguous"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        rows.iter().all(|l| l.trim_end().ends_with("not checked")),
+        "{text}"
+    );
+    let json = cli::json(&cli::pagedkv(
+        &[&args[..], &["--no-check", "--json"]].concat(),
+    ));
+    assert_eq!(json["checked"], false);
+    assert!(json["max_rel_error"].is_null());
+    // Checked, the same rows carry numbers.
+    let checked = cli::pagedkv(&args);
+    let text = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        checked.status.success() && !text.contains("not checked"),
+        "{text}"
+    );
 }

@@ -123,6 +123,8 @@ pub struct AttentionReport {
     /// Copies of the problem the timed runs took turns over, so that small problems are read from
     /// memory, not from the L2 cache (GPU; 1 on the CPU).
     pub copies_rotated: usize,
+    /// Whether the outputs were compared with the f64 oracle (`--no-check` skips it).
+    pub checked: bool,
     /// Worst of the paged and contiguous errors against the f64 oracle (NaN when not checked).
     pub max_rel_error: f64,
     pub paged_rel_error: f64,
@@ -310,6 +312,7 @@ where
         partitions: timed.plan.num_partitions,
         partition_size: timed.plan.partition_size,
         copies_rotated: timed.copies,
+        checked: opts.check,
         max_rel_error: paged_err.max(contiguous_err),
         paged_rel_error: paged_err,
         contiguous_rel_error: contiguous_err,

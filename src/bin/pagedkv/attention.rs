@@ -217,6 +217,11 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> {
+    // Not checked says so; a checked NaN stays NaN.
+    let error = |e: f64, digits: usize| match r.checked {
+        true => format!("{e:.digits$e}"),
+        false => "not checked".to_string(),
+    };
     let kv = if r.kv_dtype == r.dtype {
         String::new()
     } else {
@@ -241,10 +246,10 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
             }
         };
         outln!(
-            "K scale {}, V scale {}; relative error against the unquantised values {:.3e}",
+            "K scale {}, V scale {}; relative error against the unquantised values {}",
             range(&r.k_scale),
             range(&r.v_scale),
-            r.quantised_rel_error
+            error(r.quantised_rel_error, 3)
         )?;
     }
     let mut t = Table::new([
@@ -262,7 +267,7 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
         format!("{:.1}", r.paged_gbps),
         format!("{:.3}", r.paged_frac_of_stream),
         format!("{:.3}", r.paged_frac_of_copy),
-        format!("{:.2e}", r.paged_rel_error),
+        error(r.paged_rel_error, 2),
     ]);
     t.row([
         format!("contiguous{}", on(r.engine)),
@@ -270,7 +275,7 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
         format!("{:.1}", r.contiguous_gbps),
         format!("{:.3}", r.contiguous_frac_of_stream),
         format!("{:.3}", r.contiguous_gbps / r.copy_gbps),
-        format!("{:.2e}", r.contiguous_rel_error),
+        error(r.contiguous_rel_error, 2),
     ]);
     for o in &r.other_engines {
         let gbps = |us: f64| r.kv_bytes as f64 / us / 1e3;
@@ -284,7 +289,7 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::stdout::StdoutFailed> 
                 format!("{:.1}", gbps(us)),
                 format!("{:.3}", gbps(us) / r.stream_gbps),
                 format!("{:.3}", gbps(us) / r.copy_gbps),
-                format!("{err:.2e}"),
+                error(err, 2),
             ]);
         }
     }
