@@ -15,6 +15,7 @@ pub mod attention;
 pub mod device;
 pub mod emu;
 pub mod host_memory;
+pub mod hw;
 pub mod kernels;
 pub mod kv;
 pub mod lab;

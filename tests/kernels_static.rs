@@ -11,7 +11,7 @@
 
 mod cli;
 
-use pagedkv::kernels::gpu_facts::H200;
+use pagedkv::kernels::gpu_facts::{IssueBudget, H200};
 use pagedkv::kernels::report::{self, StaticKernel};
 use pagedkv::kernels::{self, sass};
 use pagedkv::kv::Dtype;

@@ -9,11 +9,11 @@ use hyper::body::Bytes;
 use hyper::Request;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use pagedkv::hw::gpu;
 use pagedkv::kv::model;
 use pagedkv::serve::log::{request_line, LogSink};
 use pagedkv::serve::server::{ServeConfig, Server};
 use pagedkv::serve::tokens::Tokenizer;
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
     drive, prepare, Engine, EngineConfig, Profile, Recording, RunSettings, Slo,
 };
@@ -56,6 +56,9 @@ fn settings(max_model_len: usize, blocks: usize, max_num_seqs: usize) -> RunSett
         tp: 1,
         profile: Profile::h200_assumed(),
         efficiency_scale: 1.0,
+        step_times: pagedkv::sim::latency::Choice::roofline(
+            "the roofline this test was written for",
+        ),
         cpu_overhead_s: 0.0005,
         swap_gbps: None,
         clock_steps: false,

@@ -4,11 +4,11 @@
 //! native and store-on-evict: a global tier lets another replica hit it); and conservation of requests and blocks on every replica after
 //! every step of random workloads under every router.
 
+use pagedkv::hw::gpu;
 use pagedkv::sim::cache::Policy as TierPolicy;
 use pagedkv::sim::cluster::router::build;
 use pagedkv::sim::cluster::{ClusterCore, RouterConfig, RouterKind};
 use pagedkv::sim::engine::host_tier::OffloadMode;
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
     prepare, Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo, StepModel,
     StepRecord, System,
@@ -43,14 +43,16 @@ fn req(id: &str, arrival: f64, prompt: Prompt, output_len: u32) -> ServingReques
 
 fn model_clock(offload_gbps: Option<f64>) -> Clock {
     Clock::Seconds(Box::new(StepModel {
-        model: pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
-        gpu: gpu("h200").unwrap(),
-        tp: 1,
-        efficiency: 0.8,
         cpu_overhead_s: 5e-4,
         overlap_cpu: false,
         swap_gbps: None,
         offload_gbps,
+        ..StepModel::roofline(
+            pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
+            gpu("h200").unwrap(),
+            1,
+            0.8,
+        )
     }))
 }
 

@@ -311,7 +311,7 @@ fn data(name: &str) -> String {
 }
 
 /// `--replicas N` gives exactly what main's binary gave before disaggregation (the commands in
-/// tests/data/cluster/colocated/README.md).
+/// tests/data/cluster/colocated/README.md), on the roofline step times they were recorded with.
 #[test]
 fn colocated_runs_match_the_runs_recorded_before_disaggregation() {
     let out = cluster(&[
@@ -321,6 +321,8 @@ fn colocated_runs_match_the_runs_recorded_before_disaggregation() {
         "1,3",
         "--router",
         "round-robin,least-loaded,prefix-aware,kv-aware",
+        "--step-times",
+        "roofline",
         "--json",
     ]);
     let want: serde_json::Value = serde_json::from_str(&data("routers.json")).unwrap();
@@ -338,6 +340,8 @@ fn colocated_runs_match_the_runs_recorded_before_disaggregation() {
         "64",
         "--request-log",
         log.to_str().unwrap(),
+        "--step-times",
+        "roofline",
         "--json",
     ]);
     let want: serde_json::Value = serde_json::from_str(&data("tier.json")).unwrap();

@@ -2,7 +2,7 @@
 //! comments): exact TTFT and end-to-end times in steps, exact preemption victims and order, exact
 //! prefix-cache reuse, chunked prefill across steps; and Little's law on a long stationary run.
 
-use pagedkv::sim::engine::step_time::gpu;
+use pagedkv::hw::gpu;
 use pagedkv::sim::engine::{step_records, Clock, Engine, EngineConfig, Recording, Slo, StepModel};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 
@@ -199,14 +199,11 @@ fn littles_law_holds_on_a_stationary_run() {
     let (reqs, _) = pagedkv::workload::serving::from_trace(&w.generate().unwrap());
     let m = pagedkv::kv::model::preset("llama-3-8b").unwrap();
     let clock = Clock::Seconds(Box::new(StepModel {
-        model: m,
-        gpu: gpu("h200").unwrap(),
-        tp: 1,
-        efficiency: 0.8,
         cpu_overhead_s: 5e-4,
         overlap_cpu: false,
         swap_gbps: None,
         offload_gbps: None,
+        ..StepModel::roofline(m, gpu("h200").unwrap(), 1, 0.8)
     }));
     let c = EngineConfig {
         num_gpu_blocks: 20_000,

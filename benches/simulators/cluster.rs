@@ -2,16 +2,19 @@
 //! mean prompt 12k tokens with real shared prefixes) on 16 replicas of the vLLM engine (H200
 //! online preset, Llama-3.1-8B, the built-in efficiency profile, block size 16), once per router.
 //! The same on 8 prefill + 8 decode instances (kv-aware, layerwise KV over 100 GB/s).
-//! The target is at most 10 s per run on one core; measured in the thread's CPU time (what one
-//! core spends, whatever else shares the machine). The trace is read outside the timed loop.
+//! Each under both step-time models: the measured kernel tables (the default) and the roofline,
+//! whose cost the measured model must stay within 1.5x of. The target is at most 10 s per run on
+//! one core; measured in the thread's CPU time (what one core spends, whatever else shares the
+//! machine). The trace is read outside the timed loop.
 
 use super::cache::ThreadCpuTime;
 use criterion::{BenchmarkId, Criterion, Throughput};
+use pagedkv::hw::gpu;
 use pagedkv::kv::model::preset;
 use pagedkv::sim::cluster::pd::{Disagg, KvTransfer, DEFAULT_KV_LINK_GBPS};
 use pagedkv::sim::cluster::{ClusterSpec, RouterConfig, RouterKind};
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::sim::latency::{choose, Choice, StepTimes};
 use pagedkv::workload::trace::read_trace;
 use std::hint::black_box;
 
@@ -34,6 +37,7 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
         tp: 1,
         profile: Profile::h200_assumed(),
         efficiency_scale: 1.0,
+        step_times: Choice::roofline("bench"),
         cpu_overhead_s: 5e-4,
         swap_gbps: None,
         clock_steps: false,
@@ -61,6 +65,8 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
         (RouterKind::KvAware, None),
         (RouterKind::KvAware, Some(pd)),
     ];
+    let measured = choose(StepTimes::Measured, None, &settings.model, &settings.gpu, 1)
+        .expect("the shipped tables cover Llama-3.1-8B on an H200");
     for (router, disagg) in layouts {
         let spec = ClusterSpec {
             replicas: 16,
@@ -68,21 +74,28 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
             router_cfg: RouterConfig::default(),
             disagg,
         };
-        let name = if disagg.is_some() { "8P+8D" } else { "router" };
-        group.bench_with_input(BenchmarkId::new(name, router), &spec, |b, spec| {
-            b.iter(|| {
-                pagedkv::sim::cluster::run(
-                    &settings,
-                    16,
-                    spec,
-                    black_box(&requests),
-                    false,
-                    None,
-                    |_, _| {},
-                )
-                .expect("valid run")
-            })
-        });
+        for (times, choice) in [("measured", &measured), ("roofline", &settings.step_times)] {
+            let settings = RunSettings {
+                step_times: choice.clone(),
+                ..settings.clone()
+            };
+            let name = if disagg.is_some() { "8P+8D" } else { "router" };
+            let id = BenchmarkId::new(format!("{name}/{times}"), router);
+            group.bench_with_input(id, &spec, |b, spec| {
+                b.iter(|| {
+                    pagedkv::sim::cluster::run(
+                        &settings,
+                        16,
+                        spec,
+                        black_box(&requests),
+                        false,
+                        None,
+                        |_, _| {},
+                    )
+                    .expect("valid run")
+                })
+            });
+        }
     }
     group.finish();
 }

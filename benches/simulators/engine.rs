@@ -1,16 +1,19 @@
 //! Engine simulator speed: the whole Azure LLM conversation trace (19,366 requests, one hour)
 //! through vLLM's scheduler and block manager with the H200 online preset, Llama-3-8B, the
 //! built-in efficiency profile, synchronous loop; at block size 16 (vLLM's default) and 1 (every
-//! token fills a block: the most block-manager work). A run is single-threaded; measured in wall
+//! token fills a block: the most block-manager work); under the measured step times (the
+//! default) and the roofline (the measured model's cost is held to 1.5x the roofline's). A run
+//! is single-threaded; measured in wall
 //! time and in the thread's CPU time (what one core spends, whatever else shares the machine). The
 //! trace is read outside the timed loop.
 
 use super::cache::ThreadCpuTime;
 use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput};
+use pagedkv::hw::gpu;
 use pagedkv::kv::model::preset;
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::sim::latency::{choose, Choice, StepTimes};
 use pagedkv::workload::azure::read_azure_csv;
 use pagedkv::workload::serving::from_trace;
 use std::hint::black_box;
@@ -35,6 +38,7 @@ fn on_azure_trace<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
         tp: 1,
         profile: Profile::h200_assumed(),
         efficiency_scale: 1.0,
+        step_times: Choice::roofline("bench"),
         cpu_overhead_s: 5e-4,
         swap_gbps: None,
         clock_steps: false,
@@ -43,18 +47,29 @@ fn on_azure_trace<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
     let mut group = c.benchmark_group(format!("engine_{clock}_azure_conv_trace"));
     group.sample_size(10);
     group.throughput(Throughput::Elements(requests.len() as u64));
-    for block_size in [16, 1] {
-        group.bench_with_input(
-            BenchmarkId::new("block_size", block_size),
-            &block_size,
-            |b, &bs| {
-                b.iter(|| {
-                    settings
-                        .run(bs, black_box(&requests), false, None, |_, _| {})
-                        .expect("valid run")
-                })
-            },
-        );
+    let measured = choose(StepTimes::Measured, None, &settings.model, &settings.gpu, 1)
+        .expect("the shipped tables cover Llama-3-8B on an H200");
+    for (times, choice) in [
+        ("measured", measured),
+        ("roofline", settings.step_times.clone()),
+    ] {
+        let settings = RunSettings {
+            step_times: choice,
+            ..settings.clone()
+        };
+        for block_size in [16, 1] {
+            group.bench_with_input(
+                BenchmarkId::new(format!("{times}/block_size"), block_size),
+                &block_size,
+                |b, &bs| {
+                    b.iter(|| {
+                        settings
+                            .run(bs, black_box(&requests), false, None, |_, _| {})
+                            .expect("valid run")
+                    })
+                },
+            );
+        }
     }
     group.finish();
 }

@@ -5,7 +5,7 @@
 //! [`super::foreign`] makes the same report of any compiled kernel. Method and limits:
 //! KERNELS.md, "Static report".
 
-use super::gpu_facts::H200;
+use super::gpu_facts::{IssueBudget, H200};
 use super::occupancy::{self, CtaShape, Limiter, SmLimits};
 use super::sass::{KernelSass, LoopReport};
 use super::token_bytes::attention_stream;

@@ -10,6 +10,7 @@ use super::{
 use crate::device::DeviceChoice;
 use crate::kv::Dtype;
 use crate::sim::engine::{ResolvedSlo, SloFlags, SloPreset};
+use crate::sim::latency::{choose, Choice, StepProfile, StepTimes};
 use crate::workload::azure::{with_rate, Request};
 use crate::workload::synthetic::{synthetic_requests, SizeDist};
 use crate::workload::trace::TraceFormat;
@@ -41,6 +42,8 @@ pub struct ModelChoice {
     pub dtype: Option<Dtype>,
     /// Parameters in billions (weights take 2 bytes each).
     pub params_billion: Option<f64>,
+    /// How the weights are stored (`None`: as the model's config says).
+    pub weights: Option<model::Weights>,
 }
 
 /// Where the requests come from.
@@ -103,6 +106,10 @@ pub struct SweepConfig {
     /// Requests the capacity search replays (the workload's first); `None`: see
     /// [`SweepConfig::capacity_requests`].
     pub capacity_requests: Option<usize>,
+    /// The end-to-end runs' step-time model, and tables of the user's own
+    /// ([`crate::sim::latency::choose`]).
+    pub step_times: StepTimes,
+    pub step_profile: Option<PathBuf>,
 }
 
 /// The preset the sweep takes when none is given, and why: Mooncake's traces (JSON lines, by their
@@ -152,19 +159,14 @@ fn seconds(name: &str, ms: f64) -> Result<f64, SweepError> {
 impl ModelChoice {
     /// The preset with its overrides applied, checked.
     pub fn shape(&self) -> Result<ModelShape, SweepError> {
-        let mut m = model::preset(&self.preset).ok_or_else(|| {
-            invalid(format!(
-                "unknown model {:?} (presets: {})",
-                self.preset,
-                model::preset_names().join(", ")
-            ))
-        })?;
+        let mut m = model::load(&self.preset).map_err(|e| invalid(e.to_string()))?;
         m.layers = self.layers.unwrap_or(m.layers);
         m.num_heads = self.num_heads.unwrap_or(m.num_heads);
         m.kv_heads = self.kv_heads.unwrap_or(m.kv_heads);
         m.head_dim = self.head_dim.unwrap_or(m.head_dim);
         m.dtype = self.dtype.unwrap_or(m.dtype);
         m.params_billion = self.params_billion.unwrap_or(m.params_billion);
+        m.weights = self.weights.unwrap_or(m.weights);
         if !(1..=10_000).contains(&m.layers) {
             return Err(invalid(format!(
                 "--layers must be 1 to 10000, got {}",
@@ -194,6 +196,17 @@ impl ModelChoice {
 }
 
 impl SweepConfig {
+    /// The end-to-end runs' step-time model for `m` on the H200 they simulate over `gpus` GPUs.
+    pub fn step_choice(&self, m: &ModelShape) -> Result<Choice, SweepError> {
+        let own = match &self.step_profile {
+            Some(path) => Some(std::sync::Arc::new(
+                StepProfile::read(path).map_err(|e| invalid(e.to_string()))?,
+            )),
+            None => None,
+        };
+        choose(self.step_times, own, m, &crate::hw::H200, self.gpus.max(1)).map_err(invalid)
+    }
+
     /// The KV pool in bytes, and how it was chosen (a sentence for the report).
     pub fn pool(&self, m: &ModelShape) -> Result<(u64, String), SweepError> {
         if let Some(gib) = self.pool_gib {
@@ -219,11 +232,7 @@ impl SweepConfig {
             ))
         })?;
         let gib = |b: f64| b / (1u64 << 30) as f64;
-        let gpu = if self.gpu_mib == model::H200_MEMORY_MIB {
-            "H200".to_string()
-        } else {
-            "GPU".to_string()
-        };
+        let gpu = crate::hw::by_memory(self.gpu_mib).map_or("GPU", |g| g.product);
         Ok((
             bytes,
             format!(
@@ -463,6 +472,7 @@ mod tests {
                 head_dim: None,
                 dtype: None,
                 params_billion: None,
+                weights: None,
             },
             pool_gib: None,
             gpu_mib: model::H200_MEMORY_MIB,
@@ -488,6 +498,8 @@ mod tests {
             attention_trace_context: false,
             slo: SloFlags::default(),
             capacity_requests: None,
+            step_times: StepTimes::Auto,
+            step_profile: None,
         }
     }
 

@@ -21,13 +21,14 @@
 use super::capacity::{self, Capacity, SearchLimits};
 use super::recommend::Banded;
 use super::SweepRow;
+use crate::hw::gpu;
 use crate::kv::model::ModelShape;
 use crate::sim::engine::config::preset;
 use crate::sim::engine::profile::ProfilePoint;
-use crate::sim::engine::step_time::gpu;
 use crate::sim::engine::{
     EngineConfig, EngineError, Profile, ResolvedSlo, RunSettings, SloTargets,
 };
+use crate::sim::latency::Choice;
 use crate::workload::azure::Request;
 use crate::workload::serving::{from_trace, scale_rate, ServingRequest};
 use rayon::prelude::*;
@@ -218,6 +219,7 @@ pub fn run(
     model: &ModelShape,
     gpus: usize,
     profile: &Profile,
+    step_times: &Choice,
     noise: f64,
     resolved: &ResolvedSlo,
     search: &SearchLimits,
@@ -242,6 +244,7 @@ pub fn run(
         tp: gpus.max(1),
         profile: profile.clone(),
         efficiency_scale: 1.0,
+        step_times: step_times.clone(),
         cpu_overhead_s: STEP_OVERHEAD_S,
         swap_gbps: None,
         clock_steps: false,
@@ -380,6 +383,7 @@ mod tests {
                 &model,
                 1,
                 &profile,
+                &Choice::roofline("the test's"),
                 0.01,
                 &slo,
                 &search,

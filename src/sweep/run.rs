@@ -145,9 +145,10 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         probe = Some(opts);
     }
     let noise = apply_proxy(&mut rows);
-    let (mut e2e, mut settings, mut setup) = (Vec::new(), None, None);
+    let (mut e2e, mut settings, mut setup, mut step_choice) = (Vec::new(), None, None, None);
     if config.end_to_end {
         let profile = end_to_end::profile(&rows, &device.name());
+        let step_times = config.step_choice(&m)?;
         // Three searches and a run at the trace's rate per row, and two more there when no
         // search finds a rate within the SLOs.
         let bound = rows.len() * (3 * search.max_probes + 3);
@@ -158,6 +159,7 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
             &m,
             config.gpus,
             &profile,
+            &step_times,
             noise,
             &slo,
             &search,
@@ -169,10 +171,12 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         apply_end_to_end(&mut rows, &runs, s.base_rps);
         e2e = runs;
         settings = Some(s);
+        step_choice = Some(step_times.clone());
         setup = Some(format!(
-            "a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
+            "a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; {}; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
             config.gpus.max(1),
             end_to_end::STEP_OVERHEAD_S * 1e3,
+            step_times.line,
             profile.device,
             profile.source,
             if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
@@ -223,6 +227,7 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         end_to_end: e2e,
         end_to_end_settings: settings,
         end_to_end_setup: setup,
+        step_times: step_choice,
         notes,
         rows,
     })

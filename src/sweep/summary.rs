@@ -49,6 +49,9 @@ pub struct SweepReport {
     pub end_to_end_settings: Option<end_to_end::Setup>,
     /// What the end-to-end runs simulated, and where their efficiency came from.
     pub end_to_end_setup: Option<String>,
+    /// The end-to-end runs' step-time model (measured tables or the roofline) and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_times: Option<crate::sim::latency::Choice>,
     pub notes: Vec<String>,
     pub rows: Vec<SweepRow>,
 }

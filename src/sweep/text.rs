@@ -221,6 +221,9 @@ pub fn setting(report: &SweepReport) -> Vec<String> {
             }
         ));
     }
+    if let Some(c) = &report.step_times {
+        lines.push(c.line.clone());
+    }
     lines
 }
 

@@ -1,8 +1,8 @@
 //! What the disaggregated-serving tests share: the step-time model they run, the run loop that
 //! feeds a [`PdCore`] its requests at their arrivals, and the requests they make.
 
+use pagedkv::hw::gpu;
 use pagedkv::sim::cluster::pd::PdCore;
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{prepare, EngineConfig, StepModel, System};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use rand::rngs::StdRng;
@@ -11,14 +11,16 @@ use rand::Rng;
 /// Llama 3.1 8B on one H200 at 0.8 of its bandwidth.
 pub fn step_model() -> StepModel {
     StepModel {
-        model: pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
-        gpu: gpu("h200").unwrap(),
-        tp: 1,
-        efficiency: 0.8,
         cpu_overhead_s: 5e-4,
         overlap_cpu: false,
         swap_gbps: None,
         offload_gbps: None,
+        ..StepModel::roofline(
+            pagedkv::kv::model::preset("llama-3.1-8b").unwrap(),
+            gpu("h200").unwrap(),
+            1,
+            0.8,
+        )
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::CmdResult;
 use pagedkv::kernels::foreign::{self, ForeignOptions};
-use pagedkv::kernels::gpu_facts::H200;
+use pagedkv::kernels::gpu_facts::{IssueBudget, H200};
 use pagedkv::kernels::occupancy::Limiter;
 use pagedkv::kernels::report::StaticKernel;
 use pagedkv::kernels::sass::tool;
@@ -214,12 +214,12 @@ pub fn print_aims() -> Result<(), crate::stdout::StdoutFailed> {
          decode attention); issue/budget <= 0.7, budget = {} SMs x {} schedulers x {:.2} GHz / \
          tokens per second at {:.1} TB/s",
         H200.bytes_in_flight_needed_per_sm() / 1024.0,
-        H200.name,
+        H200.product,
         H200.sms,
         H200.sms,
         H200.schedulers_per_sm,
         H200.clock_hz / 1e9,
-        H200.stream_bytes_per_s / 1e12
+        H200.stream_bytes_per_s() / 1e12
     ))?;
     Ok(())
 }

@@ -91,6 +91,8 @@ struct JsonReport<'a> {
     gpu: &'a str,
     tp: usize,
     profile_source: String,
+    /// The step-time model (measured tables or the roofline) and why.
+    step_times: &'a pagedkv::sim::latency::Choice,
     profile_measured: bool,
     max_model_len_source: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,6 +192,7 @@ pub fn run(args: Args) -> CmdResult {
         gpu: s.gpu.name,
         tp: s.tp,
         profile_source: format!("{}: {}", s.profile.device, s.profile.source),
+        step_times: &s.step_times,
         profile_measured: s.profile.measured,
         max_model_len_source: &resolved.max_model_len_source,
         offload_bandwidth_source: resolved.offload_source.as_deref(),

@@ -3,8 +3,8 @@
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
 use crate::sim_engine_args::{
-    describe_limits, latency_unit, settings, slo_clause, workload, workload_line, EngineArgs,
-    Resolved, WorkloadArgs,
+    describe_limits, latency_unit, model_lines, settings, slo_clause, workload, workload_line,
+    EngineArgs, Resolved, WorkloadArgs,
 };
 use crate::{count, CmdResult};
 use pagedkv::kv::model::ModelShape;
@@ -46,6 +46,8 @@ struct JsonReport<'a> {
     gpu: &'a str,
     tp: usize,
     profile_source: String,
+    /// The step-time model (measured tables or the roofline) and why.
+    step_times: &'a pagedkv::sim::latency::Choice,
     profile_measured: bool,
     max_model_len_source: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -111,6 +113,7 @@ pub fn run(args: Args) -> CmdResult {
         gpu: s.gpu.name,
         tp: s.tp,
         profile_source: format!("{}: {}", s.profile.device, s.profile.source),
+        step_times: &s.step_times,
         profile_measured: s.profile.measured,
         max_model_len_source: &resolved.max_model_len_source,
         offload_bandwidth_source: resolved.offload_source.as_deref(),
@@ -160,22 +163,8 @@ fn print_text(
         if e.async_scheduling { "async" } else { "synchronous" },
         if matches!(e.preemption, Preemption::Swap { .. }) { ", swap preemption" } else { "" },
     )?;
-    if s.clock_steps {
-        outln!("clock: steps (every step one unit)")?;
-    } else {
-        outln!(
-            "model: {} (KV cache {}) on {} × {} ({} GB/s, {} TFLOP/s), step overhead {} ms; attention efficiency from {} ({}){}",
-            s.model.name,
-            s.model.dtype,
-            s.tp,
-            s.gpu.name,
-            s.gpu.hbm_gbps,
-            s.gpu.peak_tflops,
-            s.cpu_overhead_s * 1e3,
-            s.profile.device,
-            s.profile.source,
-            if s.profile.measured { "" } else { " — an assumption, not a measurement" }
-        )?;
+    for line in model_lines(resolved, "") {
+        outln!("{line}")?;
     }
     for line in describe_limits(resolved) {
         outln!("{line}")?;

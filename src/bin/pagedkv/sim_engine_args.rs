@@ -2,14 +2,15 @@
 //! every replica runs (vLLM's settings, the model and GPU, the host tier).
 
 use crate::{count, count_u64};
-use pagedkv::kv::model::{self, ModelShape};
+use pagedkv::hw::{gpu, Gpu};
+use pagedkv::kv::model::{self, ModelShape, Weights};
 use pagedkv::kv::Dtype;
 use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
     load_profile, EngineConfig, EngineReport, Judged, Profile, ResolvedSlo, RunSettings, SloFlags,
     SloPreset,
 };
+use pagedkv::sim::latency::{choose, Choice, StepProfile, StepTimes};
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
 use pagedkv::workload::scenario::{read_scenario, EngineFields};
 use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
@@ -64,6 +65,13 @@ pub struct WorkloadArgs {
     /// Seed of generated workloads and of predicted lengths.
     #[arg(long, default_value_t = 1, value_parser = count_u64(0..))]
     pub seed: u64,
+}
+
+/// vLLM's `--quantization` methods pagedkv models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Quantization {
+    /// fp8 weights with per-tensor scales (vLLM's `Fp8Config`): linear layers at 1 byte.
+    Fp8,
 }
 
 #[derive(clap::Args)]
@@ -142,9 +150,14 @@ pub struct EngineArgs {
     #[command(flatten)]
     pub tier: crate::sim_tier_args::TierArgs,
 
-    /// Model preset.
+    /// A model preset (data/models/), or a Hugging Face config.json (a file, or a folder holding
+    /// one).
     #[arg(long, default_value = "llama-3.1-8b")]
     pub model: String,
+    /// vLLM's --quantization: fp8 stores the linear layers' weights in fp8 (1 byte each, FP8
+    /// GEMMs) [default: what the model's config.json says, else its bf16/f16 weights].
+    #[arg(long, value_enum)]
+    pub quantization: Option<Quantization>,
     /// How the KV cache stores K and V (vLLM's --kv-cache-dtype): f16/bf16 ("auto"), or
     /// fp8_e4m3 / fp8_e5m2 at one byte per element: twice the tokens in the same pool, half the
     /// KV bytes a step reads.
@@ -153,6 +166,14 @@ pub struct EngineArgs {
     /// h200, h100, a100 [default: the preset's].
     #[arg(long)]
     pub gpu: Option<String>,
+    /// Where step times come from: measured kernel tables where they cover the model, GPU,
+    /// dtypes and tensor parallelism, else the roofline (auto); or one of them.
+    #[arg(long, value_enum, default_value_t = StepTimes::Auto)]
+    pub step_times: StepTimes,
+    /// Measured kernel tables of your own (a pagedkv step profile: docs/step-profiles.md)
+    /// [default: the shipped ones, AIConfigurator 0.12.0's for H100 and H200].
+    #[arg(long)]
+    pub step_profile: Option<PathBuf>,
     /// Attention efficiency per block size: a profile (`sweep --out` writes one), `sweep --json`
     /// output or `attention --json` reports [default: the built-in H200 assumption].
     #[arg(long)]
@@ -331,13 +352,24 @@ pub fn workload(
     Ok((requests, name, fields))
 }
 
-fn model_shape(name: &str) -> Result<ModelShape, String> {
-    model::preset(name).ok_or_else(|| {
-        format!(
-            "unknown model {name:?} (presets: {})",
-            model::preset_names().join(", ")
-        )
-    })
+/// The model `--model` names, with `--quantization` applied.
+pub fn model_shape(name: &str, quantization: Option<Quantization>) -> Result<ModelShape, String> {
+    let mut m = model::load(name).map_err(|e| e.to_string())?;
+    if quantization == Some(Quantization::Fp8) {
+        m.weights = Weights::Fp8;
+    }
+    Ok(m)
+}
+
+/// The step-time model for `model` on `gpu` over `tp` GPUs, as the flags ask.
+pub fn step_choice(args: &EngineArgs, model: &ModelShape, gpu: &Gpu) -> Result<Choice, String> {
+    let own = match &args.step_profile {
+        Some(path) => Some(std::sync::Arc::new(
+            StepProfile::read(path).map_err(|e| e.to_string())?,
+        )),
+        None => None,
+    };
+    choose(args.step_times, own, model, gpu, args.tp)
 }
 
 /// What the settings were resolved from, for the report.
@@ -370,7 +402,7 @@ pub fn settings(
     })?;
     let model = ModelShape {
         dtype: args.kv_cache_dtype,
-        ..model_shape(&args.model)?
+        ..model_shape(&args.model, args.quantization)?
     };
     model.check_tp(args.tp)?;
     let mut e = EngineConfig {
@@ -462,7 +494,17 @@ pub fn settings(
         return Err(format!("--gpu-memory-utilization must be in (0, 1], got {util}").into());
     }
     let gpu_name = args.gpu.clone().unwrap_or_else(|| p.gpu.to_string());
-    let g = gpu(&gpu_name).ok_or_else(|| format!("unknown GPU {gpu_name:?} (h200, h100, a100)"))?;
+    let g = gpu(&gpu_name).ok_or_else(|| {
+        format!(
+            "unknown GPU {gpu_name:?} ({})",
+            pagedkv::hw::gpu_names().join(", ")
+        )
+    })?;
+    let step_times = if args.clock == ClockArg::Steps {
+        Choice::roofline("unused: --clock steps")
+    } else {
+        step_choice(args, &model, &g)?
+    };
     let profile = match &args.profile {
         Some(path) => load_profile(path)?,
         None => Profile::h200_assumed(),
@@ -481,6 +523,7 @@ pub fn settings(
         tp: args.tp,
         profile,
         efficiency_scale: 1.0,
+        step_times,
         cpu_overhead_s: overhead / 1e3,
         swap_gbps: args.swap_preemption.then_some(args.swap_gbps),
         clock_steps: args.clock == ClockArg::Steps,
@@ -494,6 +537,42 @@ pub fn settings(
         offload_source,
         slo,
     })
+}
+
+/// The lines a simulator's text report opens with about its model: the model, its GPUs and step
+/// overhead; which step times (measured tables beside the roofline, or the roofline and why);
+/// where the attention efficiency per block size comes from.
+pub fn model_lines(r: &Resolved, per: &str) -> Vec<String> {
+    let s = &r.settings;
+    if s.clock_steps {
+        return vec!["clock: steps (every step one unit)".into()];
+    }
+    let mut out = vec![
+        format!(
+            "model: {} ({} weights, KV cache {}) on {} × {}{per} ({} GB/s, {} TFLOP/s), step overhead {} ms",
+            s.model.name,
+            s.model.weights,
+            s.model.dtype,
+            s.tp,
+            s.gpu.name,
+            s.gpu.hbm_gbps,
+            s.gpu.peak_tflops,
+            s.cpu_overhead_s * 1e3,
+        ),
+        s.step_times.line.clone(),
+    ];
+    out.extend(s.beside_roofline(r.block_size));
+    out.push(format!(
+        "attention efficiency per block size from {} ({}){}",
+        s.profile.device,
+        s.profile.source,
+        if s.profile.measured {
+            ""
+        } else {
+            " — an assumption, not a measurement"
+        }
+    ));
+    out
 }
 
 /// Lines that say where max_model_len and the host tier come from.

@@ -18,9 +18,21 @@ pub struct Args {
     /// Device whose bandwidth is measured.
     #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
     device: DeviceChoice,
-    /// Model preset: llama-3-8b, llama-3-70b, llama-2-7b, mistral-7b, qwen2.5-7b, qwen2-72b.
+    /// A model preset (llama-3-8b, llama-3.1-8b, llama-3-70b, llama-3.1-70b, llama-2-7b,
+    /// mistral-7b, qwen2.5-7b, qwen2-72b, qwen3-32b, ...), or a Hugging Face config.json (a file
+    /// or a folder holding one).
     #[arg(long, default_value = "llama-3-8b")]
     model: String,
+    /// vLLM's --quantization: fp8 weights (1 byte per linear-layer parameter, FP8 GEMMs).
+    #[arg(long, value_enum)]
+    quantization: Option<crate::sim_engine_args::Quantization>,
+    /// The end-to-end runs' step times: measured kernel tables where they cover the run, else
+    /// the roofline (auto); or one of them.
+    #[arg(long, value_enum, default_value_t = pagedkv::sim::latency::StepTimes::Auto)]
+    step_times: pagedkv::sim::latency::StepTimes,
+    /// Measured kernel tables of your own for the end-to-end runs (docs/step-profiles.md).
+    #[arg(long)]
+    step_profile: Option<PathBuf>,
     /// Override the preset's number of layers.
     #[arg(long, value_parser = count(0..))]
     layers: Option<usize>,
@@ -153,6 +165,9 @@ impl Args {
                 head_dim: self.head_dim,
                 dtype: self.dtype,
                 params_billion: self.params_b,
+                weights: self
+                    .quantization
+                    .map(|crate::sim_engine_args::Quantization::Fp8| model::Weights::Fp8),
             },
             pool_gib: self.pool_gib,
             gpu_mib: self.gpu_mib,
@@ -184,6 +199,8 @@ impl Args {
             attention_trace_context: self.attention_trace_context,
             slo: self.slo.flags(),
             capacity_requests: self.capacity_requests,
+            step_times: self.step_times,
+            step_profile: self.step_profile.clone(),
         }
     }
 }

@@ -242,9 +242,9 @@ pub fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hw::gpu;
     use crate::sim::cluster::pd::KvTransfer;
     use crate::sim::cluster::RouterConfig;
-    use crate::sim::engine::step_time::gpu;
     use crate::sim::engine::{EngineConfig, Judged, Profile};
     use crate::workload::serving::Prompt;
     use rand::{Rng, SeedableRng};
@@ -263,6 +263,9 @@ mod tests {
             tp: 1,
             profile: Profile::h200_assumed(),
             efficiency_scale: 1.0,
+            step_times: crate::sim::latency::Choice::roofline(
+                "the roofline this test was written for",
+            ),
             cpu_overhead_s: 5e-4,
             swap_gbps: None,
             clock_steps: false,

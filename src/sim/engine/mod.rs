@@ -94,7 +94,7 @@ pub use run::{Outcome, RunSettings, TierReport};
 pub use setup::{prepare, Prepared, Submission};
 pub use slo::{Judged, ResolvedSlo, SloFlags, SloPreset, SloTargets};
 pub use step_log::StepRecord;
-pub use step_time::{Gpu, StepModel};
+pub use step_time::StepModel;
 
 use crate::workload::serving::ServingRequest;
 

@@ -10,8 +10,10 @@ use super::metrics::{EngineReport, Slo};
 use super::model_len::accepted;
 use super::profile::Profile;
 use super::setup::prepare;
-use super::step_time::{num_gpu_blocks, Gpu, StepModel};
+use super::step_time::{num_gpu_blocks, StepModel};
+use crate::hw::Gpu;
 use crate::kv::model::ModelShape;
+use crate::sim::latency::{BatchShape, Choice, Latency, Measured, Roofline, StepLatency};
 use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -28,9 +30,12 @@ pub struct RunSettings {
     pub model: ModelShape,
     pub gpu: Gpu,
     pub tp: usize,
+    /// Attention efficiency per block size (how the block size enters the step times).
     pub profile: Profile,
     /// Multiplies the profile's efficiency (the sweep's noise band); 1 for the profile as is.
     pub efficiency_scale: f64,
+    /// The step-time model ([`crate::sim::latency::choose`]).
+    pub step_times: Choice,
     pub cpu_overhead_s: f64,
     pub swap_gbps: Option<f64>,
     /// Count time in steps instead of the model's seconds.
@@ -116,9 +121,8 @@ impl RunSettings {
         } else {
             Clock::Seconds(Box::new(StepModel {
                 model: self.model.clone(),
-                gpu: self.gpu.clone(),
                 tp: self.tp,
-                efficiency,
+                latency: self.latency(block_size, efficiency)?,
                 cpu_overhead_s: self.cpu_overhead_s,
                 overlap_cpu: cfg.async_scheduling,
                 swap_gbps: self.swap_gbps,
@@ -126,6 +130,64 @@ impl RunSettings {
             }))
         };
         Ok((cfg, clock, efficiency))
+    }
+
+    /// The GPU's step times at `block_size`, whose attention efficiency is `efficiency` (the
+    /// sweep's noise band included): the roofline takes it as it is; measured decode attention
+    /// scales by the efficiency at the block size its tables were measured at over this one.
+    fn latency(&self, block_size: usize, efficiency: f64) -> Result<Latency, EngineError> {
+        Ok(match &self.step_times.profile {
+            None => Latency::Roofline(Box::new(Roofline {
+                model: self.model.clone(),
+                gpu: self.gpu,
+                tp: self.tp,
+                efficiency,
+            })),
+            Some(p) => {
+                let m = Measured::new(p, &self.model, self.tp)
+                    .map_err(super::config::ConfigError)?
+                    .at_block_size(block_size, |b| {
+                        if b == block_size {
+                            efficiency
+                        } else {
+                            self.profile.at(b)
+                        }
+                    });
+                Latency::Measured(std::sync::Arc::new(m))
+            }
+        })
+    }
+
+    /// Under measured step times, two reference steps timed by them and by the roofline at
+    /// `block_size` (a decode step of 64 requests at 2k tokens of context, one 2k-token prefill),
+    /// e.g. "beside the roofline: decode 64 × 2k 9.47 ms (roofline 7.51), prefill 2k 43.4 ms
+    /// (34.4)"; `None` under the roofline or a step clock.
+    pub fn beside_roofline(&self, block_size: usize) -> Option<String> {
+        self.step_times.profile.as_ref()?;
+        if self.clock_steps {
+            return None;
+        }
+        let efficiency = (self.profile.at(block_size) * self.efficiency_scale).clamp(1e-6, 1.0);
+        let measured = self.latency(block_size, efficiency).ok()?;
+        let roofline = Latency::Roofline(Box::new(Roofline {
+            model: self.model.clone(),
+            gpu: self.gpu,
+            tp: self.tp,
+            efficiency,
+        }));
+        let ms = |l: &Latency, b: &BatchShape| {
+            let (c, m) = l.forward(b);
+            (c + m) * 1e3
+        };
+        let decode = BatchShape::of([(1, 2048); 64]);
+        let prefill = BatchShape::of([(2048, 0)]);
+        Some(format!(
+            "beside the roofline at block size {block_size}: a decode step of 64 × 2k {:.2} ms (roofline {:.2}), a 2k-token prefill {:.1} ms ({:.1})",
+            ms(&measured, &decode),
+            ms(&roofline, &decode),
+            ms(&measured, &prefill),
+            ms(&roofline, &prefill),
+        ))
     }
 
     /// Runs `requests` at `block_size`, keeping the timeline if asked and writing every step's

@@ -25,6 +25,8 @@ struct JsonReport<'a> {
     gpu: &'a str,
     tp: usize,
     profile_source: String,
+    /// The step-time model (measured tables or the roofline) and why.
+    step_times: &'a pagedkv::sim::latency::Choice,
     engine: &'a EngineConfig,
     block_size: usize,
     slo_source: &'a ResolvedSlo,
@@ -158,6 +160,7 @@ pub fn run(args: Args, default_trace: &str) -> CmdResult {
             gpu: s.gpu.name,
             tp: s.tp,
             profile_source: format!("{}: {}", s.profile.device, s.profile.source),
+            step_times: &s.step_times,
             engine: &s.engine,
             block_size: resolved.block_size,
             slo_source: &slo,

@@ -2,7 +2,9 @@
 //! key under it, each replica's row for a single run, and a line per run with what the table
 //! leaves out (the router's decisions, the KV link, the host tier).
 
-use crate::sim_engine_args::{describe_limits, latency_unit, workload_line, BoxError, Resolved};
+use crate::sim_engine_args::{
+    describe_limits, latency_unit, model_lines, workload_line, BoxError, Resolved,
+};
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::ClusterOutcome;
 use pagedkv::sim::engine::{Distribution, EngineReport};
@@ -234,21 +236,8 @@ pub fn print(
         if e.enable_prefix_caching { "on" } else { "off" },
         resolved.block_size,
     )?;
-    if s.clock_steps {
-        outln!("clock: steps (every step one unit)")?;
-    } else {
-        outln!(
-            "model: {} on {} × {} per replica; attention efficiency from {}{}",
-            s.model.name,
-            s.tp,
-            s.gpu.name,
-            s.profile.device,
-            if s.profile.measured {
-                ""
-            } else {
-                " (an assumption)"
-            }
-        )?;
+    for line in model_lines(resolved, " per replica") {
+        outln!("{line}")?;
     }
     for line in describe_limits(resolved) {
         outln!("{line}")?;

@@ -4,10 +4,11 @@
 
 use super::manager::{ChunkKey, Lookup, Manager};
 use super::{HostTier, OffloadMode};
+use crate::hw::gpu;
 use crate::sim::cache::Policy;
 use crate::sim::engine::request::Req;
 use crate::sim::engine::step_log::{Ordered, StepRecord};
-use crate::sim::engine::step_time::{gpu, StepModel};
+use crate::sim::engine::step_time::StepModel;
 use crate::sim::engine::{Clock, CpuOffload, Engine, EngineConfig, OffloadScope, Recording, Slo};
 use crate::workload::serving::{Prompt, ServingRequest};
 
@@ -290,14 +291,16 @@ fn a_load_takes_its_bytes_over_the_link_before_the_request_computes() {
         let mut c = cfg(64, Policy::Lru, 1, true);
         c.cpu_offload.as_mut().unwrap().gbps = gbps;
         let clock = Clock::Seconds(Box::new(StepModel {
-            model: crate::kv::model::preset("llama-3.1-8b").unwrap(),
-            gpu: gpu("h200").unwrap(),
-            tp: 1,
-            efficiency: 0.8,
             cpu_overhead_s: 5e-4,
             overlap_cpu: false,
             swap_gbps: None,
             offload_gbps: Some(gbps),
+            ..StepModel::roofline(
+                crate::kv::model::preset("llama-3.1-8b").unwrap(),
+                gpu("h200").unwrap(),
+                1,
+                0.8,
+            )
         }));
         let mut e = engine(c, &reqs, clock);
         let keys: Vec<(u64, u32)> = (0..16).map(|j| (block_key(&a, j), 4 * (j + 1))).collect();
