@@ -31,16 +31,20 @@ pub fn describe(c: Clients) -> Option<String> {
         return None;
     };
     Some(format!(
-        "clients: closed loop, {n} clients (as vllm bench serve --max-concurrency {n}): each request is sent at its arrival or when a client is free, whichever is later; latencies count from the send"
+        "clients: closed loop, {n} client{} (as vllm bench serve --max-concurrency {n}): each request is sent at its arrival or when a client is free, whichever is later; latencies count from the send",
+        if n == 1 { "" } else { "s" }
     ))
 }
 
-/// A run's clause about its clients: how many were busy, and how long requests waited for one.
+/// A run's clause about its clients: how many were busy, and how long requests waited for one
+/// (not when every request was ready at 0: the wait is then the send time itself, and vLLM too
+/// leaves the queue out of its end-to-end figures at rate inf).
 pub fn clause(c: &ClientReport, unit: &str) -> String {
     let (scale, lat) = crate::sim_engine_args::latency_unit(unit);
+    let n = c.max_concurrency;
     let mut s = format!(
-        ", {} clients{}: in flight peak {}, mean {:.1}",
-        c.max_concurrency,
+        ", {n} client{}{}: in flight peak {}, mean {:.1}",
+        if n == 1 { "" } else { "s" },
         if c.all_at_once {
             " (every request ready at once)"
         } else {
@@ -49,12 +53,15 @@ pub fn clause(c: &ClientReport, unit: &str) -> String {
         c.peak_in_flight,
         c.mean_in_flight
     );
-    if let Some(q) = c.client_queue {
-        s += &format!(
-            "; waited for a client p50/p99 {:.2}/{:.2} {lat}",
-            q.p50 * scale,
-            q.p99 * scale
-        );
+    match c.client_queue {
+        Some(q) if !c.all_at_once => {
+            s += &format!(
+                "; waited for a client p50/p99 {:.2}/{:.2} {lat}",
+                q.p50 * scale,
+                q.p99 * scale
+            )
+        }
+        _ => {}
     }
     s
 }

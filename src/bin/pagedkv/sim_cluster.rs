@@ -74,7 +74,8 @@ pub struct Args {
     /// Write one JSON line per request: id, replica, route (why the router chose it), arrival,
     /// first_token, finish, prompt_len, output_len, prefix_hit_tokens, offload_hit_tokens,
     /// preemptions; disaggregated, also prefill_replica, decode_replica, transfer_start,
-    /// transfer_end, kv_bytes_moved, rejected (one run only).
+    /// transfer_end, kv_bytes_moved, rejected; with --max-concurrency, scheduled_arrival (the
+    /// workload's; `arrival` is the send) (one run only).
     #[arg(long)]
     request_log: Option<PathBuf>,
     /// Print the report as JSON (one object, every router's run) instead of the table.

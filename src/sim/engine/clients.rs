@@ -43,6 +43,7 @@
 //! end-to-end latency with it.
 
 use super::metrics::Distribution;
+use crate::stats::Time;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -79,17 +80,6 @@ pub struct ClientReport {
     pub client_queue: Option<Distribution>,
     /// Finish − arrival: end to end with the client's queue (vLLM's "E2EL incl. Client Queue").
     pub e2e_with_client_queue: Option<Distribution>,
-}
-
-/// A total order on times.
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-struct Time(f64);
-impl Eq for Time {}
-#[allow(clippy::derive_ord_xor_partial_ord)]
-impl Ord for Time {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
 }
 
 /// The clients of a closed loop: when each is free, and when each request was sent and finished.

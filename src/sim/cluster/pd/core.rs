@@ -32,21 +32,11 @@ use crate::sim::engine::config::ConfigError;
 use crate::sim::engine::driver::{StepSink, System};
 use crate::sim::engine::request::Req;
 use crate::sim::engine::{Engine, EngineError, Slo, Submission};
+use crate::stats::Time;
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-
-/// A total order on event times.
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub(super) struct Time(f64);
-impl Eq for Time {}
-#[allow(clippy::derive_ord_xor_partial_ord)]
-impl Ord for Time {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
-}
 
 /// One request's path through the instances.
 #[derive(Debug, Clone)]
