@@ -155,6 +155,12 @@ fn sim_cluster_reports_one_pool_of_clients_and_logs_each_wait() {
         waited += usize::from(sent > due);
     }
     assert!(waited > 0, "40/s on two clients: some requests wait");
+    // Without the flag: no clients in the JSON, none in the request log.
+    let open = cli::json(&pagedkv(&[&args[..10], &args[12..], &["--json"]].concat()));
+    assert!(open.get("max_concurrency").is_none());
+    assert!(open["runs"][0].get("clients").is_none());
+    let open_log = std::fs::read_to_string(&log).unwrap();
+    assert!(!open_log.contains("scheduled_arrival"), "{open_log}");
     let out = pagedkv(&args);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
