@@ -1,5 +1,16 @@
 //! Small statistics over measurements.
 
+/// A time (or any f64) totally ordered by [`f64::total_cmp`], for heaps of events.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Time(pub f64);
+impl Eq for Time {}
+#[allow(clippy::derive_ord_xor_partial_ord)]
+impl Ord for Time {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
+    }
+}
+
 /// The median of `xs` (the mean of the middle two for an even count); NaN when empty.
 pub fn median(xs: &[f64]) -> f64 {
     if xs.is_empty() {

@@ -63,6 +63,7 @@ fn settings(max_model_len: usize, blocks: usize, max_num_seqs: usize) -> RunSett
         swap_gbps: None,
         clock_steps: false,
         slo: Slo::default(),
+        clients: Default::default(),
     }
 }
 

@@ -42,6 +42,7 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
         swap_gbps: None,
         clock_steps: false,
         slo: Slo::default(),
+        clients: Default::default(),
     };
     let mut group = c.benchmark_group("cluster_cpu_mooncake_conv_16_replicas");
     group.sample_size(10);

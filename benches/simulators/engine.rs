@@ -43,6 +43,7 @@ fn on_azure_trace<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
         swap_gbps: None,
         clock_steps: false,
         slo: Slo::default(),
+        clients: Default::default(),
     };
     let mut group = c.benchmark_group(format!("engine_{clock}_azure_conv_trace"));
     group.sample_size(10);

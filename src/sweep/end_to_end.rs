@@ -249,6 +249,7 @@ pub fn run(
         swap_gbps: None,
         clock_steps: false,
         slo: slo.slo(),
+        clients: Default::default(),
     };
     let band = |r: usize| noise.max(rows[r].efficiency_noise.unwrap_or(0.0));
     let scales = |r: usize| [1.0, 1.0 - band(r), 1.0 + band(r)];

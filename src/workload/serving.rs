@@ -139,6 +139,15 @@ pub fn scale_rate(requests: &mut [ServingRequest], scale: f64) {
     }
 }
 
+/// Every request at time 0, kept in arrival order (ties in their order): the rate scale at
+/// infinity, vLLM's `--request-rate inf` ("all the requests are sent at time 0").
+pub fn all_at_once(requests: &mut [ServingRequest]) {
+    requests.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
+    for r in requests {
+        r.arrival = 0.0;
+    }
+}
+
 /// Requests with the given prompts (ids `r0`, `r1`, ... in order), Poisson arrivals at `rate` per
 /// second (the first at 0) and output lengths from `output` (at least 1), from one seeded stream.
 /// `rate` must be positive.

@@ -20,6 +20,7 @@ mod serve;
 mod sim;
 mod sim_alloc;
 mod sim_cache;
+mod sim_client_args;
 mod sim_cluster;
 mod sim_cow;
 mod sim_engine;

@@ -30,6 +30,8 @@ pub struct Args {
     #[command(flatten)]
     workload: WorkloadArgs,
     #[command(flatten)]
+    clients: crate::sim_client_args::ClientArgs,
+    #[command(flatten)]
     engine: EngineArgs,
     /// Replica counts to run (comma-separated: 1,2,4,8,16 sweeps them).
     #[arg(long, value_delimiter = ',', default_value = "4", value_parser = count(1..=1024))]
@@ -72,7 +74,8 @@ pub struct Args {
     /// Write one JSON line per request: id, replica, route (why the router chose it), arrival,
     /// first_token, finish, prompt_len, output_len, prefix_hit_tokens, offload_hit_tokens,
     /// preemptions; disaggregated, also prefill_replica, decode_replica, transfer_start,
-    /// transfer_end, kv_bytes_moved, rejected (one run only).
+    /// transfer_end, kv_bytes_moved, rejected; with --max-concurrency, scheduled_arrival (the
+    /// workload's; `arrival` is the send) (one run only).
     #[arg(long)]
     request_log: Option<PathBuf>,
     /// Print the report as JSON (one object, every router's run) instead of the table.
@@ -99,6 +102,10 @@ struct JsonReport<'a> {
     offload_bandwidth_source: Option<&'a str>,
     engine: &'a EngineConfig,
     block_size: usize,
+    /// Closed-loop clients (`--max-concurrency`), one pool over every replica; each run's
+    /// `clients` says what they saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrency: Option<usize>,
     runs: &'a [ClusterOutcome],
     /// With a host tier: the same runs without it.
     #[serde(skip_serializing_if = "<[ClusterOutcome]>::is_empty")]
@@ -116,7 +123,8 @@ pub fn run(args: Args) -> CmdResult {
         return capacity::run(args, DEFAULT_TRACE);
     }
     let (requests, name, fields) = workload(&args.workload, DEFAULT_TRACE)?;
-    let resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
+    let mut resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
+    resolved.settings.clients = args.clients.clients();
     let router_cfg = args.routers.config(args.workload.seed)?;
     let disagg = args.pd.disagg()?;
     let pooled = (resolved.settings.engine.cpu_offload)
@@ -198,6 +206,7 @@ pub fn run(args: Args) -> CmdResult {
         offload_bandwidth_source: resolved.offload_source.as_deref(),
         engine: &s.engine,
         block_size: bs,
+        max_concurrency: args.clients.max_concurrency,
         runs: &outcomes,
         without_tier: &without_tier,
     };

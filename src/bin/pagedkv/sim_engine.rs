@@ -24,6 +24,8 @@ pub struct Args {
     #[command(flatten)]
     workload: WorkloadArgs,
     #[command(flatten)]
+    clients: crate::sim_client_args::ClientArgs,
+    #[command(flatten)]
     engine: EngineArgs,
     /// Several block sizes, run in parallel (comma-separated; any size, not only powers of two).
     #[arg(long, value_delimiter = ',', conflicts_with = "block_size", value_parser = count(0..))]
@@ -56,6 +58,9 @@ struct JsonReport<'a> {
     /// The SLOs (preset, values, source, overrides), when any.
     #[serde(skip_serializing_if = "Option::is_none")]
     slo: Option<&'a ResolvedSlo>,
+    /// Closed-loop clients (`--max-concurrency`); each run's `clients` says what they saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrency: Option<usize>,
     runs: &'a [Outcome],
     /// With a host tier: the same runs without it.
     #[serde(skip_serializing_if = "<[Outcome]>::is_empty")]
@@ -64,7 +69,8 @@ struct JsonReport<'a> {
 
 pub fn run(args: Args) -> CmdResult {
     let (requests, name, fields) = workload(&args.workload, DEFAULT_TRACE)?;
-    let resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
+    let mut resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
+    resolved.settings.clients = args.clients.clients();
     let s = &resolved.settings;
     let sizes = match &args.block_sizes {
         Some(v) if !v.is_empty() && !v.contains(&0) => v.clone(),
@@ -119,6 +125,7 @@ pub fn run(args: Args) -> CmdResult {
         offload_bandwidth_source: resolved.offload_source.as_deref(),
         engine: &s.engine,
         slo: resolved.slo.as_ref(),
+        max_concurrency: args.clients.max_concurrency,
         runs: &outcomes,
         without_tier: &without_tier,
     };
@@ -170,6 +177,9 @@ fn print_text(
         outln!("{line}")?;
     }
     outln!("{}", workload_line(name, requests))?;
+    if let Some(line) = crate::sim_client_args::describe(s.clients) {
+        outln!("{line}")?;
+    }
     if let Some(slo) = &resolved.slo {
         outln!("{}", slo.describe())?;
     }
@@ -248,6 +258,9 @@ fn print_text(
         );
         if let Some(slo) = &resolved.slo {
             line += &slo_clause(r, slo, unit);
+        }
+        if let Some(c) = &o.clients {
+            line += &crate::sim_client_args::clause(c, unit);
         }
         if r.swapped_out_tokens > 0 {
             line += &format!(

@@ -13,7 +13,9 @@ use pagedkv::sim::engine::{
 use pagedkv::sim::latency::{choose, Choice, StepProfile, StepTimes};
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
 use pagedkv::workload::scenario::{read_scenario, EngineFields};
-use pagedkv::workload::serving::{from_prompts, from_trace, scale_rate, ServingRequest};
+use pagedkv::workload::serving::{
+    all_at_once, from_prompts, from_trace, scale_rate, ServingRequest,
+};
 use pagedkv::workload::synthetic::{SizeDist, SyntheticRequests};
 use pagedkv::workload::trace::read_trace;
 use std::path::PathBuf;
@@ -47,7 +49,8 @@ pub struct WorkloadArgs {
     /// Requests: a trace's first N; generated workloads' count [default 2000].
     #[arg(long, value_parser = count(1..))]
     pub requests: Option<usize>,
-    /// Replay arrivals this many times faster (2: twice the rate).
+    /// Replay arrivals this many times faster (2: twice the rate; inf: every request at time 0,
+    /// in arrival order, as vLLM's --request-rate inf).
     #[arg(long, default_value_t = 1.0)]
     pub rate_scale: f64,
     /// Poisson: mean prompt tokens.
@@ -345,9 +348,13 @@ pub fn workload(
         }
         (r, name, None)
     };
-    let scale = positive("rate-scale", args.rate_scale)?;
-    if scale != 1.0 {
-        scale_rate(&mut requests, scale);
+    if args.rate_scale == f64::INFINITY {
+        all_at_once(&mut requests);
+    } else {
+        let scale = positive("rate-scale", args.rate_scale)?;
+        if scale != 1.0 {
+            scale_rate(&mut requests, scale);
+        }
     }
     Ok((requests, name, fields))
 }
@@ -528,6 +535,7 @@ pub fn settings(
         swap_gbps: args.swap_preemption.then_some(args.swap_gbps),
         clock_steps: args.clock == ClockArg::Steps,
         slo: slo.as_ref().map(|s| s.targets.slo()).unwrap_or_default(),
+        clients: Default::default(),
     };
     Ok(Resolved {
         settings,

@@ -129,6 +129,11 @@ pub struct Args {
     /// 2000].
     #[arg(long, value_parser = count(1..))]
     capacity_requests: Option<usize>,
+    /// Refused: the SLO capacity is a search over the arrival rate, which closed-loop clients
+    /// cap; compare block sizes at N clients with `sim engine --max-concurrency N --block-sizes
+    /// 1,2,4,...` instead.
+    #[arg(long, value_parser = count(1..))]
+    max_concurrency: Option<usize>,
     /// Print every column (the default table keeps those that carry the answer, in 100 columns).
     #[arg(long)]
     wide: bool,
@@ -232,6 +237,9 @@ impl Progress for Bars {
 }
 
 pub fn run(args: Args) -> CmdResult {
+    if args.max_concurrency.is_some() {
+        return Err(pagedkv::sim::engine::clients::NO_RATE_SEARCH.into());
+    }
     if args.kv_dtype.len() > 1 {
         return run_per_kv_dtype(args);
     }

@@ -4,19 +4,9 @@
 //! only once the cluster's clock passes them, as a gateway learns of them from the streams.
 
 use super::router::Router;
+use crate::stats::Time;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// A total order on event times.
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-struct Time(f64);
-impl Eq for Time {}
-#[allow(clippy::derive_ord_xor_partial_ord)]
-impl Ord for Time {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
-}
 
 /// What happened to a request the router sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

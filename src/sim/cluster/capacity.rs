@@ -270,6 +270,7 @@ mod tests {
             swap_gbps: None,
             clock_steps: false,
             slo: Default::default(),
+            clients: Default::default(),
         }
     }
 

@@ -88,6 +88,8 @@ pub struct ClusterCore {
     hashes: Vec<BlockHash>,
     /// The replica the last [`System::advance`] stepped (seconds clock).
     pub last_stepped: Option<usize>,
+    /// (uid, finish) of the requests the last [`System::advance`] finished.
+    finishes: Vec<(u64, f64)>,
 }
 
 impl ClusterCore {
@@ -147,6 +149,7 @@ impl ClusterCore {
             block_size,
             hashes: Vec::new(),
             last_stepped: None,
+            finishes: Vec::new(),
         })
     }
 
@@ -211,6 +214,7 @@ impl ClusterCore {
                 self.k_of[rep][i as usize],
                 rep,
             );
+            self.finishes.push((r.uid, r.finish_time));
         }
         self.done += e.just_finished().len();
     }
@@ -349,6 +353,7 @@ impl System for ClusterCore {
     }
 
     fn advance(&mut self, steps: &mut StepSink<'_>) -> Result<(), EngineError> {
+        self.finishes.clear();
         if self.steps_clock {
             // Every replica idle until the next arrival: their idle steps are skipped together,
             // as one engine's are (the spell's first and last steps taken and logged).
@@ -403,6 +408,10 @@ impl System for ClusterCore {
 
     fn copies_in_flight(&self) -> bool {
         self.engines.iter().any(Engine::tier_busy)
+    }
+
+    fn last_finished(&self, out: &mut Vec<(u64, f64)>) {
+        out.extend_from_slice(&self.finishes);
     }
 }
 

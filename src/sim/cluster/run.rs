@@ -7,7 +7,7 @@ use super::core::ClusterCore;
 use super::pd::run::PdReport;
 use super::pd::Disagg;
 use super::router::{self, RouterConfig, RouterKind, RouterStats};
-use crate::sim::engine::driver::drive;
+use crate::sim::engine::driver::drive_clients;
 use crate::sim::engine::engine::TimelinePoint;
 use crate::sim::engine::host_tier::TierStats;
 use crate::sim::engine::metrics::{report, EngineReport, Integrals};
@@ -15,6 +15,7 @@ use crate::sim::engine::model_len::accepted;
 use crate::sim::engine::request::Req;
 use crate::sim::engine::scheduler::SchedStats;
 use crate::sim::engine::setup::prepare;
+use crate::sim::engine::ClientReport;
 use crate::sim::engine::{EngineError, Recording, RunSettings, StepRecord};
 use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
@@ -43,7 +44,12 @@ pub struct RequestLine {
     /// Why the router chose that replica.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// When it reached the cluster (with closed-loop clients: when its client sent it).
     pub arrival: f64,
+    /// Closed-loop clients: when the workload had it arrive (`arrival` − this is its wait for
+    /// a client).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduled_arrival: Option<f64>,
     pub first_token: Option<f64>,
     pub finish: Option<f64>,
     pub prompt_len: usize,
@@ -93,6 +99,7 @@ impl RequestLine {
             replica: Some(replica),
             route: None,
             arrival,
+            scheduled_arrival: None,
             first_token: q.first_token_time.is_finite().then_some(q.first_token_time),
             finish: q.finish_time.is_finite().then_some(q.finish_time),
             prompt_len: q.prompt_len as usize,
@@ -119,6 +126,7 @@ impl RequestLine {
             replica: None,
             route: None,
             arrival: r.arrival,
+            scheduled_arrival: None,
             first_token: None,
             finish: None,
             prompt_len: r.prompt.len(),
@@ -173,6 +181,9 @@ pub struct ClusterOutcome {
     /// Disaggregated runs: the layout, the link and what moved over it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disagg: Option<PdReport>,
+    /// A closed loop's clients (one pool over every replica): what they saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clients: Option<ClientReport>,
 }
 
 /// Runs `requests` on the cluster `spec` at `block_size`; `step_log` gets every replica step as a
@@ -224,7 +235,7 @@ pub fn run(
         block_size as u32,
     );
     let mut c = ClusterCore::new(&cfg, &clock, spec.replicas, router, rec, s.slo)?;
-    drive(&mut c, &prepared, &mut sink, progress)?;
+    let clients = drive_clients(&mut c, &prepared, s.clients, &mut sink, progress)?;
     let mut o = outcome(
         &c,
         spec,
@@ -236,7 +247,22 @@ pub fn run(
         rejected,
     );
     o.total.shortened = served.shortened;
+    o.clients = clients;
+    o.mark_scheduled_arrivals(s, requests);
     Ok(o)
+}
+
+impl ClusterOutcome {
+    /// Under closed-loop clients, gives each request line the arrival its workload had
+    /// (`requests`, in the lines' order).
+    pub(crate) fn mark_scheduled_arrivals(&mut self, s: &RunSettings, requests: &[ServingRequest]) {
+        if s.clients == crate::sim::engine::Clients::Open {
+            return;
+        }
+        for (line, r) in self.requests.iter_mut().zip(requests) {
+            line.scheduled_arrival = Some(r.arrival);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -283,7 +309,7 @@ fn outcome(
         let line = match placed {
             Some((p, q)) => {
                 g += 1;
-                let mut line = RequestLine::served(q, p.replica as usize, r.arrival);
+                let mut line = RequestLine::served(q, p.replica as usize, q.arrival);
                 line.id = r.id.clone();
                 line.route = Some(p.choice.reason.to_string());
                 line.prompt_len = r.prompt.len();
@@ -308,6 +334,7 @@ fn outcome(
         requests: lines,
         timelines: c.engines.iter().map(|e| e.timeline().to_vec()).collect(),
         disagg: None,
+        clients: None,
     }
 }
 

@@ -1,11 +1,15 @@
 //! The one run loop: a [`System`] (one engine, or a cluster of them) is handed each request at its
 //! arrival and advanced between arrivals, step by step. A trace is one driver of a system
 //! ([`drive`]); an online server is another (it submits as requests come and advances to the wall
-//! clock), so a system never needs its whole workload up front.
+//! clock), so a system never needs its whole workload up front. A trace reaches the system
+//! through an open loop (each request at its arrival) or through N clients ([`Clients`]: each
+//! request sent at its arrival or when a client is free, whichever is later).
 
+use super::clients::{ClientPool, ClientReport, Clients};
 use super::engine::EngineError;
 use super::setup::{Prepared, Submission};
 use super::step_log::StepRecord;
+use crate::workload::serving::ServingRequest;
 
 /// Something requests are submitted to and that advances in time.
 pub trait System {
@@ -31,6 +35,12 @@ pub trait System {
     fn copies_in_flight(&self) -> bool {
         false
     }
+
+    /// Appends (uid, time) for each request the last [`System::submit`] or [`System::advance`]
+    /// finished: when its last token reached its client (the end of the step that sampled it),
+    /// or, refused on arrival, then. Asked only after a call that raised [`System::finished`];
+    /// a closed loop frees a client at each. A system that reports none cannot run one.
+    fn last_finished(&self, _out: &mut Vec<(u64, f64)>) {}
 }
 
 /// Where the steps a system takes go: (replica, record).
@@ -43,18 +53,63 @@ pub fn drive(
     sys: &mut dyn System,
     p: &Prepared,
     steps: &mut StepSink<'_>,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<(), EngineError> {
+    drive_clients(sys, p, Clients::Open, steps, progress).map(|_| ())
+}
+
+/// [`drive`] with the requests sent as `clients` send them: under [`Clients::Closed`] each
+/// request goes at its arrival or when one of the clients is free, whichever is later, arriving
+/// at the system then (the rules and their sources: [`super::clients`]); returns what the
+/// clients saw. [`Clients::Open`] is [`drive`].
+pub fn drive_clients(
+    sys: &mut dyn System,
+    p: &Prepared,
+    clients: Clients,
+    steps: &mut StepSink<'_>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Option<ClientReport>, EngineError> {
     let total = p.len();
+    let mut pool = match clients {
+        Clients::Open => None,
+        Clients::Closed { max_concurrency } => Some(ClientPool::new(
+            max_concurrency,
+            p.requests.iter().map(|r| r.arrival).collect(),
+        )),
+    };
+    let mut finishes = Vec::new();
     let mut next = 0;
     let mut events = 0u64;
     let mut now = 0.0f64;
     while sys.finished() < total || sys.copies_in_flight() {
         let t = sys.next_event_time();
-        match (p.arrival(next), t) {
+        let send = match &pool {
+            None => p.arrival(next),
+            Some(c) => p.arrival(next).and_then(|a| c.send_time(a)),
+        };
+        let before = sys.finished();
+        match (send, t) {
             (Some(a), _) if t.is_none_or(|t| a <= t) => {
                 now = now.max(a);
-                sys.submit(p.submission(next), a)?;
+                let s = p.submission(next);
+                match &mut pool {
+                    None => sys.submit(s, a)?,
+                    Some(c) => {
+                        c.sent(s.uid, a);
+                        // It reaches the system when sent.
+                        let sent = ServingRequest {
+                            arrival: a,
+                            ..s.request.clone()
+                        };
+                        sys.submit(
+                            Submission {
+                                request: &sent,
+                                ..s
+                            },
+                            a,
+                        )?
+                    }
+                }
                 next += 1;
             }
             (_, Some(t)) => {
@@ -69,11 +124,28 @@ pub fn drive(
                 })
             }
         }
+        if let Some(c) = &mut pool {
+            let done = sys.finished() - before;
+            if done > 0 {
+                finishes.clear();
+                sys.last_finished(&mut finishes);
+                if finishes.len() != done {
+                    return Err(super::config::ConfigError(
+                        "closed-loop clients need a system that says when its requests finish"
+                            .into(),
+                    )
+                    .into());
+                }
+                for &(uid, at) in &finishes {
+                    c.finished(uid, at);
+                }
+            }
+        }
         events += 1;
         if events.is_multiple_of(8192) {
             progress(sys.finished(), total);
         }
     }
     progress(sys.finished(), total);
-    Ok(())
+    Ok(pool.map(|c| c.report()))
 }

@@ -704,4 +704,11 @@ impl super::driver::System for Engine {
     fn copies_in_flight(&self) -> bool {
         self.tier_busy()
     }
+
+    fn last_finished(&self, out: &mut Vec<(u64, f64)>) {
+        out.extend(self.finished.iter().map(|&i| {
+            let r = &self.sched.reqs[i as usize];
+            (r.uid, r.finish_time)
+        }));
+    }
 }

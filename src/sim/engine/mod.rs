@@ -59,10 +59,12 @@
 //!   [`scheduler`]: schedule and output processing; [`engine`]: the loop and the clock;
 //!   [`step_time`], [`profile`]: how long a step takes; [`metrics`], [`step_log`]: what it reports,
 //!   [`tbt`] Mooncake's time between tokens, [`slo`] the SLO presets it is judged by;
-//!   [`model_len`]: the server's length rule; [`run`]: runs on a model and GPU, several block
+//!   [`model_len`]: the server's length rule; [`clients`]: open or closed-loop clients (the
+//!   driver's); [`driver`]: the run loop; [`run`]: runs on a model and GPU, several block
 //!   sizes in parallel; [`output`]: files.
 
 pub mod block_pool;
+pub mod clients;
 pub mod config;
 pub mod driver;
 #[allow(clippy::module_inception)]
@@ -85,8 +87,9 @@ pub mod step_time;
 pub mod tbt;
 pub mod waiting;
 
+pub use clients::{ClientReport, Clients};
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
-pub use driver::{drive, System};
+pub use driver::{drive, drive_clients, System};
 pub use engine::{Abort, Clock, Engine, EngineError, Recording, TimelinePoint};
 pub use metrics::{Distribution, EngineReport, ObjectiveShares, Slo};
 pub use profile::{load_profile, parse_profile, Profile};

@@ -2,8 +2,9 @@
 //! each block size, the step-time model with that block size's attention efficiency; several block
 //! sizes in parallel.
 
+use super::clients::{ClientReport, Clients};
 use super::config::EngineConfig;
-use super::driver::drive;
+use super::driver::drive_clients;
 use super::engine::{Clock, Engine, EngineError, Recording, TimelinePoint};
 use super::host_tier::{HostTier, TierStats};
 use super::metrics::{EngineReport, Slo};
@@ -41,6 +42,8 @@ pub struct RunSettings {
     /// Count time in steps instead of the model's seconds.
     pub clock_steps: bool,
     pub slo: Slo,
+    /// How the requests are sent: at their arrivals, or by N clients in a closed loop.
+    pub clients: Clients,
 }
 
 /// One block size's run.
@@ -55,6 +58,9 @@ pub struct Outcome {
     /// The host tier's counts, with one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<TierReport>,
+    /// A closed loop's clients: what they saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clients: Option<ClientReport>,
     #[serde(skip)]
     pub timeline: Vec<TimelinePoint>,
 }
@@ -216,9 +222,10 @@ impl RunSettings {
             e.attach_tier(tier);
         }
         let mut out = step_log;
-        drive(
+        let clients = drive_clients(
             &mut e,
             &prepared,
+            self.clients,
             &mut |_, r| match out.as_deref_mut() {
                 Some(w) => {
                     writeln!(w, "{}", r.to_line()).map_err(|err| EngineError::Output(err.into()))
@@ -239,6 +246,7 @@ impl RunSettings {
             efficiency,
             report,
             tier: e.tier_stats().map(|t| self.tier_report(t, block_size)),
+            clients,
             timeline: e.timeline().to_vec(),
         })
     }

@@ -49,6 +49,10 @@ fn refuse(args: &Args) -> Result<(), String> {
             args.out.is_some(),
             "--out plots one run per layout; with --search-capacity use --json",
         ),
+        (
+            args.clients.max_concurrency.is_some(),
+            pagedkv::sim::engine::clients::NO_RATE_SEARCH,
+        ),
     ];
     match why.iter().find(|(set, _)| *set) {
         Some((_, msg)) => Err((*msg).into()),

@@ -243,6 +243,9 @@ pub fn print(
         outln!("{line}")?;
     }
     outln!("{}", workload_line(name, requests))?;
+    if let Some(line) = crate::sim_client_args::describe(s.clients) {
+        outln!("{line} (one pool over every replica)")?;
+    }
     if let Some(slo) = &resolved.slo {
         outln!("{}", slo.describe())?;
     }
@@ -352,6 +355,9 @@ fn run_lines(
     }
     if let Some(slo) = &resolved.slo {
         line += &crate::sim_engine_args::slo_clause(r, slo, unit);
+    }
+    if let Some(c) = &o.clients {
+        line += &crate::sim_client_args::clause(c, unit);
     }
     outln!("{line}")?;
     if let Some(d) = &o.disagg {

@@ -32,21 +32,11 @@ use crate::sim::engine::config::ConfigError;
 use crate::sim::engine::driver::{StepSink, System};
 use crate::sim::engine::request::Req;
 use crate::sim::engine::{Engine, EngineError, Slo, Submission};
+use crate::stats::Time;
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-
-/// A total order on event times.
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub(super) struct Time(f64);
-impl Eq for Time {}
-#[allow(clippy::derive_ord_xor_partial_ord)]
-impl Ord for Time {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
-}
 
 /// One request's path through the instances.
 #[derive(Debug, Clone)]
@@ -152,6 +142,9 @@ pub struct PdCore {
     /// fetching for it.
     pub(super) fetches: BinaryHeap<Reverse<(Time, u32)>>,
     pub(super) fetching: Vec<Vec<u32>>,
+    /// (uid, when its client got the last token, or the refusal) of the requests the last
+    /// [`System::submit`] or [`System::advance`] finished.
+    finishes: Vec<(u64, f64)>,
 }
 
 impl PdCore {
@@ -186,6 +179,7 @@ impl PdCore {
             pool: None,
             fetches: BinaryHeap::new(),
             fetching: vec![Vec::new(); prefill.engines.len()],
+            finishes: Vec::new(),
             k_prefill: vec![Vec::new(); prefill.engines.len()],
             k_decode: vec![Vec::new(); decode.len()],
             decode_load: vec![0; decode.len()],
@@ -371,6 +365,7 @@ impl PdCore {
             q.prefill_end = end;
             if !q.moves() {
                 self.done += 1;
+                self.finishes.push((q.uid, end));
                 continue;
             }
             if !q.wanted {
@@ -474,6 +469,7 @@ impl PdCore {
 
 impl System for PdCore {
     fn submit(&mut self, s: Submission<'_>, now: f64) -> Result<(), EngineError> {
+        self.finishes.clear();
         let r = s.request;
         let k = self.requests.len() as u32;
         let mut q = PdRequest {
@@ -540,6 +536,7 @@ impl System for PdCore {
                         q.rejected = Some(why);
                         self.requests.push(q);
                         self.done += 1;
+                        self.finishes.push((s.uid, now));
                         return Ok(());
                     }
                 }
@@ -572,6 +569,7 @@ impl System for PdCore {
     }
 
     fn advance(&mut self, steps: &mut StepSink<'_>) -> Result<(), EngineError> {
+        self.finishes.clear();
         let transfer = self.transfers.peek().map(|Reverse((Time(t), k))| (*t, *k));
         let prefill = self.prefill.next_event_time();
         let mut decode: Option<(usize, f64)> = None;
@@ -617,7 +615,12 @@ impl System for PdCore {
                 steps(offset + d, rec)?;
             }
         }
-        let finished = self.decode[d].just_finished().len();
+        let e = &self.decode[d];
+        self.finishes.extend(e.just_finished().iter().map(|&i| {
+            let r = e.request(i);
+            (r.uid, r.finish_time)
+        }));
+        let finished = e.just_finished().len();
         self.done += finished;
         self.decode_load[d] -= finished;
         if finished > 0 && !self.pending.is_empty() {
@@ -633,6 +636,10 @@ impl System for PdCore {
 
     fn copies_in_flight(&self) -> bool {
         self.prefill.copies_in_flight()
+    }
+
+    fn last_finished(&self, out: &mut Vec<(u64, f64)>) {
+        out.extend_from_slice(&self.finishes);
     }
 }
 

@@ -12,7 +12,7 @@ use crate::sim::cluster::core::ClusterCore;
 use crate::sim::cluster::router;
 use crate::sim::cluster::run::{ClusterOutcome, ClusterSpec, RequestLine};
 use crate::sim::engine::config::ConfigError;
-use crate::sim::engine::driver::{drive, StepSink};
+use crate::sim::engine::driver::{drive_clients, StepSink};
 use crate::sim::engine::metrics::{report, Distribution, Integrals};
 use crate::sim::engine::model_len::accepted;
 use crate::sim::engine::request::Req;
@@ -121,7 +121,7 @@ pub fn run(
     if let Some(p) = pool {
         c = c.with_pool(p)?;
     }
-    drive(&mut c, &prepared, steps, progress)?;
+    let clients = drive_clients(&mut c, &prepared, s.clients, steps, progress)?;
     let mut o = outcome(
         &c,
         spec,
@@ -133,6 +133,8 @@ pub fn run(
     );
     o.total.rejected = served.refused;
     o.total.shortened = served.shortened;
+    o.clients = clients;
+    o.mark_scheduled_arrivals(s, requests);
     if let Some(p) = &mut o.disagg {
         p.pool_node_chunks = pool.and(pcfg.cpu_offload.map(|o| o.chunks));
         (p.prefill_tp, p.decode_tp) = (ptp, dtp);
@@ -271,6 +273,7 @@ fn outcome(
                 rejected: Some(true),
                 remote_hit_tokens: c.pool().map(|_| 0),
                 pool_bytes_moved: c.pool().map(|_| 0),
+                arrival: q.request.arrival,
                 ..RequestLine::refused(r)
             });
             continue;
@@ -286,7 +289,8 @@ fn outcome(
             id: r.id.clone(),
             replica: decode_replica.or(prefill_replica),
             route: placed,
-            arrival: r.arrival,
+            arrival: q.request.arrival,
+            scheduled_arrival: None,
             first_token: whole
                 .first_token_time
                 .is_finite()
@@ -356,5 +360,6 @@ fn outcome(
         requests: lines,
         timelines: engines.iter().map(|e| e.timeline().to_vec()).collect(),
         disagg: Some(pd),
+        clients: None,
     }
 }
