@@ -6,14 +6,15 @@
 //! send recomputed from the run's own finishes by the semaphore's rule, and the run equal, float
 //! for float, to an open-loop run whose arrivals are the sends.
 
+use pagedkv::hw::gpu;
 use pagedkv::kv::model;
 use pagedkv::sim::cluster::pd::{Disagg, KvTransfer, LinkSharing};
 use pagedkv::sim::cluster::{ClusterSpec, RequestLine, RouterConfig, RouterKind};
-use pagedkv::sim::engine::step_time::gpu;
 use pagedkv::sim::engine::{
     drive_clients, prepare, ClientReport, Clients, Clock, Engine, EngineConfig, Profile, Recording,
     RunSettings, Slo,
 };
+use pagedkv::sim::latency::{choose, StepTimes};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -160,8 +161,11 @@ fn as_many_clients_as_requests_is_the_open_loop() {
     }
 }
 
-/// Llama 3.1 8B on an H200 (the step-time model in seconds), a pool of `blocks`.
+/// Llama 3.1 8B on an H200 (the default step times: the measured tables), a pool of `blocks`.
 fn settings(blocks: usize, async_scheduling: bool, clients: Clients) -> RunSettings {
+    let model = model::preset("llama-3.1-8b").unwrap();
+    let gpu = gpu("h200").unwrap();
+    let step_times = choose(StepTimes::Auto, None, &model, &gpu, 1).unwrap();
     RunSettings {
         engine: EngineConfig {
             max_num_seqs: 32,
@@ -170,11 +174,12 @@ fn settings(blocks: usize, async_scheduling: bool, clients: Clients) -> RunSetti
         },
         num_gpu_blocks_override: Some(blocks),
         gpu_memory_utilization: 0.9,
-        model: model::preset("llama-3.1-8b").unwrap(),
-        gpu: gpu("h200").unwrap(),
+        model,
+        gpu,
         tp: 1,
         profile: Profile::h200_assumed(),
         efficiency_scale: 1.0,
+        step_times,
         cpu_overhead_s: 0.0005,
         swap_gbps: None,
         clock_steps: false,
