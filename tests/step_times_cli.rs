@@ -217,3 +217,90 @@ fn bad_profiles_and_models_are_one_line_and_exit_2() {
     ]));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `scripts/gpu-check`'s flow on the CPU: pagedkv's own decode attention, one run per block size ×
+/// batch × context, merged into the shipped profile; a run at block size 1 then times decode
+/// attention from those rows (named in the label), and a grid with a hole is refused.
+#[test]
+fn attention_runs_become_a_profiles_rows_per_block_size() {
+    let dir = temp_dir("rows");
+    let runs = dir.join("runs.jsonl");
+    let mut lines = String::new();
+    for bs in ["1", "16"] {
+        for b in ["1", "2"] {
+            for c in ["64", "128"] {
+                let out = pagedkv(&[
+                    "attention",
+                    "--device",
+                    "cpu",
+                    "--json",
+                    "--no-check",
+                    "--heads",
+                    "32",
+                    "--kv-heads",
+                    "8",
+                    "--block-size",
+                    bs,
+                    "--batch",
+                    b,
+                    "--context",
+                    c,
+                ]);
+                lines += &json(&out).to_string();
+                lines.push('\n');
+            }
+        }
+    }
+    std::fs::write(&runs, &lines).unwrap();
+    let merged = dir.join("merged.json");
+    let out = pagedkv(&[
+        "step-profile",
+        "from-attention",
+        "--gpu",
+        "h200",
+        "--what",
+        "this CPU",
+        "--out",
+        merged.to_str().unwrap(),
+        runs.to_str().unwrap(),
+    ]);
+    assert!(stdout(&out).contains("8 runs as decode-attention rows"));
+    let v = json(&engine(&[
+        "--step-profile",
+        merged.to_str().unwrap(),
+        "--block-size",
+        "1",
+        "--json",
+    ]));
+    let label = v["step_times"]["label"].as_str().unwrap();
+    assert!(
+        label.ends_with("+ pagedkv decode attention (this CPU)"),
+        "{label}"
+    );
+    let text = stdout(&pagedkv(&[
+        "step-profile",
+        "check",
+        "--step-profile",
+        merged.to_str().unwrap(),
+        "--model",
+        "llama-3.1-8b",
+    ]));
+    assert!(
+        text.contains("llama-3.1-8b   1  bf16     f16       yes"),
+        "{text}"
+    );
+    // One run fewer: batch 2 at context 128 of block 16 is missing.
+    let holed: Vec<&str> = lines.lines().take(7).collect();
+    std::fs::write(&runs, holed.join("\n") + "\n").unwrap();
+    let e = own_error(&pagedkv(&[
+        "step-profile",
+        "from-attention",
+        "--gpu",
+        "h200",
+        "--out",
+        merged.to_str().unwrap(),
+        runs.to_str().unwrap(),
+    ]));
+    assert!(e.contains("no run at batch 2 and context 128"), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

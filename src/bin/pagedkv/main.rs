@@ -30,6 +30,7 @@ mod sim_sched;
 mod sim_thrash;
 mod sim_tier_args;
 mod sleep_wake;
+mod step_profile;
 mod swap;
 mod sweep;
 mod translate;
@@ -72,6 +73,9 @@ enum Command {
     /// Simulated vLLM replicas behind vLLM's OpenAI-compatible HTTP API, for real clients and
     /// routers.
     Serve(Box<serve::Args>),
+    /// Step profiles (measured kernel times behind the step-time model): what one covers, and
+    /// pagedkv's own decode attention merged into one.
+    StepProfile(step_profile::Args),
 }
 
 /// A failed check (data not intact, result wrong): exit code 1, unlike bad input (exit code 2).
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
         Command::Info(args) => info::run(args),
         Command::Attention(args) => attention::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::StepProfile(args) => step_profile::run(args),
         Command::Translate(args) => translate::run(args),
         Command::SleepWake(args) => sleep_wake::run(args),
         Command::Swap(args) => swap::run(args),

@@ -11,6 +11,7 @@
 //! tables cover the model, GPU, dtypes and tensor-parallel size, else the roofline, saying what the
 //! tables lack. A new source of step times implements [`StepLatency`] and joins [`Latency`].
 
+pub mod attention_rows;
 pub mod batch;
 pub mod interp;
 pub mod measured;

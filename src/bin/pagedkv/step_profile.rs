@@ -1,0 +1,148 @@
+//! `pagedkv step-profile`: what a step profile covers (`check`), and pagedkv's own decode
+//! attention merged into one (`from-attention`, as `scripts/gpu-check` does on a lent GPU).
+
+use crate::sim_engine_args::Quantization;
+use crate::CmdResult;
+use pagedkv::hw::gpu;
+use pagedkv::kv::model::{self, Weights};
+use pagedkv::kv::Dtype;
+use pagedkv::report::Table;
+use pagedkv::sim::latency::attention_rows::{merge_decode_rows, AttentionRun};
+use pagedkv::sim::latency::{profile, Measured, StepProfile};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Which models, tensor-parallel sizes and dtypes a profile covers (every preset, or one
+    /// --model), and what it lacks where it does not.
+    Check(CheckArgs),
+    /// Merge `pagedkv attention --json` runs (one per batch × context × block size) into the
+    /// shipped profile of their GPU as its decode-attention rows.
+    FromAttention(FromArgs),
+}
+
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// A profile file [default: the shipped one of --gpu].
+    #[arg(long)]
+    step_profile: Option<PathBuf>,
+    /// h200, h100.
+    #[arg(long, default_value = "h200")]
+    gpu: String,
+    /// One model (a preset or a config.json) [default: every preset].
+    #[arg(long)]
+    model: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct FromArgs {
+    /// The GPU the runs were measured on: its shipped profile takes the rows.
+    #[arg(long)]
+    gpu: String,
+    /// Where they were measured, for the profile's label.
+    #[arg(long, default_value = "pagedkv attention")]
+    what: String,
+    /// The merged profile's file.
+    #[arg(long)]
+    out: PathBuf,
+    /// Files of `pagedkv attention --json` reports (one per line, or one per file).
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+}
+
+pub fn run(args: Args) -> CmdResult {
+    match args.command {
+        Command::Check(a) => check(a),
+        Command::FromAttention(a) => from_attention(a),
+    }
+}
+
+fn shipped_text(name: &str) -> Result<&'static str, String> {
+    let g = gpu(name).ok_or_else(|| format!("unknown GPU {name:?}"))?;
+    profile::SHIPPED
+        .iter()
+        .find(|(n, _)| *n == g.name)
+        .map(|(_, t)| *t)
+        .ok_or_else(|| format!("no shipped profile for {} (h100, h200)", g.name))
+}
+
+fn check(a: CheckArgs) -> CmdResult {
+    let p = match &a.step_profile {
+        Some(path) => StepProfile::read(path)?,
+        None => StepProfile::parse(shipped_text(&a.gpu)?, "shipped profile")?,
+    };
+    outln!("{}: {} (block size {})", p.label, p.source, p.block_size)?;
+    let models: Vec<String> = match &a.model {
+        Some(m) => vec![m.clone()],
+        None => model::preset_names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    let mut t = Table::new(vec!["model", "tp", "weights", "KV", "covered"]);
+    for name in &models {
+        let base = crate::sim_engine_args::model_shape(name, None)?;
+        for tp in [1, 2, 4, 8] {
+            if base.check_tp(tp).is_err() {
+                continue;
+            }
+            for (w, kv) in [
+                (None, Dtype::F16),
+                (Some(Quantization::Fp8), Dtype::F16),
+                (Some(Quantization::Fp8), Dtype::Fp8E4m3),
+            ] {
+                let m = model::ModelShape {
+                    weights: w.map_or(base.weights, |_| Weights::Fp8),
+                    dtype: kv,
+                    ..base.clone()
+                };
+                let covered = match Measured::new(&p, &m, tp) {
+                    Ok(_) => "yes".to_string(),
+                    Err(why) => format!("no: {}", why.trim_start_matches(&*p.label).trim()),
+                };
+                t.row(vec![
+                    m.name.clone(),
+                    tp.to_string(),
+                    m.weights.to_string(),
+                    m.dtype.to_string(),
+                    covered,
+                ]);
+            }
+        }
+    }
+    outln!("{t}")?;
+    Ok(())
+}
+
+fn from_attention(a: FromArgs) -> CmdResult {
+    let mut doc: serde_json::Value = serde_json::from_str(shipped_text(&a.gpu)?)?;
+    let mut runs = Vec::new();
+    for path in &a.runs {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let values = pagedkv::workload::strict_json::values(&text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        for v in values {
+            runs.push(
+                AttentionRun::from_report(&v).map_err(|e| format!("{}: {e}", path.display()))?,
+            );
+        }
+    }
+    merge_decode_rows(&mut doc, &runs, &a.what)?;
+    let text = serde_json::to_string(&doc)?;
+    // What it writes must load.
+    StepProfile::parse(&text, &a.out.display().to_string())?;
+    std::fs::write(&a.out, text + "\n").map_err(|e| format!("{}: {e}", a.out.display()))?;
+    outln!(
+        "wrote {}: {} runs as decode-attention rows of {}",
+        a.out.display(),
+        runs.len(),
+        doc["label"].as_str().unwrap_or_default()
+    )?;
+    Ok(())
+}
