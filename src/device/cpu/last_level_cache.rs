@@ -44,6 +44,7 @@ const STEADY: f64 = 0.15;
 const PASS_BUDGET_S: f64 = 4e-3;
 const MIN_PASSES: usize = 5;
 const MAX_PASSES: usize = 1000;
+const MIB: usize = 1 << 20;
 
 /// The cache size [`LLC_ENV`] sets: `None` when unset, an error naming it when it is not a size
 /// from 1 byte to 4G. The CLI checks it before any command runs.
@@ -245,9 +246,11 @@ pub fn estimate(
     llc
 }
 
-/// Where the cache ends in a search's rates (in size order): the largest size read faster than
-/// the geometric middle of the fastest rate and the last, once the last is below [`FALL`] times
-/// the fastest; `None` when it is not (no fall within the search).
+/// Where the cache ends in a search's rates (in size order): where the rate crosses the
+/// geometric middle of the fastest rate and the last, once the last is below [`FALL`] times the
+/// fastest; `None` when it is not (no fall within the search). The crossing lies between the last
+/// size read faster than the middle and the size after it, interpolated on the logarithms of size
+/// and rate (a cache shared with other tenants ends between two doublings), rounded up to a MiB.
 pub fn cache_end(rates: &[ReadRate]) -> Option<usize> {
     let last = rates.last()?.gbps;
     let peak = rates.iter().map(|r| r.gbps).fold(0.0, f64::max);
@@ -255,11 +258,11 @@ pub fn cache_end(rates: &[ReadRate]) -> Option<usize> {
         return None;
     }
     let middle = (peak * last).sqrt();
-    rates
-        .iter()
-        .filter(|r| r.gbps > middle)
-        .map(|r| r.bytes)
-        .max()
+    let i = rates.iter().rposition(|r| r.gbps > middle)?;
+    let (a, b) = (rates[i], rates.get(i + 1)?);
+    let t = (a.gbps / middle).ln() / (a.gbps / b.gbps).ln();
+    let bytes = a.bytes as f64 * (b.bytes as f64 / a.bytes as f64).powf(t);
+    Some((bytes / MIB as f64).ceil() as usize * MIB)
 }
 
 /// The search may stop: the last rate is below [`FALL`] times the fastest and within [`STEADY`]
@@ -315,8 +318,6 @@ pub fn search(start: usize, bound: usize) -> std::io::Result<Vec<ReadRate>> {
 mod tests {
     use super::*;
 
-    const MIB: usize = 1 << 20;
-
     fn rates(points: &[(usize, f64)]) -> Vec<ReadRate> {
         points
             .iter()
@@ -327,10 +328,13 @@ mod tests {
             .collect()
     }
 
-    /// Curves worked by hand: the middle of the fastest and the last rate decides.
+    /// Curves worked by hand: the middle of the fastest and the last rate decides, and the
+    /// crossing is interpolated: between sizes a and 2a read at ra > m > rb, at
+    /// a x 2^(ln(ra/m) / ln(ra/rb)).
     #[test]
-    fn the_cache_ends_where_the_rate_falls_past_the_middle() {
-        // A clean step after 16 MiB: middle sqrt(100 x 30) = 54.8.
+    fn the_cache_ends_where_the_rate_crosses_the_middle() {
+        // A clean step after 16 MiB: middle sqrt(101 x 30) = 55.05, crossed between 16 MiB (92)
+        // and 32 MiB (41) at 16 x 2^(0.5136 / 0.8082) = 24.86 MiB.
         let step = rates(&[
             (4, 100.0),
             (8, 101.0),
@@ -339,8 +343,8 @@ mod tests {
             (64, 31.0),
             (128, 30.0),
         ]);
-        assert_eq!(cache_end(&step), Some(16 * MIB));
-        // 32 MiB still read at 57 > sqrt(101 x 30) = 55.0: it counts.
+        assert_eq!(cache_end(&step), Some(25 * MIB));
+        // 32 MiB still read at 57 > 55.05: crossed between 32 and 64 MiB (31), at 33.3 MiB.
         let late = rates(&[
             (4, 100.0),
             (8, 101.0),
@@ -349,11 +353,13 @@ mod tests {
             (64, 31.0),
             (128, 30.0),
         ]);
-        assert_eq!(cache_end(&late), Some(32 * MIB));
-        // A slow pass at 8 MiB (the scheduler), fast again at 16: the later size decides.
+        assert_eq!(cache_end(&late), Some(34 * MIB));
+        // A slow pass at 8 MiB (the scheduler), fast again at 16: the crossing after 16 decides
+        // (middle 53.9: 16 x 2^(0.566 / 1.153) = 22.5 MiB).
         let dip = rates(&[(4, 100.0), (8, 40.0), (16, 95.0), (32, 30.0), (64, 29.0)]);
-        assert_eq!(cache_end(&dip), Some(16 * MIB));
-        // A gradual fall, 100 -> 25: middle 50, so 60 (64 MiB) is still the cache's side.
+        assert_eq!(cache_end(&dip), Some(23 * MIB));
+        // A gradual fall, 100 -> 25: middle 50, crossed between 64 (60) and 128 MiB (40), at
+        // 64 x 2^(0.1823 / 0.4055) = 87.4 MiB.
         let gradual = rates(&[
             (8, 100.0),
             (16, 90.0),
@@ -362,15 +368,15 @@ mod tests {
             (128, 40.0),
             (256, 25.0),
         ]);
-        assert_eq!(cache_end(&gradual), Some(64 * MIB));
+        assert_eq!(cache_end(&gradual), Some(88 * MIB));
         // No fall beyond FALL: 100 -> 70 is within it.
         let flat = rates(&[(4, 100.0), (8, 95.0), (16, 90.0), (32, 80.0), (64, 70.0)]);
         assert_eq!(cache_end(&flat), None);
         assert_eq!(cache_end(&[]), None);
         // The first size already memory's, then the caches' (a misread search) still answers
-        // where the fast sizes end.
+        // where the fast sizes end: halfway between 8 and 16 MiB in logarithms, 11.3 MiB.
         let odd = rates(&[(4, 30.0), (8, 100.0), (16, 30.0)]);
-        assert_eq!(cache_end(&odd), Some(8 * MIB));
+        assert_eq!(cache_end(&odd), Some(12 * MIB));
     }
 
     #[test]
@@ -408,10 +414,11 @@ mod tests {
             ]))
         };
         let llc = estimate(None, Some(vm()), 2, None, searched);
-        assert_eq!((llc.bytes, llc.source), (16 * MIB, CacheSource::Measured));
+        // Middle sqrt(100 x 30) = 54.8, crossed between 16 (95) and 32 MiB (40) at 24.9 MiB.
+        assert_eq!((llc.bytes, llc.source), (25 * MIB, CacheSource::Measured));
         assert_eq!((llc.floor_bytes, llc.ceiling_bytes), (2 * MIB, 64 * MIB));
         assert!(
-            llc.describe().contains("taken as 16 MiB"),
+            llc.describe().contains("taken as 25 MiB"),
             "{}",
             llc.describe()
         );
@@ -449,15 +456,23 @@ mod tests {
             Ok(rates(&[(2, 100.0), (4, 30.0), (8, 29.0)]))
         };
         let llc = estimate(None, Some(small), 4, None, early);
-        assert_eq!(llc.measured_bytes, Some(2 * MIB));
+        // Middle sqrt(100 x 29) = 53.9: 2 x 2^(0.618 / 1.204) = 2.86 MiB, under 4 x 1 MiB.
+        assert_eq!(llc.measured_bytes, Some(3 * MIB));
         assert_eq!((llc.bytes, llc.floor_bytes), (4 * MIB, 4 * MIB));
         assert!(
             llc.describe().contains("raised to the floor"),
             "{}",
             llc.describe()
         );
+        // Crossed at 11.2 MiB, over sysfs's 8 MiB: held to it.
         let late = |_, _| Ok(rates(&[(2, 100.0), (4, 99.0), (8, 97.0), (16, 30.0)]));
-        assert_eq!(estimate(None, Some(small), 4, None, late).bytes, 8 * MIB);
+        let llc = estimate(None, Some(small), 4, None, late);
+        assert_eq!((llc.measured_bytes, llc.bytes), (Some(12 * MIB), 8 * MIB));
+        assert!(
+            llc.describe().contains("held to the ceiling"),
+            "{}",
+            llc.describe()
+        );
     }
 
     #[test]
@@ -478,9 +493,11 @@ mod tests {
         };
         let one_instance = |_, bound| {
             assert_eq!(bound, 64 * MIB);
-            Ok(rates(&[(16, 100.0), (32, 90.0), (64, 30.0)]))
+            Ok(rates(&[(16, 100.0), (32, 90.0), (64, 60.0), (128, 30.0)]))
         };
+        // Middle 54.8, crossed at 64 MiB x 2^(0.0912 / 0.6931) = 70.1 MiB per instance.
         let llc = estimate(None, Some(two), 8, None, one_instance);
+        assert_eq!(llc.measured_bytes, Some(2 * 71 * MIB));
         assert_eq!(llc.bytes, 64 * MIB);
         assert!(
             llc.describe().contains("in 2 instances of 32 MiB"),
