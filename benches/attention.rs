@@ -1,8 +1,8 @@
 //! Paged against contiguous decode attention (issue 4's shape: f16, head dim 128, 32 query / 8 KV
 //! heads) at block sizes 1, 16 and 256, with `Throughput::Bytes` of the K and V read.
 //!
-//! CPU: context 2048, as many sequences as make K and V at least 4x the last-level cache (DRAM,
-//! not the cache) through `device::cpu::attention::decode_attention`, beside the CLI's read-only
+//! CPU: context 2048, as many sequences as make K and V at least 4x the last-level cache the run
+//! has (measured, `device::cpu::last_level_cache`, printed first: DRAM, not the cache) through `device::cpu::attention::decode_attention`, beside the CLI's read-only
 //! stream limit over the same bytes. GPU, when `CudaDevice::open(0)` works: the issue's batch 64,
 //! context 4096, timed with CUDA events (`time_ms`) through `iter_custom`, split-K as
 //! `CudaDevice::attention_plan` chooses for the device, beside the device's stream limit.
@@ -16,6 +16,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use half::f16;
 use pagedkv::attention::{AttentionShape, Problem};
 use pagedkv::device::cpu::attention::{decode_attention, ContiguousRows, PagedRows};
+use pagedkv::device::cpu::last_level_cache::last_level_cache;
 use pagedkv::device::cpu::stream::{limit_bytes, MemoryProbe};
 use pagedkv::device::cuda::{CudaDevice, Layout};
 use rates::Rates;
@@ -38,6 +39,7 @@ fn cpu(c: &mut Criterion) {
     const CONTEXT: usize = 2048;
     let s = shape();
     let seq_bytes = CONTEXT * s.num_kv_heads * s.head_dim * 2 * 2;
+    println!("{}", last_level_cache().describe());
     let batch = limit_bytes(1).div_ceil(seq_bytes);
     let rates = Rates::default();
     let mut g = c.benchmark_group("attention_cpu");

@@ -15,6 +15,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use half::f16;
 use pagedkv::device::cpu::attention::{decode_attention, PagedRows};
 use pagedkv::device::cpu::gather::{gather_copy, gather_sum};
+use pagedkv::device::cpu::last_level_cache::last_level_cache;
 use pagedkv::device::cpu::pages::{thp_available, HostBuf, Pages};
 use pagedkv::device::cpu::stream::{limit_bytes, MemoryProbe};
 use pagedkv::device::cuda::{CudaDevice, Layout};
@@ -26,10 +27,11 @@ use pagedkv::sweep::AttentionBatch;
 use rates::Rates;
 use std::time::Duration;
 
-/// Each of K and V on the CPU: the sweep's default probe (256 MiB for both), and never under 4x
-/// the last-level cache, so that DRAM is measured and not the cache.
+/// Each of K and V on the CPU: the sweep's default probe (128 MiB for both), and never under 4x
+/// the last-level cache the run has (measured: `device::cpu::last_level_cache`), so that DRAM is
+/// measured and not the cache.
 fn cpu_pool_bytes() -> usize {
-    limit_bytes(128 << 20)
+    limit_bytes(64 << 20)
 }
 /// Large against a GPU's L2 cache (50 MB and more), so HBM is what is measured.
 const GPU_POOL_BYTES: usize = 512 << 20;
@@ -71,6 +73,7 @@ const FAMILIES: &[(&str, &str)] = &[
 ];
 
 fn bench_cpu(c: &mut Criterion) {
+    println!("{}", last_level_cache().describe());
     let half = cpu_pool_bytes();
     let (k, v) = (host_pool(half, 1), host_pool(half, 2));
     let mut out = host_pool(half, 3);

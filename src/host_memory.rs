@@ -14,8 +14,8 @@ pub struct TooLarge {
 }
 
 /// Memory the kernel can give now without swapping: `MemAvailable` of /proc/meminfo (bytes), no
-/// more than the process's address-space limit (`ulimit -v`, past which an allocation fails
-/// however much is free), or `None` where neither says.
+/// more than what the process's address-space limit leaves (`ulimit -v` less what is mapped
+/// already: past it an allocation fails however much is free), or `None` where neither says.
 pub fn available_bytes() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -26,7 +26,13 @@ pub fn available_bytes() -> Option<u64> {
     };
     // SAFETY: getrlimit writes one rlimit struct, which `limit` is.
     let address_space = match unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } {
-        0 if limit.rlim_cur != libc::RLIM_INFINITY => Some(limit.rlim_cur),
+        0 if limit.rlim_cur != libc::RLIM_INFINITY => {
+            let mapped = std::fs::read_to_string("/proc/self/status")
+                .ok()
+                .and_then(|text| meminfo_field(&text, "VmSize"))
+                .unwrap_or(0);
+            Some(limit.rlim_cur.saturating_sub(mapped))
+        }
         _ => None,
     };
     match (meminfo, address_space) {

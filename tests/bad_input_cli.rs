@@ -24,15 +24,21 @@ fn write(dir: &Path, name: &str, bytes: impl AsRef<[u8]>) -> String {
 /// Runs `pagedkv` with its address space limited to 2 GiB: an allocation beyond that aborts, so
 /// a run that ends in our exit code 2 refused its sizes before allocating them.
 fn pagedkv_limited(args: &[&str]) -> Output {
+    pagedkv_limited_to(
+        2 << 30,
+        Command::new(env!("CARGO_BIN_EXE_pagedkv")).args(args),
+    )
+}
+
+/// Runs `cmd` with its address space limited to `bytes`.
+fn pagedkv_limited_to(bytes: u64, cmd: &mut Command) -> Output {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagedkv"));
-    cmd.args(args);
     // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let limit = libc::rlimit {
-                rlim_cur: 2 << 30,
-                rlim_max: 2 << 30,
+                rlim_cur: bytes,
+                rlim_max: bytes,
             };
             match libc::setrlimit(libc::RLIMIT_AS, &limit) {
                 0 => Ok(()),
@@ -565,4 +571,47 @@ fn a_sweep_without_bandwidth_probes_does_not_ask_for_their_memory() {
         err.contains("the CPU bandwidth probe of 4 GiB needs"),
         "{err}"
     );
+}
+
+/// `pagedkv sweep --json --no-end-to-end ARGS`, one round of one repetition over 50 requests,
+/// with a 16 MiB cache in 768 MiB of address space.
+fn sweep_in_768_mib(args: &[&str]) -> serde_json::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pagedkv"));
+    cmd.env("PAGEDKV_LLC", "16M")
+        .args([
+            "sweep",
+            "--json",
+            "--no-end-to-end",
+            "--rounds",
+            "1",
+            "--reps",
+            "1",
+        ])
+        .args(["--requests", "50"])
+        .args(args);
+    cli::json(&pagedkv_limited_to(768 << 20, &mut cmd))
+}
+
+#[test]
+fn a_default_probe_pool_too_large_for_the_memory_available_is_halved_with_a_note() {
+    // With a 16 MiB cache the default pool is 128 MiB: two probes' K, V and copy-out (384 MiB)
+    // and the limits' 64 MiB. In 768 MiB of address space, less what the binary maps at start,
+    // they may take under 384 MiB: the pool is halved (was: refused, or mapped whole and the
+    // sweep killed).
+    let v = sweep_in_768_mib(&["--attention-batch", "2", "--attention-context", "300"]);
+    let pool_mib = v["probe"]["pool_bytes"].as_u64().unwrap() >> 20;
+    assert!([16, 32, 64].contains(&pool_mib), "{pool_mib} MiB");
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "probe pool {pool_mib} MiB instead of the default 128 MiB"
+        )),
+        "{notes}"
+    );
+    assert_eq!(v["cpu_last_level_cache"]["source"], "env");
+    assert_eq!(v["cpu_last_level_cache"]["bytes"], 16 << 20);
+    // Given with --probe-mib, a pool is never halved: refused (the 2 GiB test above), or taken.
+    let v = sweep_in_768_mib(&["--no-attention", "--probe-mib", "8"]);
+    assert_eq!(v["probe"]["pool_bytes"], 8 << 20);
+    assert!(!v["notes"].to_string().contains("instead of the default"));
 }

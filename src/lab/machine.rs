@@ -3,6 +3,8 @@
 //! cores. A fact the kernel does not expose here is `None`, never a guess.
 
 use super::tlb_entries::{self, TlbLevel};
+pub use crate::device::cpu::topology::{allowed_cpus, CacheLevel};
+use crate::device::cpu::topology::{cache_dir, cache_levels, read_trimmed};
 use serde::Serialize;
 use std::path::Path;
 
@@ -45,32 +47,6 @@ pub struct MemInfo {
     pub committed_as_bytes: Option<u64>,
 }
 
-/// One CPU cache as cpu0 sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CacheLevel {
-    pub level: u32,
-    /// Data, Instruction or Unified.
-    pub kind: String,
-    pub size_bytes: usize,
-    pub line_bytes: usize,
-}
-
-impl CacheLevel {
-    /// Holds data (not an instruction cache).
-    pub fn holds_data(&self) -> bool {
-        self.kind != "Instruction"
-    }
-
-    /// `L1d`, `L2`, ...
-    pub fn name(&self) -> String {
-        match self.kind.as_str() {
-            "Data" => format!("L{}d", self.level),
-            "Instruction" => format!("L{}i", self.level),
-            _ => format!("L{}", self.level),
-        }
-    }
-}
-
 impl MachineFacts {
     pub fn read() -> MachineFacts {
         MachineFacts {
@@ -84,7 +60,7 @@ impl MachineFacts {
             overcommit_memory: read_number("/proc/sys/vm/overcommit_memory"),
             overcommit_ratio: read_number("/proc/sys/vm/overcommit_ratio"),
             memory: MemInfo::read(),
-            caches: cache_levels(Path::new("/sys/devices/system/cpu/cpu0/cache")),
+            caches: cache_levels(&cache_dir(0)),
             tlb: tlb_entries::data_tlb(),
             // SAFETY: geteuid cannot fail.
             root: unsafe { libc::geteuid() } == 0,
@@ -173,21 +149,6 @@ fn sysconf(name: libc::c_int) -> Option<usize> {
     (v > 0).then_some(v as usize)
 }
 
-/// The CPUs this thread may run on (`sched_getaffinity`), in order.
-pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is valid and its size is passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
-    {
-        return vec![0];
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `i` is below CPU_SETSIZE.
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .collect()
-}
-
 /// `flag` is among the first CPU's flags in /proc/cpuinfo.
 fn cpu_flag(flag: &str) -> bool {
     std::fs::read_to_string("/proc/cpuinfo")
@@ -195,12 +156,6 @@ fn cpu_flag(flag: &str) -> bool {
         .lines()
         .find(|l| l.starts_with("flags"))
         .is_some_and(|l| l.split_whitespace().any(|f| f == flag))
-}
-
-fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
 }
 
 fn read_number<T: std::str::FromStr>(path: &str) -> Option<T> {
@@ -216,47 +171,6 @@ fn selected(text: &str) -> Option<String> {
     let start = text.find('[')?;
     let end = start + text[start..].find(']')?;
     Some(text[start + 1..end].to_string())
-}
-
-/// `32K` -> 32768, `1024K`, `32M`, a plain number of bytes.
-fn parse_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => t.split_at(i),
-        None => (t, ""),
-    };
-    let n: usize = digits.parse().ok()?;
-    let scale = match unit {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(scale)
-}
-
-fn cache_levels(dir: &Path) -> Vec<CacheLevel> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut v: Vec<CacheLevel> = entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
-        .filter_map(|e| {
-            let p = e.path();
-            Some(CacheLevel {
-                level: read_trimmed(p.join("level"))?.parse().ok()?,
-                kind: read_trimmed(p.join("type"))?,
-                size_bytes: parse_size(&read_trimmed(p.join("size"))?)?,
-                line_bytes: read_trimmed(p.join("coherency_line_size"))
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(64),
-            })
-        })
-        .collect();
-    v.sort_by(|a, b| (a.level, &a.kind).cmp(&(b.level, &b.kind)));
-    v
 }
 
 #[cfg(test)]
@@ -275,16 +189,6 @@ mod tests {
         );
         assert_eq!(selected("[always] never").as_deref(), Some("always"));
         assert_eq!(selected("always never"), None);
-    }
-
-    #[test]
-    fn parses_cache_sizes() {
-        assert_eq!(parse_size("32K"), Some(32 << 10));
-        assert_eq!(parse_size("1024K\n"), Some(1 << 20));
-        assert_eq!(parse_size("32M"), Some(32 << 20));
-        assert_eq!(parse_size("512"), Some(512));
-        assert_eq!(parse_size("12Q"), None);
-        assert_eq!(parse_size("K"), None);
     }
 
     #[test]

@@ -169,20 +169,37 @@ pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeE
     Ok((probes, notes))
 }
 
+/// The page sizes of the CPU probes a sweep with `opts` runs, the answer's first: huge pages where
+/// the kernel offers them, then 4 KiB pages (not with `answer_only` when huge pages come first).
+pub fn cpu_page_sizes(opts: &ProbeOptions) -> Vec<Pages> {
+    match (thp_available(), opts.answer_only) {
+        (true, true) => vec![Pages::Huge],
+        (true, false) => vec![Pages::Huge, Pages::Small],
+        (false, _) => vec![Pages::Small],
+    }
+}
+
 fn device_probes(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
     match device {
         Device::Cpu => {
             let mut notes = Vec::new();
-            let mut probes: Vec<Box<dyn BandwidthProbe>> = Vec::new();
-            if thp_available() {
-                probes.push(Box::new(CpuProbe::new(Pages::Huge, opts.clone())?));
-            } else {
+            if !thp_available() {
                 notes.push(format!(
                     "transparent huge pages unavailable (mode: {}): 4 KiB pages only",
                     thp_mode().unwrap_or_else(|| "unknown".into())
                 ));
             }
-            probes.push(Box::new(CpuProbe::new(Pages::Small, opts.clone())?));
+            let pages = cpu_page_sizes(&ProbeOptions {
+                answer_only: false,
+                ..opts.clone()
+            });
+            // One limits' buffer for all of them (see `CpuProbe::beside`).
+            let first = CpuProbe::new(pages[0], opts.clone())?;
+            let others: Vec<CpuProbe> = pages[1..].iter().map(|&p| first.beside(p)).collect();
+            let probes = std::iter::once(first)
+                .chain(others)
+                .map(|p| Box::new(p) as Box<dyn BandwidthProbe>)
+                .collect();
             Ok((probes, notes))
         }
         Device::Cuda(dev) => Ok((

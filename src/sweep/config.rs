@@ -351,8 +351,9 @@ impl SweepConfig {
 
     /// The probes' sizes on a GPU (`gpu`) or the CPU. The pool must dwarf the last-level cache,
     /// so that gathers read memory as the limits do: default 2048 MiB on a GPU (512 with
-    /// `quick`; its L2 holds 50 MB and more), on the CPU 256 MiB (64 with `quick`) but at least
-    /// the CPU limits' buffer ([`crate::device::cpu::stream::limit_bytes`]).
+    /// `quick`; its L2 holds 50 MB and more), on the CPU 128 MiB (64 with `quick`) but at least
+    /// the CPU limits' buffer ([`crate::device::cpu::stream::limit_bytes`]: 4x the last-level
+    /// cache the run has), then fitted to the memory available ([`Self::fit_probe`]).
     pub fn probe_options(
         &self,
         m: &ModelShape,
@@ -385,19 +386,26 @@ impl SweepConfig {
         })
     }
 
-    /// Refuses, before anything runs, a CPU probe whose buffers (see
-    /// [`super::cpu_probe::host_bytes`]) exceed the memory this host has available; nothing to
-    /// check on a GPU or without bandwidth probes.
-    pub fn check_probe_fits(&self, opts: &ProbeOptions, gpu: bool) -> Result<(), SweepError> {
+    /// Fits a CPU probe's buffers (see [`super::cpu_probe::host_bytes`]) to the memory this host
+    /// has available before anything runs ([`super::probe_memory::fit`]): a default pool halved
+    /// with a note, a given one refused when beyond it; nothing to fit on a GPU or without
+    /// bandwidth probes.
+    pub fn fit_probe(
+        &self,
+        opts: &mut ProbeOptions,
+        m: &ModelShape,
+        gpu: bool,
+    ) -> Result<Option<String>, SweepError> {
         if gpu || !self.bandwidth {
-            return Ok(());
+            return Ok(None);
         }
-        let what = format!(
-            "the CPU bandwidth probe of {}",
-            crate::host_memory::bytes(opts.pool_bytes as u64)
-        );
-        crate::host_memory::ensure_fits(super::cpu_probe::host_bytes(opts), &what)
-            .map_err(|e| invalid(e.to_string()))
+        super::probe_memory::fit(
+            opts,
+            self.probe_mib.is_some(),
+            m.kv_heads * m.head_dim * m.dtype.bytes(),
+            crate::host_memory::available_bytes(),
+            super::cpu_probe::host_bytes,
+        )
     }
 
     /// The probe pool without `--probe-mib` (MiB): see [`Self::probe_options`].
@@ -405,7 +413,7 @@ impl SweepConfig {
         let cpu_floor_mib = || crate::device::cpu::stream::limit_bytes(1) >> 20;
         match (gpu, self.quick) {
             (false, true) => cpu_floor_mib().max(64),
-            (false, false) => cpu_floor_mib().max(256),
+            (false, false) => cpu_floor_mib().max(128),
             (true, true) => 512,
             (true, false) => 2048,
         }

@@ -16,15 +16,16 @@
 use super::attention_probe::cpu_attention_gbps;
 use super::bandwidth::{BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
+use crate::device::cpu::last_level_cache::last_level_cache;
 use crate::device::cpu::pages::{HostBuf, Pages};
-use crate::device::cpu::stream::{
-    limit_bytes, llc_override, sysfs_last_level_cache_bytes, MemoryProbe, LLC_ENV, LLC_MULTIPLE,
-};
+use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
 use crate::kv::{BlockTable, Dtype, Fp8E4m3, Fp8E5m2, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use crate::timing::median_secs;
 use half::{bf16, f16};
 use rand::{seq::SliceRandom, SeedableRng};
 use rayon::prelude::*;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Elements per parallel task of the limit loops.
 const CHUNK: usize = 1 << 16;
@@ -43,17 +44,21 @@ pub struct CpuProbe {
     pages: Pages,
     opts: ProbeOptions,
     bufs: Option<Buffers>,
-    limit: Option<MemoryProbe>,
+    /// The limits' buffer, one for every probe of the sweep: it is the same memory whatever the
+    /// probe's page size (huge pages where available), so a second would only double the
+    /// footprint.
+    limit: Rc<RefCell<Option<MemoryProbe>>>,
 }
 
-/// Host bytes a probe with `opts` maps (checked before it maps anything): the limits' buffer,
-/// and K, V and the copy-out buffer of half the pool each unless only attention and the stream
-/// beside it are measured (`answer_only` with attention: no gather, no conversion pass).
+/// Host bytes the CPU probes with `opts` map (checked before they map anything): the limits'
+/// buffer, which they share, and for each probe ([`super::bandwidth::cpu_page_sizes`]) K, V and
+/// the copy-out buffer of half the pool each unless only attention and the stream beside it are
+/// measured (`answer_only` with attention: no gather, no conversion pass).
 pub fn host_bytes(opts: &ProbeOptions) -> u64 {
     let pools = if opts.answer_only && opts.attention.is_some() {
         0
     } else {
-        3 * (opts.pool_bytes / 2)
+        3 * (opts.pool_bytes / 2) * super::bandwidth::cpu_page_sizes(opts).len()
     };
     (pools + limit_bytes(opts.pool_bytes)) as u64
 }
@@ -65,8 +70,18 @@ impl CpuProbe {
             pages,
             opts,
             bufs: None,
-            limit: None,
+            limit: Rc::default(),
         })
+    }
+
+    /// A probe of the same options with `pages`, sharing this one's limits' buffer.
+    pub fn beside(&self, pages: Pages) -> Self {
+        CpuProbe {
+            pages,
+            opts: self.opts.clone(),
+            bufs: None,
+            limit: self.limit.clone(),
+        }
     }
 
     fn half_bytes(&self) -> usize {
@@ -126,14 +141,15 @@ impl CpuProbe {
     fn measure_limits(&mut self, set: LimitSet) -> Result<Limits, ProbeError> {
         let reps = self.opts.reps;
         let pool_bytes = 2 * self.half_bytes();
-        if self.limit.is_none() {
+        let mut shared = self.limit.borrow_mut();
+        if shared.is_none() {
             let probe = MemoryProbe::new(pool_bytes).map_err(|source| ProbeError::Memory {
                 bytes: pool_bytes,
                 source,
             })?;
-            self.limit = Some(probe);
+            *shared = Some(probe);
         }
-        let limit = self.limit.as_mut().expect("just made");
+        let limit = shared.as_mut().expect("just made");
         // The copy first, as `MemoryProbe::measure` orders them.
         let copy_gbps = (set == LimitSet::CopyAndStream).then(|| limit.measure_copy(reps));
         Ok(Limits {
@@ -182,14 +198,7 @@ impl BandwidthProbe for CpuProbe {
                 100.0 * share
             ));
         }
-        if let (Ok(Some(llc)), sysfs) = (llc_override(), sysfs_last_level_cache_bytes()) {
-            notes.push(format!(
-                "{LLC_ENV} sets the last-level cache to {} KiB (sysfs: {}): limits and gathers \
-                 over less than 4x the real cache may be served from it",
-                llc >> 10,
-                sysfs.map_or("not given".into(), |b| format!("{} KiB", b >> 10))
-            ));
-        }
+        notes.push(last_level_cache().describe());
         let floor = limit_bytes(1);
         if self.opts.pool_bytes < floor {
             notes.push(format!(
@@ -200,11 +209,10 @@ impl BandwidthProbe for CpuProbe {
                 floor >> 20
             ));
         }
-        if let Some(limit) = &self.limit {
+        if let Some(limit) = self.limit.borrow().as_ref() {
             let share = limit.huge_page_share().unwrap_or(0.0);
             notes.push(format!(
-                "{} probe: limits over {} MiB on every core, best pass, {:.0}% in huge pages",
-                self.pages.label(),
+                "limits over {} MiB on every core, best pass, {:.0}% in huge pages",
                 limit.bytes() >> 20,
                 100.0 * share
             ));
@@ -338,10 +346,18 @@ mod tests {
             answer_only: false,
         };
         let limits = limit_bytes(64 << 20) as u64;
-        assert_eq!(host_bytes(&opts), 3 * (32 << 20) + limits);
+        // The full sweep: a huge-page probe and a 4 KiB one where the kernel offers huge pages,
+        // each with its pools, and one limits' buffer for both.
+        let probes = if crate::device::cpu::pages::thp_available() {
+            2
+        } else {
+            1
+        };
+        assert_eq!(host_bytes(&opts), probes * 3 * (32 << 20) + limits);
         opts.answer_only = true;
         assert_eq!(host_bytes(&opts), limits);
-        // Without attention the read-only gather carries the answer: the pools are mapped.
+        // Without attention the read-only gather carries the answer: the first probe's pools are
+        // mapped.
         opts.attention = None;
         assert_eq!(host_bytes(&opts), 3 * (32 << 20) + limits);
     }

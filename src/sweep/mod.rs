@@ -30,6 +30,7 @@ pub mod html;
 pub mod measure;
 pub mod output;
 pub mod prefix;
+pub mod probe_memory;
 pub mod proxy;
 pub mod recommend;
 pub mod replay;

@@ -61,6 +61,8 @@ pub struct SweepPlan {
     window: usize,
     device: Device,
     opts: ProbeOptions,
+    /// What fitting the probes to the memory available changed, if anything.
+    fitted: Option<String>,
 }
 
 impl SweepPlan {
@@ -73,8 +75,8 @@ impl SweepPlan {
         let search = config.search_limits();
         let window = config.capacity_requests()?;
         let device = Device::detect(config.device)?;
-        let opts = config.probe_options(&m, &requests, device.is_cuda())?;
-        config.check_probe_fits(&opts, device.is_cuda())?;
+        let mut opts = config.probe_options(&m, &requests, device.is_cuda())?;
+        let fitted = config.fit_probe(&mut opts, &m, device.is_cuda())?;
         Ok(SweepPlan {
             config: config.clone(),
             m,
@@ -88,6 +90,7 @@ impl SweepPlan {
             window,
             device,
             opts,
+            fitted,
         })
     }
 }
@@ -112,11 +115,12 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         window,
         device,
         opts,
+        fitted,
     } = plan;
     let config = &config;
     let mut rows = memory_rows(&requests, &memory)?;
     let rounds = opts.rounds;
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = fitted.into_iter().collect();
     let mut probe = None;
     if !config.bandwidth {
         notes
@@ -229,6 +233,8 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         end_to_end_setup: setup,
         step_times: step_choice,
         notes,
+        cpu_last_level_cache: (config.bandwidth && !device.is_cuda())
+            .then(|| crate::device::cpu::last_level_cache::last_level_cache().clone()),
         rows,
     })
 }

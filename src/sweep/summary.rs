@@ -5,6 +5,7 @@ use super::{
     end_to_end, recommend, MemoryBandwidth, MemoryConfig, ModelShape, ProbeOptions, SweepRow,
     VLLM_DEFAULT_BLOCK_SIZE,
 };
+use crate::device::cpu::last_level_cache::LastLevelCache;
 use serde::Serialize;
 
 /// Everything a sweep reports.
@@ -53,6 +54,9 @@ pub struct SweepReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_times: Option<crate::sim::latency::Choice>,
     pub notes: Vec<String>,
+    /// The last-level cache the CPU probes' buffers were sized by, and how it was found (`None`
+    /// on a GPU or without bandwidth probes).
+    pub cpu_last_level_cache: Option<LastLevelCache>,
     pub rows: Vec<SweepRow>,
 }
 

@@ -200,7 +200,7 @@ fn main() -> ExitCode {
         }
     };
     // Settings read from the environment are input too: refused before any command starts.
-    if let Err(e) = pagedkv::device::cpu::stream::llc_override() {
+    if let Err(e) = pagedkv::device::cpu::last_level_cache::llc_override() {
         eprintln!("pagedkv: {e}");
         return ExitCode::from(2);
     }

@@ -103,8 +103,9 @@ pub struct Args {
     /// gathers, the copy limit or the scalar conversion pass.
     #[arg(long)]
     quick: bool,
-    /// Probe pool in MiB, K and V together (default 256, --quick 64; on the CPU at least 4x the
-    /// last-level cache, so that the gathers read DRAM as the stream limit does).
+    /// Probe pool in MiB, K and V together (GPU default 2048, --quick 512; CPU default 128,
+    /// --quick 64, at least 4x the last-level cache the run has, so that the gathers read DRAM as
+    /// the stream limit does, and halved to fit half the memory available).
     #[arg(long, value_parser = count(0..))]
     probe_mib: Option<usize>,
     /// Timed repetitions per measurement, after a warm-up (default 2).

@@ -5,6 +5,8 @@ pub mod attention;
 pub mod cache_ops;
 pub mod fma;
 pub mod gather;
+pub mod last_level_cache;
 pub mod pages;
 mod simd;
 pub mod stream;
+pub mod topology;

@@ -12,13 +12,15 @@
 //! - the best of several passes, not their median: on a shared machine a slow pass measures the
 //!   neighbours;
 //! - over the bytes of the measurement compared with, but never less than [`LLC_MULTIPLE`] times
-//!   the last-level cache, so DRAM is measured and not the cache.
+//!   the last-level cache the run has ([`super::last_level_cache`]: measured, not sysfs's
+//!   figure, which a VM often gives as its host's), so DRAM is measured and not the cache.
 //!
 //! Not measured here: `vmm`'s sleep/wake copy baseline and `swap`'s contiguous copy. Both time a
 //! copy between the very buffers their operation uses (a pool's chunk mappings, an offload
 //! buffer, the swap slots), at that operation's size, on that operation's path: baselines for one
 //! path, not the memory's limit.
 
+use super::last_level_cache::last_level_cache;
 use super::pages::{thp_available, HostBuf, Pages};
 use crate::device::Limits;
 use crate::timing::best_secs;
@@ -29,80 +31,14 @@ pub const LLC_MULTIPLE: usize = 4;
 /// Passes at the least; the best counts. A pass over 128 MiB takes a few milliseconds, and on a
 /// shared machine one in several finds every core free.
 pub const MIN_PASSES: usize = 10;
-/// Assumed when sysfs does not say (a large server L3).
-const FALLBACK_LLC: usize = 64 << 20;
 /// Bytes per parallel task: one huge page, so a task never leaves its page.
 const PIECE: usize = 2 << 20;
 
-/// Sets the last-level cache size the limits assume, in sysfs's format (`32M`, `512K`), instead
-/// of what sysfs says: a VM's share of a large host cache, or runs that check a report's shape and
-/// not the memory's speed (the CLI tests: over 4x a 480 MiB cache, each limit costs seconds).
-pub const LLC_ENV: &str = "PAGEDKV_LLC";
-/// The largest override taken: no cache is larger, and the limits' buffer is four times it.
-const MAX_LLC_OVERRIDE: usize = 4 << 30;
-
-/// The cache size [`LLC_ENV`] sets: `None` when unset, an error naming it when it is not a size
-/// from 1 byte to 4G. The CLI checks it before any command runs.
-pub fn llc_override() -> Result<Option<usize>, String> {
-    let text = match std::env::var(LLC_ENV) {
-        Err(std::env::VarError::NotPresent) => return Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => String::new(),
-        Ok(text) => text,
-    };
-    match parse_cache_size(&text) {
-        Some(n) if (1..=MAX_LLC_OVERRIDE).contains(&n) => Ok(Some(n)),
-        _ => Err(format!(
-            "{LLC_ENV} must be a cache size from 1 to 4G as sysfs writes them (32M, 512K), got '{}'",
-            crate::quote::clip(&text)
-        )),
-    }
-}
-
-/// The last-level cache the limits assume: [`LLC_ENV`]'s when set (and valid), else sysfs's.
-pub fn last_level_cache_bytes() -> Option<usize> {
-    llc_override()
-        .ok()
-        .flatten()
-        .or_else(sysfs_last_level_cache_bytes)
-}
-
-/// The largest data or unified cache of CPU 0 (bytes), from
-/// /sys/devices/system/cpu/cpu0/cache/index*/{type,size}; `None` when sysfs does not say.
-pub fn sysfs_last_level_cache_bytes() -> Option<usize> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
-    dir.filter_map(|entry| {
-        let path = entry.ok()?.path();
-        let kind = std::fs::read_to_string(path.join("type")).ok()?;
-        if kind.trim() == "Instruction" {
-            return None;
-        }
-        parse_cache_size(&std::fs::read_to_string(path.join("size")).ok()?)
-    })
-    .max()
-}
-
-/// `32768K`, `1M`, `512` (bytes) as sysfs writes cache sizes.
-fn parse_cache_size(text: &str) -> Option<usize> {
-    let text = text.trim();
-    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => text.split_at(i),
-        None => (text, ""),
-    };
-    let n: usize = digits.parse().ok()?;
-    let shift = match unit {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1 << shift)
-}
-
 /// The bytes the limits are measured over for a measurement of `bytes`: at least
-/// [`LLC_MULTIPLE`] times the last-level cache, in whole pieces.
+/// [`LLC_MULTIPLE`] times the last-level cache the run has ([`last_level_cache`]), in whole
+/// pieces.
 pub fn limit_bytes(bytes: usize) -> usize {
-    let llc = last_level_cache_bytes().unwrap_or(FALLBACK_LLC);
+    let llc = last_level_cache().bytes;
     let pieces = bytes.max(LLC_MULTIPLE * llc).div_ceil(2 * PIECE);
     pieces.min(usize::MAX / (2 * PIECE)) * 2 * PIECE
 }
@@ -204,7 +140,8 @@ pub fn stream_copy(dst: &mut [u8], src: &[u8]) {
         .for_each(|(d, s)| copy_piece(d, s));
 }
 
-fn sum_words(words: &[u64]) -> u64 {
+/// The wrapping sum of `words` on the calling thread, with the widest loads available.
+pub(super) fn sum_words(words: &[u64]) -> u64 {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was just detected.
@@ -317,17 +254,11 @@ mod tests {
     }
 
     #[test]
-    fn cache_sizes_parse_as_sysfs_writes_them() {
-        assert_eq!(parse_cache_size("32768K\n"), Some(32 << 20));
-        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
-        assert_eq!(parse_cache_size("512"), Some(512));
-        assert_eq!(parse_cache_size("big"), None);
-        assert_eq!(parse_cache_size("99999999999999999999G"), None);
-        assert_eq!(parse_cache_size("18446744073709551615G"), None);
-        if let Some(llc) = last_level_cache_bytes() {
-            assert!(llc >= 1 << 10, "{llc}");
-            assert!(limit_bytes(1) >= LLC_MULTIPLE * llc);
-        }
+    fn limits_read_whole_pieces_over_several_caches() {
+        let llc = last_level_cache().bytes;
+        assert!(llc >= 1 << 10, "{llc}");
+        assert!(limit_bytes(1) >= LLC_MULTIPLE * llc);
+        assert_eq!(limit_bytes(1) % (2 * PIECE), 0);
         assert_eq!(limit_bytes(1 << 40), 1 << 40);
         assert_eq!(
             limit_bytes(usize::MAX),
@@ -338,7 +269,7 @@ mod tests {
     #[test]
     fn limits_are_positive_over_several_caches() {
         let mut probe = MemoryProbe::new(1).unwrap();
-        assert!(probe.bytes() >= LLC_MULTIPLE * last_level_cache_bytes().unwrap_or(0));
+        assert!(probe.bytes() >= LLC_MULTIPLE * last_level_cache().bytes);
         let l = probe.measure(1);
         assert!(l.copy_gbps > 0.0 && l.stream_gbps > 0.0, "{l:?}");
     }
