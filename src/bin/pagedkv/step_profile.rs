@@ -7,8 +7,11 @@ use pagedkv::hw::gpu;
 use pagedkv::kv::model::{self, Weights};
 use pagedkv::kv::Dtype;
 use pagedkv::report::Table;
+use pagedkv::sim::engine::Profile;
 use pagedkv::sim::latency::attention_rows::{merge_decode_rows, AttentionRun};
-use pagedkv::sim::latency::{profile, Measured, StepProfile};
+use pagedkv::sim::latency::{
+    choose, profile, BatchShape, Latency, Measured, Roofline, StepLatency, StepProfile, StepTimes,
+};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -22,6 +25,9 @@ enum Command {
     /// Which models, tensor-parallel sizes and dtypes a profile covers (every preset, or one
     /// --model), and what it lacks where it does not.
     Check(CheckArgs),
+    /// How long one step takes: `--batch` requests each computing `--new-tokens` after
+    /// `--context` cached ones, by the measured tables and by the roofline side by side.
+    Time(TimeArgs),
     /// Merge `pagedkv attention --json` runs (one per batch × context × block size) into the
     /// shipped profile of their GPU as its decode-attention rows.
     FromAttention(FromArgs),
@@ -38,6 +44,37 @@ struct CheckArgs {
     /// One model (a preset or a config.json) [default: every preset].
     #[arg(long)]
     model: Option<String>,
+}
+
+#[derive(clap::Args)]
+struct TimeArgs {
+    /// A model preset or a config.json.
+    #[arg(long, default_value = "llama-3.1-8b")]
+    model: String,
+    /// h200, h100, a100.
+    #[arg(long, default_value = "h200")]
+    gpu: String,
+    #[arg(long, default_value_t = 1, value_parser = crate::count(1..=64))]
+    tp: usize,
+    #[arg(long, value_enum)]
+    quantization: Option<Quantization>,
+    #[arg(long, value_enum, default_value_t = Dtype::F16)]
+    kv_cache_dtype: Dtype,
+    /// Requests in the step.
+    #[arg(long, default_value_t = 1, value_parser = crate::count(1..=1 << 20))]
+    batch: usize,
+    /// Tokens each computes (1: a decode step).
+    #[arg(long, default_value_t = 1, value_parser = crate::count(1..=1 << 24))]
+    new_tokens: usize,
+    /// Tokens each has cached (its context).
+    #[arg(long, default_value_t = 2048, value_parser = crate::count(0..=1 << 24))]
+    context: usize,
+    /// KV block size (decode attention's efficiency at it, against the table's).
+    #[arg(long, default_value_t = 16, value_parser = crate::count(1..=256))]
+    block_size: usize,
+    /// A profile file [default: the shipped one of --gpu].
+    #[arg(long)]
+    step_profile: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -59,8 +96,65 @@ struct FromArgs {
 pub fn run(args: Args) -> CmdResult {
     match args.command {
         Command::Check(a) => check(a),
+        Command::Time(a) => time(a),
         Command::FromAttention(a) => from_attention(a),
     }
+}
+
+fn time(a: TimeArgs) -> CmdResult {
+    let g = gpu(&a.gpu).ok_or_else(|| format!("unknown GPU {:?}", a.gpu))?;
+    let m = model::ModelShape {
+        dtype: a.kv_cache_dtype,
+        ..crate::sim_engine_args::model_shape(&a.model, a.quantization)?
+    };
+    m.check_tp(a.tp)?;
+    let own = match &a.step_profile {
+        Some(p) => Some(std::sync::Arc::new(StepProfile::read(p)?)),
+        None => None,
+    };
+    let choice = choose(StepTimes::Auto, own, &m, &g, a.tp)?;
+    let efficiency = Profile::h200_assumed();
+    let eff = efficiency.at(a.block_size);
+    let batch = BatchShape::of((0..a.batch).map(|_| (a.new_tokens as u32, a.context as u32)));
+    let ms = |l: &Latency| {
+        let (c, comm) = l.forward(&batch);
+        (c + comm) * 1e3
+    };
+    let roofline = Latency::Roofline(Box::new(Roofline {
+        model: m.clone(),
+        gpu: g,
+        tp: a.tp,
+        efficiency: eff,
+    }));
+    outln!(
+        "{} × {} new tokens after {} cached, {} ({} weights, KV {}) on {} × {}, block size {}:",
+        a.batch,
+        a.new_tokens,
+        a.context,
+        m.name,
+        m.weights,
+        m.dtype,
+        a.tp,
+        g.name,
+        a.block_size
+    )?;
+    if let Some(p) = &choice.profile {
+        let measured =
+            Measured::new(p, &m, a.tp)?.at_block_size(a.block_size, |b| efficiency.at(b));
+        outln!(
+            "  measured: {:.3} ms ({})",
+            ms(&Latency::Measured(std::sync::Arc::new(measured))),
+            p.label
+        )?;
+    } else {
+        outln!("  measured: none ({})", choice.line)?;
+    }
+    outln!(
+        "  roofline: {:.3} ms (datasheet peaks; attention at {eff:.2} of HBM bandwidth: {})",
+        ms(&roofline),
+        efficiency.device
+    )?;
+    Ok(())
 }
 
 fn shipped_text(name: &str) -> Result<&'static str, String> {

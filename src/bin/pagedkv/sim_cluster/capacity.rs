@@ -504,6 +504,7 @@ fn print(
             "; attention efficiency assumed"
         }
     )?;
+    outln!("{}", s.step_times.line)?;
     for line in describe_limits(resolved) {
         outln!("{line}")?;
     }
