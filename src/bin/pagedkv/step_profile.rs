@@ -10,7 +10,7 @@ use pagedkv::report::Table;
 use pagedkv::sim::engine::Profile;
 use pagedkv::sim::latency::attention_rows::{merge_decode_rows, AttentionRun};
 use pagedkv::sim::latency::{
-    choose, profile, BatchShape, Latency, Measured, Roofline, StepLatency, StepProfile, StepTimes,
+    choose, models_at, profile, step_ms, BatchShape, Measured, StepProfile, StepTimes,
 };
 use std::path::PathBuf;
 
@@ -114,20 +114,13 @@ fn time(a: TimeArgs) -> CmdResult {
     };
     let choice = choose(StepTimes::Auto, own, &m, &g, a.tp)?;
     let efficiency = Profile::h200_assumed();
-    let eff = efficiency.at(a.block_size);
     let batch = BatchShape::of((0..a.batch).map(|_| (a.new_tokens as u32, a.context as u32)));
-    let ms = |l: &Latency| {
-        let (c, comm) = l.forward(&batch);
-        (c + comm) * 1e3
-    };
-    let roofline = Latency::Roofline(Box::new(Roofline {
-        model: m.clone(),
-        gpu: g,
-        tp: a.tp,
-        efficiency: eff,
-    }));
+    let (measured, roofline) =
+        models_at(choice.profile.as_deref(), &m, &g, a.tp, a.block_size, |b| {
+            efficiency.at(b)
+        })?;
     outln!(
-        "{} × {} new tokens after {} cached, {} ({} weights, KV {}) on {} × {}, block size {}:",
+        "{} requests × {} new tokens after {} cached, {} ({} weights, KV {}) on {} × {}, block size {}:",
         a.batch,
         a.new_tokens,
         a.context,
@@ -138,20 +131,14 @@ fn time(a: TimeArgs) -> CmdResult {
         g.name,
         a.block_size
     )?;
-    if let Some(p) = &choice.profile {
-        let measured =
-            Measured::new(p, &m, a.tp)?.at_block_size(a.block_size, |b| efficiency.at(b));
-        outln!(
-            "  measured: {:.3} ms ({})",
-            ms(&Latency::Measured(std::sync::Arc::new(measured))),
-            p.label
-        )?;
-    } else {
-        outln!("  measured: none ({})", choice.line)?;
+    match (&measured, &choice.profile) {
+        (Some(l), Some(p)) => outln!("  measured: {:.3} ms ({})", step_ms(l, &batch), p.label)?,
+        _ => outln!("  measured: none ({})", choice.line)?,
     }
     outln!(
-        "  roofline: {:.3} ms (datasheet peaks; attention at {eff:.2} of HBM bandwidth: {})",
-        ms(&roofline),
+        "  roofline: {:.3} ms (datasheet peaks; attention at {:.2} of HBM bandwidth: {})",
+        step_ms(&roofline, &batch),
+        efficiency.at(a.block_size),
         efficiency.device
     )?;
     Ok(())

@@ -14,7 +14,7 @@ use super::setup::prepare;
 use super::step_time::{num_gpu_blocks, StepModel};
 use crate::hw::Gpu;
 use crate::kv::model::ModelShape;
-use crate::sim::latency::{BatchShape, Choice, Latency, Measured, Roofline, StepLatency};
+use crate::sim::latency::{models_at, step_ms, BatchShape, Choice, Latency};
 use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -138,61 +138,51 @@ impl RunSettings {
         Ok((cfg, clock, efficiency))
     }
 
-    /// The GPU's step times at `block_size`, whose attention efficiency is `efficiency` (the
-    /// sweep's noise band included): the roofline takes it as it is; measured decode attention
-    /// scales by the efficiency at the block size its tables were measured at over this one.
-    fn latency(&self, block_size: usize, efficiency: f64) -> Result<Latency, EngineError> {
-        Ok(match &self.step_times.profile {
-            None => Latency::Roofline(Box::new(Roofline {
-                model: self.model.clone(),
-                gpu: self.gpu,
-                tp: self.tp,
-                efficiency,
-            })),
-            Some(p) => {
-                let m = Measured::new(p, &self.model, self.tp)
-                    .map_err(super::config::ConfigError)?
-                    .at_block_size(block_size, |b| {
-                        if b == block_size {
-                            efficiency
-                        } else {
-                            self.profile.at(b)
-                        }
-                    });
-                Latency::Measured(std::sync::Arc::new(m))
+    /// The run's two step-time models at `block_size` ([`models_at`]): measured (under measured
+    /// step times) and the roofline. `efficiency`: attention's at `block_size` (the sweep's noise
+    /// band included); at other block sizes the profile's.
+    fn models(
+        &self,
+        block_size: usize,
+        efficiency: f64,
+    ) -> Result<(Option<Latency>, Latency), EngineError> {
+        let at = |b: usize| {
+            if b == block_size {
+                efficiency
+            } else {
+                self.profile.at(b)
             }
-        })
+        };
+        let profile = self.step_times.profile.as_deref();
+        models_at(profile, &self.model, &self.gpu, self.tp, block_size, at)
+            .map_err(|e| super::config::ConfigError(e).into())
+    }
+
+    /// The GPU's step times at `block_size`: the measured model under measured step times, else
+    /// the roofline.
+    fn latency(&self, block_size: usize, efficiency: f64) -> Result<Latency, EngineError> {
+        let (measured, roofline) = self.models(block_size, efficiency)?;
+        Ok(measured.unwrap_or(roofline))
     }
 
     /// Under measured step times, two reference steps timed by them and by the roofline at
-    /// `block_size` (a decode step of 64 requests at 2k tokens of context, one 2k-token prefill),
-    /// e.g. "beside the roofline: decode 64 × 2k 9.47 ms (roofline 7.51), prefill 2k 43.4 ms
-    /// (34.4)"; `None` under the roofline or a step clock.
+    /// `block_size` (a decode step of 64 requests at 2k tokens of context, one 2k-token prefill);
+    /// `None` under the roofline or a step clock.
     pub fn beside_roofline(&self, block_size: usize) -> Option<String> {
-        self.step_times.profile.as_ref()?;
         if self.clock_steps {
             return None;
         }
         let efficiency = (self.profile.at(block_size) * self.efficiency_scale).clamp(1e-6, 1.0);
-        let measured = self.latency(block_size, efficiency).ok()?;
-        let roofline = Latency::Roofline(Box::new(Roofline {
-            model: self.model.clone(),
-            gpu: self.gpu,
-            tp: self.tp,
-            efficiency,
-        }));
-        let ms = |l: &Latency, b: &BatchShape| {
-            let (c, m) = l.forward(b);
-            (c + m) * 1e3
-        };
+        let (measured, roofline) = self.models(block_size, efficiency).ok()?;
+        let measured = measured?;
         let decode = BatchShape::of([(1, 2048); 64]);
         let prefill = BatchShape::of([(2048, 0)]);
         Some(format!(
             "beside the roofline at block size {block_size}: a decode step of 64 × 2k {:.2} ms (roofline {:.2}), a 2k-token prefill {:.1} ms ({:.1})",
-            ms(&measured, &decode),
-            ms(&roofline, &decode),
-            ms(&measured, &prefill),
-            ms(&roofline, &prefill),
+            step_ms(&measured, &decode),
+            step_ms(&roofline, &decode),
+            step_ms(&measured, &prefill),
+            step_ms(&roofline, &prefill),
         ))
     }
 

@@ -39,7 +39,6 @@ pub struct Measured {
     pub label: String,
     layers: f64,
     hidden: f64,
-    tp: usize,
     qkv: Curve,
     o_proj: Curve,
     gate_up: Curve,
@@ -163,7 +162,6 @@ impl Measured {
             label: profile.label.clone(),
             layers: model.layers as f64,
             hidden: model.hidden_size as f64,
-            tp,
             qkv,
             o_proj,
             gate_up,
@@ -236,10 +234,6 @@ impl Measured {
             (2.0 * self.layers + 1.0) * ar.at(t * self.hidden * 2.0)
         });
         (compute * 1e-3, comm * 1e-3)
-    }
-
-    pub fn tp(&self) -> usize {
-        self.tp
     }
 }
 

@@ -60,6 +60,38 @@ impl StepLatency for Latency {
     }
 }
 
+/// Milliseconds of one step of `batch` by model `l`, compute and communication.
+pub fn step_ms(l: &impl StepLatency, batch: &BatchShape) -> f64 {
+    let (compute, comm) = l.forward(batch);
+    (compute + comm) * 1e3
+}
+
+/// A run's two models at `block_size`: the measured one (from `profile`, when given) and the
+/// roofline; `efficiency(b)` is attention's efficiency at block size b (the roofline's at
+/// `block_size`, the measured decode attention's scale: its table's block size over this one).
+pub fn models_at(
+    profile: Option<&StepProfile>,
+    model: &ModelShape,
+    gpu: &Gpu,
+    tp: usize,
+    block_size: usize,
+    efficiency: impl Fn(usize) -> f64,
+) -> Result<(Option<Latency>, Latency), String> {
+    let measured = match profile {
+        Some(p) => Some(Latency::Measured(Arc::new(
+            Measured::new(p, model, tp)?.at_block_size(block_size, &efficiency),
+        ))),
+        None => None,
+    };
+    let roofline = Latency::Roofline(Box::new(Roofline {
+        model: model.clone(),
+        gpu: *gpu,
+        tp,
+        efficiency: efficiency(block_size),
+    }));
+    Ok((measured, roofline))
+}
+
 /// What a run asks for (`--step-times`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
