@@ -1,5 +1,7 @@
-//! Output shared by every command: aligned text tables (also as HTML) and SVG line plots.
+//! Output shared by every command: aligned text tables (also as HTML), SVG line plots, and
+//! llm-d's benchmark report ([`llmd`]).
 
+pub mod llmd;
 mod plot;
 mod table;
 

@@ -4,20 +4,24 @@
 //! step, `data: [DONE]` at the end, as `completion_stream_generator` and
 //! `chat_completion_stream_generator` write them).
 
+use super::admission::{Admission, Held};
+use super::log::LogSink;
 use super::metrics::ReplicaMetrics;
 use super::protocol::{self as p, ApiError, Header, OutputLimit, PromptInput, Usage};
-use super::replica::{Event, Job};
+use super::replica::{Event, Job, Msg};
 use super::tokens::Tokenizer;
-use axum::body::Bytes;
-use axum::extract::State;
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -27,20 +31,32 @@ pub struct AppState {
     pub model: String,
     pub max_model_len: usize,
     pub tokenizer: Arc<Tokenizer>,
-    pub jobs: mpsc::Sender<Job>,
+    /// The replica's inbox.
+    pub jobs: std::sync::mpsc::Sender<Msg>,
     pub metrics: Arc<ReplicaMetrics>,
-    /// Requests handed to the engine and not answered yet, and the most allowed.
-    pub pending: AtomicUsize,
-    pub max_pending: usize,
+    /// The queue limits and what they count.
+    pub admission: Admission,
+    /// The largest request body read (bytes); a larger one is answered 413.
+    pub max_body_bytes: usize,
+    /// Where each refused request gets one line.
+    pub server_log: Option<LogSink>,
+    /// Requests refused before they reached an engine (answered 4xx, 503), every replica.
+    pub refused: Arc<AtomicU64>,
     pub created: u64,
 }
 
 type Shared = Arc<AppState>;
 
+/// Why a request was refused, for the server log's line.
+#[derive(Clone)]
+struct Refusal(String);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST);
-        (status, Json(self.body())).into_response()
+        let mut res = (status, Json(self.body())).into_response();
+        res.extensions_mut().insert(Refusal(self.message));
+        res
     }
 }
 
@@ -52,7 +68,41 @@ pub fn router(state: Shared) -> Router {
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/version", get(version))
         .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(state.clone(), log_refusals))
         .with_state(state)
+}
+
+/// One server-log line per refused request (any answer 4xx or 5xx), as uvicorn's access log
+/// writes one per request, with the reason: `refused 400 POST /v1/completions from
+/// 127.0.0.1:5000 (replica 0): max_tokens must be at least 1, got 0.`
+async fn log_refusals(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0);
+    let (method, uri) = (req.method().clone(), req.uri().clone());
+    let res = next.run(req).await;
+    let status = res.status();
+    if status.is_client_error() || status.is_server_error() {
+        // (A 500 is a request the server's stop ended: the request log has it.)
+        if status != StatusCode::INTERNAL_SERVER_ERROR {
+            s.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(log) = &s.server_log else {
+            return res;
+        };
+        let (path, peer) = (uri.path(), peer.map_or("?".into(), |p| p.to_string()));
+        let why = res.extensions().get::<Refusal>().map_or_else(
+            || status.canonical_reason().unwrap_or("").to_string(),
+            |r| r.0.replace('\n', " "),
+        );
+        let _ = log.line(&format!(
+            "refused {} {method} {path} from {peer} (replica {}): {why}",
+            status.as_u16(),
+            s.replica
+        ));
+    }
+    res
 }
 
 async fn version() -> Json<serde_json::Value> {
@@ -69,8 +119,46 @@ async fn metrics(State(s): State<Shared>) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-/// The body as `T`, or vLLM's answer to a body it cannot validate.
+/// The body, read up to `--max-body-bytes`: beyond, 413 (vLLM's uvicorn sets no limit). A
+/// `Content-Length` past the limit is answered before the body is read (the client may find the
+/// connection closed while it still sends); a body without one, once it passes the limit.
+async fn read_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let too_large = || ApiError {
+        status: 413,
+        message: format!(
+            "The request body is larger than {} bytes (--max-body-bytes).",
+            s.max_body_bytes
+        ),
+        kind: "Request Entity Too Large",
+        param: None,
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > s.max_body_bytes as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, s.max_body_bytes)
+        .await
+        .map_err(|e| match std::error::Error::source(&e) {
+            Some(inner) if inner.is::<http_body_util::LengthLimitError>() => too_large(),
+            _ => ApiError::body_invalid("json_invalid", "body.0", "JSON decode error"),
+        })
+}
+
+/// The body as `T`, or vLLM's answer to a body it cannot validate: JSON that is not an object
+/// is pydantic's `model_attributes_type` (serde would read a struct from an array).
 fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    {
+        return Err(ApiError::body_invalid(
+            "model_attributes_type",
+            "body",
+            "Input should be a valid dictionary or object to extract fields from",
+        ));
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -157,18 +245,13 @@ struct Ask {
     include_usage: bool,
 }
 
-/// A request the replica holds: its events, and a slot in `pending` given back when dropped.
+/// A request the replica holds: its events, and its place in the queue limits (given back
+/// when dropped).
 struct Admitted {
     events: mpsc::UnboundedReceiver<Event>,
     header: Header,
     prompt_tokens: u32,
-    state: Shared,
-}
-
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        self.state.pending.fetch_sub(1, Ordering::Relaxed);
-    }
+    held: Held,
 }
 
 fn created_now() -> u64 {
@@ -177,15 +260,9 @@ fn created_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Hands the request to the engine task.
+/// Hands the request to the engine task, if the queue limits let it in.
 async fn submit(s: &Shared, ask: &Ask) -> Result<Admitted, ApiError> {
-    if s.pending.fetch_add(1, Ordering::Relaxed) >= s.max_pending {
-        s.pending.fetch_sub(1, Ordering::Relaxed);
-        return Err(ApiError::unavailable(&format!(
-            "replica {} holds {} requests, the most --max-pending allows; retry later",
-            s.replica, s.max_pending
-        )));
-    }
+    let held = s.admission.admit(ask.prompt.len(), &s.metrics)?;
     let id = ask.id.clone();
     let (tx, rx) = mpsc::unbounded_channel();
     let admitted = Admitted {
@@ -196,7 +273,7 @@ async fn submit(s: &Shared, ask: &Ask) -> Result<Admitted, ApiError> {
             model: s.model.clone(),
         },
         prompt_tokens: ask.prompt.len() as u32,
-        state: s.clone(),
+        held,
     };
     let job = Job {
         id,
@@ -206,8 +283,7 @@ async fn submit(s: &Shared, ask: &Ask) -> Result<Admitted, ApiError> {
         events: tx,
     };
     s.jobs
-        .send(job)
-        .await
+        .send(Msg::Job(job))
         .map_err(|_| ApiError::unavailable("the server is shutting down"))?;
     Ok(admitted)
 }
@@ -228,6 +304,7 @@ async fn collect(a: &mut Admitted) -> Result<Usage, ApiError> {
         match a.events.recv().await {
             Some(Event::Accepted) => {}
             Some(Event::Tokens { new, finished, .. }) => {
+                a.held.prefilled();
                 completion += new;
                 if finished {
                     return Ok(Usage {
@@ -295,6 +372,7 @@ fn stream_events(
             match next {
                 Some(Event::Accepted) => {}
                 Some(Event::Tokens { new, finished, .. }) => {
+                    a.held.prefilled();
                     if !began {
                         began = true;
                         if let Kind::Chat = kind {
@@ -368,7 +446,11 @@ fn id_header(headers: &HeaderMap) -> Option<&str> {
     headers.get("x-request-id").and_then(|v| v.to_str().ok())
 }
 
-async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    let body = match read_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     let r: p::CompletionRequest = match parse(&body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
@@ -400,7 +482,11 @@ async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    let body = match read_body(&s, &headers, body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     let r: p::ChatRequest = match parse(&body) {
         Ok(r) => r,
         Err(e) => return e.into_response(),

@@ -1,5 +1,5 @@
 //! `--request-log` and `--step-log`: JSON lines as `sim cluster` writes them, each with the
-//! replica it comes from, shared by every replica of the server.
+//! replica it comes from, shared by every replica of the server; and the server log's lines.
 
 use crate::sim::cluster::run::RequestLine;
 use crate::sim::engine::request::Req;
@@ -31,6 +31,13 @@ impl LogSink {
         w.flush()
     }
 
+    /// One line of text (the server log).
+    pub fn line(&self, text: &str) -> std::io::Result<()> {
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        writeln!(w, "{text}")?;
+        w.flush()
+    }
+
     pub fn flush(&self) -> std::io::Result<()> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).flush()
     }
@@ -50,20 +57,32 @@ pub fn request_line(replica: usize, q: &Req) -> RequestLine {
     RequestLine::served(q, replica, q.arrival)
 }
 
-/// The request log line of a request aborted because its client went away: the tokens it had
-/// produced, and `aborted: true`.
+/// Why a request ended before its last token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aborted {
+    /// Its client went away.
+    ClientGone,
+    /// The server stopped (SIGTERM, Ctrl-C).
+    Stopped,
+}
+
+/// The request log line of a request that ended early: the tokens it had produced,
+/// `aborted: true`, and `stopped: true` when the server's stop ended it.
 #[derive(Serialize)]
 pub struct AbortedLine {
     #[serde(flatten)]
     pub line: RequestLine,
     pub aborted: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
-pub fn aborted_line(replica: usize, q: &Req) -> AbortedLine {
+pub fn aborted_line(replica: usize, q: &Req, why: Aborted) -> AbortedLine {
     let mut line = RequestLine::served(q, replica, q.arrival);
     line.output_len = q.num_output;
     AbortedLine {
         line,
         aborted: true,
+        stopped: why == Aborted::Stopped,
     }
 }

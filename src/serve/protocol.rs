@@ -185,8 +185,8 @@ impl ApiError {
         }
     }
 
-    /// Beyond vLLM: the replica holds as many requests as it may (`--max-pending`), or is
-    /// shutting down. 503 as vLLM's retryable errors (`RetryableRequestError`).
+    /// Beyond vLLM: the replica is shutting down. 503 as vLLM's retryable errors
+    /// (`RetryableRequestError`).
     pub fn unavailable(message: &str) -> ApiError {
         ApiError {
             status: 503,

@@ -1,8 +1,8 @@
-//! One replica online: a task that owns an [`Engine`] — the one `sim engine` runs, driven
+//! One replica online: a thread that owns an [`Engine`] — the one `sim engine` runs, driven
 //! through the same [`System`] trait as [`crate::sim::engine::drive`] — and advances it to the
 //! wall clock. Requests arrive over a channel and join the engine when they come (their arrival
 //! is the simulated time they were received); a step begins once the wall clock reaches its
-//! start, its output is handed on when the wall clock reaches its end (the task sleeps till
+//! start, its output is handed on when the wall clock reaches its end (the thread sleeps till
 //! then, taking arrivals meanwhile), and each request's new tokens go to its handler.
 //!
 //! Simulated time is wall time since the replica started × `time_scale`. A request received
@@ -11,14 +11,16 @@
 //! (each request submitted at its logged arrival) takes the same steps: the served run and the
 //! offline one agree request for request, whatever the wall clock's jitter.
 
-use super::log::{aborted_line, request_line, LogSink, StepLine};
-use super::metrics::ReplicaMetrics;
+use super::log::{aborted_line, request_line, Aborted, LogSink, StepLine};
+use super::metrics::{PromptTokens, ReplicaMetrics, SchedulerState};
+use super::phases::{FinishedRequest, RequestTimes, TokenTiming};
 use crate::sim::engine::setup::predicted_output;
 use crate::sim::engine::{Abort, Engine, EngineError, Submission, System};
 use crate::workload::serving::{Prompt, ServingRequest};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
-use tokio::time::{sleep_until, Duration, Instant};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
 
 /// A request handed to a replica.
 #[derive(Debug)]
@@ -53,10 +55,9 @@ pub enum Event {
 struct Active {
     index: u32,
     events: mpsc::UnboundedSender<Event>,
-    sent: u32,
-    /// When its last token was handed on (engine time).
-    last_token: f64,
-    admitted: bool,
+    /// Its times so far (engine time); `times.generated`: the tokens handed on.
+    times: RequestTimes,
+    max_tokens: u32,
     preemptions: u32,
 }
 
@@ -85,6 +86,11 @@ struct Replica {
     submitted: u64,
     /// Finished requests the engine could not forget yet (a step in flight still holds them).
     to_forget: Vec<u32>,
+    /// Whether the replica has a host tier (its hits count as vLLM's external ones).
+    host_tier: bool,
+    /// The last step's output timings, and its events to hand on (kept to reuse their memory).
+    timings: Vec<TokenTiming>,
+    outbox: Vec<(mpsc::UnboundedSender<Event>, Event)>,
     out: Outputs,
 }
 
@@ -124,16 +130,11 @@ impl Replica {
                 let _ = job.events.send(Event::Accepted);
                 self.submitted += 1;
                 self.last_arrival = arrival;
-                self.out
-                    .metrics
-                    .request_max_tokens
-                    .observe(f64::from(job.max_tokens));
                 self.active.push(Active {
                     index,
                     events: job.events,
-                    sent: 0,
-                    last_token: arrival,
-                    admitted: false,
+                    times: RequestTimes::new(arrival),
+                    max_tokens: job.max_tokens,
                     preemptions: 0,
                 });
             }
@@ -150,11 +151,8 @@ impl Replica {
             .next_event_time()
             .unwrap_or(self.last_step_start);
         let replica = self.index;
-        let metrics = self.out.metrics.clone();
         let log = self.out.step_log.clone();
         System::advance(&mut self.engine, &mut |_, record| {
-            let tokens: u32 = record.scheduled.0.iter().map(|(_, n)| n).sum();
-            metrics.iteration_tokens.observe(f64::from(tokens));
             if let Some(log) = &log {
                 log.write(&StepLine { replica, record })
                     .map_err(|e| EngineError::Output(e.into()))?;
@@ -188,7 +186,11 @@ impl Replica {
                 Abort::Aborted => {
                     let index = a.index;
                     if let Some(log) = &self.out.request_log {
-                        log.write(&aborted_line(self.index, self.engine.request(index)))?;
+                        log.write(&aborted_line(
+                            self.index,
+                            self.engine.request(index),
+                            Aborted::ClientGone,
+                        ))?;
                     }
                     self.active.swap_remove(k);
                     self.forget(index);
@@ -200,87 +202,119 @@ impl Replica {
         Ok(())
     }
 
-    /// Hands on what the last step brought; records finished requests.
+    /// Hands on what the last step brought; records its metrics as vLLM records a step's
+    /// `EngineCoreOutputs`, and the finished requests.
     fn emit(&mut self) -> std::io::Result<()> {
         let pending = std::mem::take(&mut self.to_forget);
         for index in pending {
             self.forget(index);
         }
+        // The step's output lands now; it began (and admitted requests) at its start.
         let now = self.engine.now();
+        let start = self.last_step_start;
         let m = self.out.metrics.clone();
         let s = self.engine.scheduler();
-        m.running.set(s.running.len() as i64);
-        m.waiting.set(s.num_waiting() as i64);
-        m.kv_cache_usage
-            .set(s.kv.used_blocks() as f64 / s.cfg.usable_blocks().max(1) as f64);
+        m.scheduler(SchedulerState {
+            running: s.running.len(),
+            waiting: s.num_waiting(),
+            kv_cache_usage: s.kv.used_blocks() as f64 / s.cfg.usable_blocks().max(1) as f64,
+        });
+        let mut prompt = PromptTokens::default();
+        let mut generated = 0u64;
+        let mut outputs = false;
+        self.timings.clear();
         let mut k = 0;
         while k < self.active.len() {
             let a = &mut self.active[k];
             let q = self.engine.request(a.index);
-            if !a.admitted {
-                if let Some(hit) = q.first_hit {
-                    a.admitted = true;
-                    m.prefix_cache_queries.inc_by(u64::from(q.prompt_len));
-                    m.prefix_cache_hits.inc_by(u64::from(hit));
-                }
+            let (hit, external) = (q.first_hit, q.first_offload_hit.unwrap_or(0));
+            if let (None, Some(hit)) = (a.times.scheduled, hit) {
+                a.times.admitted(start);
+                m.admitted(q.prompt_len, hit, self.host_tier.then_some(external));
             }
+            let hit = hit.unwrap_or(0);
             if q.preemptions > a.preemptions {
-                m.preemptions
-                    .inc_by(u64::from(q.preemptions - a.preemptions));
+                m.preempted(q.preemptions - a.preemptions);
                 a.preemptions = q.preemptions;
             }
-            let new = q.num_output.saturating_sub(a.sent);
+            let new = q.num_output.saturating_sub(a.times.generated);
             let finished = q.is_finished();
             if new > 0 {
-                if a.sent == 0 {
-                    m.time_to_first_token
-                        .observe(q.first_token_time - q.arrival);
-                    m.prompt_tokens.inc_by(u64::from(q.prompt_len));
-                } else {
-                    m.inter_token_latency.observe(now - a.last_token);
+                let timing = a.times.tokens(now, new);
+                if let TokenTiming::First(_) = timing {
+                    prompt.add(q.prompt_len, hit, external);
                 }
-                m.generation_tokens.inc_by(u64::from(new));
-                a.sent += new;
-                a.last_token = now;
+                self.timings.push(timing);
+                generated += u64::from(new);
             }
-            if new > 0 || finished {
-                // A handler gone (client closed) is no error: the request is aborted before
-                // the next step.
-                let _ = a.events.send(Event::Tokens {
-                    new,
-                    finished,
-                    cached: q.first_hit.unwrap_or(0),
-                });
-            }
-            if finished {
-                m.finished("length");
-                m.e2e_latency.observe(q.finish_time - q.arrival);
-                m.request_prompt_tokens.observe(f64::from(q.prompt_len));
-                m.request_generation_tokens.observe(f64::from(q.num_output));
-                if q.num_output > 1 {
-                    m.time_per_output_token.observe(
-                        (q.finish_time - q.first_token_time) / f64::from(q.num_output - 1),
-                    );
+            let event = Event::Tokens {
+                new,
+                finished,
+                cached: hit + external,
+            };
+            outputs |= new > 0 || finished;
+            if !finished {
+                if new > 0 {
+                    self.outbox.push((a.events.clone(), event));
                 }
+                k += 1;
+            } else {
+                m.finished(&FinishedRequest::new(
+                    &a.times,
+                    q.prompt_len,
+                    hit + external,
+                    q.preemptions,
+                    a.max_tokens,
+                ));
                 if let Some(log) = &self.out.request_log {
                     log.write(&request_line(self.index, q))?;
                 }
                 let index = a.index;
-                self.active.swap_remove(k);
+                let done = self.active.swap_remove(k);
+                self.outbox.push((done.events, event));
                 self.forget(index);
-            } else {
-                k += 1;
             }
+        }
+        if outputs {
+            m.iteration(prompt, generated, &self.timings);
+        }
+        // Handed on once recorded: a client that has its answer finds it in /metrics and the
+        // request log. A handler gone (client closed) is no error: the request is aborted
+        // before the next step.
+        for (events, event) in self.outbox.drain(..) {
+            let _ = events.send(event);
         }
         Ok(())
     }
 
-    /// Ends every request still in the engine.
-    fn abort_all(&mut self) {
-        for a in self.active.drain(..) {
-            let _ = a.events.send(Event::Aborted);
+    /// Ends every request still in the engine, the ones still on their way to it included
+    /// (they join first): each gets [`Event::Aborted`] and a request-log line marked
+    /// `stopped`, so the log holds every request the replica took.
+    fn abort_all(&mut self, inbox: Receiver<Msg>) -> std::io::Result<()> {
+        while let Ok(msg) = inbox.try_recv() {
+            if let Msg::Job(j) = msg {
+                self.submit(j);
+            }
         }
+        // Jobs sent from now on fail to send: their handlers answer that the server stops.
+        drop(inbox);
+        for a in std::mem::take(&mut self.active) {
+            let _ = a.events.send(Event::Aborted);
+            if let Some(log) = &self.out.request_log {
+                let q = self.engine.request(a.index);
+                log.write(&aborted_line(self.index, q, Aborted::Stopped))?;
+            }
+        }
+        Ok(())
     }
+}
+
+/// What a replica's inbox carries.
+#[derive(Debug)]
+pub enum Msg {
+    Job(Job),
+    /// End every request and stop.
+    Stop,
 }
 
 /// How a wait ended.
@@ -291,37 +325,40 @@ enum Woke {
     Stop,
 }
 
-async fn wait(
-    until: Option<Instant>,
-    jobs: &mut mpsc::Receiver<Job>,
-    open: bool,
-    stop: &mut watch::Receiver<bool>,
-) -> Woke {
-    let sleep = async {
-        match until {
-            Some(t) => sleep_until(t).await,
-            None => std::future::pending().await,
+/// Waits for a message until `until` (`None`: for ever). The replica runs on a thread of its
+/// own and waits here, not on the async runtime's timer: a futex timeout wakes within tens of
+/// microseconds of a step's end, where the runtime's millisecond timer wheel would wake it up
+/// to a millisecond late on every step.
+fn wait(until: Option<Instant>, inbox: &Receiver<Msg>, open: bool) -> Woke {
+    let msg = match (until, open) {
+        (None, true) => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        (Some(t), true) => inbox.recv_timeout(t.saturating_duration_since(Instant::now())),
+        (Some(t), false) => {
+            std::thread::sleep(t.saturating_duration_since(Instant::now()));
+            return Woke::Time;
         }
+        (None, false) => return Woke::Closed,
     };
-    tokio::select! {
-        biased;
-        _ = stop.changed() => Woke::Stop,
-        j = jobs.recv(), if open => j.map_or(Woke::Closed, Woke::Job),
-        () = sleep => Woke::Time,
+    match msg {
+        Ok(Msg::Job(j)) => Woke::Job(j),
+        Ok(Msg::Stop) => Woke::Stop,
+        Err(RecvTimeoutError::Timeout) => Woke::Time,
+        Err(RecvTimeoutError::Disconnected) => Woke::Closed,
     }
 }
 
-/// Runs replica `index` until `stop` turns true (or every sender of `jobs` is gone and nothing
-/// is left to do): then every unfinished request gets [`Event::Aborted`] and the logs are
-/// flushed. An engine error ends it the same way, and is returned.
-pub async fn run(
+/// Runs replica `index` on the calling thread until a [`Msg::Stop`] comes (or every sender of
+/// `inbox` is gone and nothing is left to do): then every unfinished request gets
+/// [`Event::Aborted`] and the logs are flushed. An engine error ends it the same way, and is
+/// returned.
+pub fn run(
     engine: Engine,
     index: usize,
     time_scale: f64,
-    mut jobs: mpsc::Receiver<Job>,
-    mut stop: watch::Receiver<bool>,
+    inbox: Receiver<Msg>,
     out: Outputs,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let engine_has_tier = engine.host_tier().is_some();
     let mut r = Replica {
         engine,
         index,
@@ -332,49 +369,46 @@ pub async fn run(
         last_step_start: f64::NEG_INFINITY,
         submitted: 0,
         to_forget: Vec::new(),
+        host_tier: engine_has_tier,
+        timings: Vec::new(),
+        outbox: Vec::new(),
         out,
     };
-    let result = drive_online(&mut r, &mut jobs, &mut stop).await;
-    r.abort_all();
+    let result = drive_online(&mut r, &inbox);
+    let ended = r.abort_all(inbox);
     for log in [&r.out.step_log, &r.out.request_log].into_iter().flatten() {
         log.flush()?;
     }
-    result
+    result.and(ended.map_err(Into::into))
 }
 
-async fn drive_online(
+fn drive_online(
     r: &mut Replica,
-    jobs: &mut mpsc::Receiver<Job>,
-    stop: &mut watch::Receiver<bool>,
+    inbox: &Receiver<Msg>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut open = true;
     loop {
-        if *stop.borrow() {
-            return Ok(());
-        }
         while open {
-            match jobs.try_recv() {
-                Ok(j) => r.submit(j),
-                Err(mpsc::error::TryRecvError::Empty) => break,
-                Err(mpsc::error::TryRecvError::Disconnected) => open = false,
+            match inbox.try_recv() {
+                Ok(Msg::Job(j)) => r.submit(j),
+                Ok(Msg::Stop) => return Ok(()),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => open = false,
             }
         }
         r.abort_abandoned()?;
         let Some(start) = r.engine.next_event_time() else {
-            if !open {
-                return Ok(());
-            }
-            match wait(None, jobs, open, stop).await {
+            match wait(None, inbox, open) {
                 Woke::Job(j) => r.submit(j),
-                Woke::Closed => open = false,
-                Woke::Stop => return Ok(()),
+                Woke::Closed if open => open = false,
+                Woke::Closed | Woke::Stop => return Ok(()),
                 Woke::Time => {}
             }
             continue;
         };
         let at = r.wall(start);
         if at > Instant::now() {
-            match wait(Some(at), jobs, open, stop).await {
+            match wait(Some(at), inbox, open) {
                 Woke::Job(j) => r.submit(j),
                 Woke::Closed => open = false,
                 Woke::Stop => return Ok(()),
@@ -386,7 +420,7 @@ async fn drive_online(
         // The step's output lands at its end: sleep till then, taking arrivals.
         let end = r.wall(r.engine.now());
         while Instant::now() < end {
-            match wait(Some(end), jobs, open, stop).await {
+            match wait(Some(end), inbox, open) {
                 Woke::Job(j) => r.submit(j),
                 Woke::Closed => open = false,
                 Woke::Stop => return Ok(()),

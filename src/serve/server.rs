@@ -3,20 +3,26 @@
 //! SIGTERM or Ctrl-C) ends every request still running with an error event or answer, stops
 //! accepting, lets the answers finish, and flushes the logs.
 
+use super::admission::Admission;
 use super::http::{router, AppState};
 use super::log::LogSink;
 use super::metrics::ReplicaMetrics;
-use super::replica::{self, Outputs};
+use super::replica::{self, Msg, Outputs};
 use super::tokens::Tokenizer;
 use crate::sim::engine::host_tier::HostTier;
 use crate::sim::engine::{Engine, Recording, RunSettings};
+use axum::serve::ListenerExt;
+use std::future::IntoFuture;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a stopping replica lets its connections finish the answers they carry.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Everything a server is started with.
 pub struct ServeConfig {
@@ -31,19 +37,41 @@ pub struct ServeConfig {
     /// The name `/v1/models` lists and requests must use.
     pub model_name: String,
     pub tokenizer: Arc<Tokenizer>,
-    /// Requests a replica holds at most before it answers 503.
-    pub max_pending: usize,
-    /// Requests waiting to reach a replica's engine task.
-    pub queue: usize,
+    /// vLLM's queue limits, per replica: requests in flight, prompt tokens in prefill
+    /// (`None`: none, vLLM's default).
+    pub max_num_queued_reqs: Option<usize>,
+    pub max_num_queued_tokens: Option<u64>,
+    /// The largest request body read; a larger one is answered 413.
+    pub max_body_bytes: usize,
     pub step_log: Option<LogSink>,
     pub request_log: Option<LogSink>,
+    /// One line per refused request.
+    pub server_log: Option<LogSink>,
 }
 
 pub struct Server {
     /// Each replica's address, in replica order.
     pub addrs: Vec<SocketAddr>,
-    stop: watch::Sender<bool>,
+    stopper: Stopper,
+    /// Requests refused before they reached an engine (answered 4xx, 503), every replica.
+    pub refused: Arc<AtomicU64>,
     tasks: JoinSet<Result<(), BoxError>>,
+}
+
+/// What stops a server: the HTTP listeners' signal and each replica's inbox.
+#[derive(Clone)]
+struct Stopper {
+    http: watch::Sender<bool>,
+    inboxes: Vec<std::sync::mpsc::Sender<Msg>>,
+}
+
+impl Stopper {
+    fn stop(&self) {
+        let _ = self.http.send(true);
+        for inbox in &self.inboxes {
+            let _ = inbox.send(Msg::Stop);
+        }
+    }
 }
 
 impl Server {
@@ -76,6 +104,8 @@ impl Server {
         }
         let mut tasks = JoinSet::new();
         let mut addrs = Vec::new();
+        let mut inboxes = Vec::new();
+        let refused = Arc::new(AtomicU64::new(0));
         for (i, listener) in listeners.into_iter().enumerate() {
             addrs.push(listener.local_addr()?);
             let rec = Recording {
@@ -87,7 +117,8 @@ impl Server {
                 engine.attach_tier(HostTier::new(o)?);
             }
             let metrics = Arc::new(ReplicaMetrics::new(&cfg.model_name, ecfg.max_model_len)?);
-            let (jobs_tx, jobs_rx) = mpsc::channel(cfg.queue.max(1));
+            let (jobs_tx, jobs_rx) = std::sync::mpsc::channel();
+            inboxes.push(jobs_tx.clone());
             let state = Arc::new(AppState {
                 replica: i,
                 model: cfg.model_name.clone(),
@@ -95,8 +126,10 @@ impl Server {
                 tokenizer: cfg.tokenizer.clone(),
                 jobs: jobs_tx,
                 metrics: metrics.clone(),
-                pending: AtomicUsize::new(0),
-                max_pending: cfg.max_pending,
+                admission: Admission::new(cfg.max_num_queued_reqs, cfg.max_num_queued_tokens),
+                max_body_bytes: cfg.max_body_bytes,
+                server_log: cfg.server_log.clone(),
+                refused: refused.clone(),
                 created: std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
@@ -107,27 +140,50 @@ impl Server {
                 request_log: cfg.request_log.clone(),
             };
             let time_scale = cfg.time_scale;
-            let stop_rx = stop.subscribe();
-            tasks.spawn(
-                async move { replica::run(engine, i, time_scale, jobs_rx, stop_rx, out).await },
-            );
+            // A thread of its own (see replica::wait), for the replica's lifetime.
+            tasks.spawn_blocking(move || replica::run(engine, i, time_scale, jobs_rx, out));
             let mut stop_http = stop.subscribe();
-            let app = router(state);
+            let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+            let mut stop_grace = stop.subscribe();
             tasks.spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop_http.wait_for(|&s| s).await;
-                    })
-                    .await
-                    .map_err(|e| -> BoxError { format!("replica {i}: {e}").into() })
+                // No Nagle delay on the stream's small writes (asyncio, under vLLM's uvicorn,
+                // sets TCP_NODELAY on every connection).
+                let listener = listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                });
+                let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                    let _ = stop_http.wait_for(|&s| s).await;
+                });
+                // Connections still open once the answers in flight have had their grace (an
+                // idle one, or one stopped inside its request) are not waited for; they close
+                // with the runtime, as uvicorn closes a connection with no request in progress.
+                let grace = async {
+                    let _ = stop_grace.wait_for(|&s| s).await;
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                };
+                tokio::select! {
+                    r = serve.into_future() => {
+                        r.map_err(|e| -> BoxError { format!("replica {i}: {e}").into() })
+                    }
+                    () = grace => Ok(()),
+                }
             });
         }
-        Ok(Server { addrs, stop, tasks })
+        let stopper = Stopper {
+            http: stop,
+            inboxes,
+        };
+        Ok(Server {
+            addrs,
+            stopper,
+            refused,
+            tasks,
+        })
     }
 
     /// Starts the shutdown: every replica ends its requests and stops accepting.
     pub fn stop(&self) {
-        let _ = self.stop.send(true);
+        self.stopper.stop();
     }
 
     /// Waits until every replica has stopped; the first error, if any.
@@ -149,12 +205,12 @@ impl Server {
         self,
         signal: impl std::future::Future<Output = ()>,
     ) -> Result<(), BoxError> {
-        let stop = self.stop.clone();
+        let stopper = self.stopper.clone();
         let waiting = self.wait();
         tokio::pin!(waiting);
         tokio::select! {
             r = &mut waiting => return r,
-            () = signal => { let _ = stop.send(true); }
+            () = signal => stopper.stop(),
         }
         waiting.await
     }

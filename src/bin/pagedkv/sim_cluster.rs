@@ -8,6 +8,7 @@ mod pd_args;
 mod text;
 
 use crate::count;
+use crate::llmd_report::{self, ReportFormat};
 use crate::router_args::RouterArgs;
 use crate::sim_engine_args::{settings, workload, EngineArgs, WorkloadArgs};
 use crate::CmdResult;
@@ -81,6 +82,10 @@ pub struct Args {
     /// Print the report as JSON (one object, every router's run) instead of the table.
     #[arg(long)]
     json: bool,
+    /// llmd: print llm-d's benchmark report (schema v0.2.1) of the run (one router, one
+    /// replica count).
+    #[arg(long, value_enum, default_value_t, conflicts_with = "json")]
+    report_format: ReportFormat,
     /// Write cluster.json and SVG plots (load per replica over time, hit ratio per router).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -213,7 +218,34 @@ pub fn run(args: Args) -> CmdResult {
     if let Some(dir) = &args.out {
         output::write_all(dir, &json, &outcomes)?;
     }
-    if args.json {
+    if args.report_format == ReportFormat::Llmd {
+        let [o] = &outcomes[..] else {
+            return Err(
+                "--report-format llmd reports one run: give one router and one replica count"
+                    .into(),
+            );
+        };
+        let replicas = (o.per_replica.iter().enumerate())
+            .map(|(i, r)| llmd_report::replica_state(i.to_string(), r))
+            .collect();
+        let router = (
+            "pagedkv-router".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+            serde_json::json!({"router": o.router, "stats": o.router_stats}),
+        );
+        let run = llmd_report::run(
+            format!("pagedkv sim cluster: {name}"),
+            llmd_report::engine_stack(&resolved, bs, o.replicas),
+            Some(router),
+            llmd_report::workload(&args.workload, &name, &requests),
+            &o.total,
+            replicas,
+        )?;
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&pagedkv::report::llmd::benchmark_report(&run))?
+        )?;
+    } else if args.json {
         outln!("{}", serde_json::to_string_pretty(&json)?)?;
     } else {
         text::print(

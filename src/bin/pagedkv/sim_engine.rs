@@ -2,6 +2,7 @@
 //! manager, prefix caching) on a trace, a generated workload or a scenario file, with step times
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
+use crate::llmd_report::{self, ReportFormat};
 use crate::sim_engine_args::{
     describe_limits, latency_unit, model_lines, settings, slo_clause, workload, workload_line,
     EngineArgs, Resolved, WorkloadArgs,
@@ -9,6 +10,7 @@ use crate::sim_engine_args::{
 use crate::{count, CmdResult};
 use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
+use pagedkv::report::llmd::benchmark_report;
 use pagedkv::report::Table;
 use pagedkv::sim::engine::config::Preemption;
 use pagedkv::sim::engine::output;
@@ -35,6 +37,9 @@ pub struct Args {
     step_log: Option<PathBuf>,
     #[arg(long)]
     json: bool,
+    /// llmd: print llm-d's benchmark report (schema v0.2.1) of the run (one block size).
+    #[arg(long, value_enum, default_value_t, conflicts_with = "json")]
+    report_format: ReportFormat,
     /// Write engine.json and SVG plots (KV utilisation and batch over time; per block size).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -132,7 +137,21 @@ pub fn run(args: Args) -> CmdResult {
     if let Some(dir) = &args.out {
         output::write_all(dir, &json, &outcomes)?;
     }
-    if args.json {
+    if args.report_format == ReportFormat::Llmd {
+        let [o] = &outcomes[..] else {
+            return Err("--report-format llmd reports one run: give one block size".into());
+        };
+        let state = llmd_report::replica_state("0".into(), &o.report);
+        let run = llmd_report::run(
+            format!("pagedkv sim engine: {name}"),
+            llmd_report::engine_stack(&resolved, o.block_size, 1),
+            None,
+            llmd_report::workload(&args.workload, &name, &requests),
+            &o.report,
+            vec![state],
+        )?;
+        outln!("{}", serde_json::to_string_pretty(&benchmark_report(&run))?)?;
+    } else if args.json {
         outln!("{}", serde_json::to_string_pretty(&json)?)?;
     } else {
         print_text(&resolved, &name, &requests, &outcomes, &without_tier)?;
