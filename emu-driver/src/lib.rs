@@ -30,6 +30,7 @@ mod order;
 mod queue;
 mod racecheck;
 mod state;
+mod streams;
 mod vmm;
 
 pub use device::{DEVICE_NAME, GRANULARITY};

@@ -6,8 +6,8 @@
 
 use crate::memory::Kind;
 use crate::order::{Item, Race};
-use crate::queue::{ArgValue, Op};
 use crate::state::{State, NULL_STREAM};
+use crate::streams::{ArgValue, Op};
 use cudarc::driver::sys::CUresult;
 use pagedkv::emu::ParamKind;
 

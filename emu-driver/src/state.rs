@@ -6,7 +6,7 @@ use crate::faults::{self, Faults};
 use crate::memory::{AddressSpace, Kind, Unreachable};
 use crate::modules::{Function, Module};
 use crate::order::Order;
-use crate::queue::{Event, Graph, Stream};
+use crate::streams::{Event, Graph, Stream};
 use crate::vmm::Vmm;
 use cudarc::driver::sys::CUresult;
 use std::cell::Cell;

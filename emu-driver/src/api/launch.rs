@@ -7,8 +7,8 @@
 use super::id;
 use crate::device::attribute;
 use crate::errors::Failure;
-use crate::queue::{ArgValue, KernelLaunch, Op};
 use crate::state::call;
+use crate::streams::{ArgValue, KernelLaunch, Op};
 use cudarc::driver::sys::{CUdevice_attribute as A, CUfunction, CUresult, CUstream};
 use pagedkv::emu::{ParamKind, Scalar};
 use std::ffi::{c_uint, c_void};

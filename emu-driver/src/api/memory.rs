@@ -5,8 +5,8 @@ use super::{id, RawLocation};
 use crate::access::initcheck_requested;
 use crate::errors::{Failure, R};
 use crate::memory::Kind;
-use crate::queue::Op;
 use crate::state::{call, put, State, NULL_STREAM};
+use crate::streams::Op;
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 use std::ffi::{c_uint, c_void};
 

@@ -2,8 +2,8 @@
 
 use super::{handle, id};
 use crate::errors::{Failure, R};
-use crate::queue::{Event, Graph, Op, Stream};
 use crate::state::{call, put, State, NULL_STREAM};
+use crate::streams::{Event, Graph, Op, Stream};
 use cudarc::driver::sys::{
     CUevent, CUevent_flags, CUgraph, CUgraphExec, CUresult, CUstream, CUstreamCaptureStatus,
     CUstream_flags,

@@ -1,7 +1,7 @@
 //! `pagedkv lab faults`: first-touch page faults with 4 KiB pages, transparent huge pages,
 //! MAP_POPULATE and a second touch; a file read cold and warm.
 
-use crate::lab::{emit, num, parse_bytes, show_bytes};
+use crate::lab_report::{emit, num, parse_bytes, show_bytes};
 use crate::CmdResult;
 use pagedkv::lab::faults::{self, FaultsConfig, Touch};
 use pagedkv::lab::machine::MachineFacts;

@@ -1,7 +1,7 @@
 //! `pagedkv lab gpu-alloc`: cuMemAlloc against cuMemCreate + cuMemMap + cuMemSetAccess, ms per
 //! GiB for each chunk size. Skipped, with the reason, without a GPU.
 
-use crate::lab::{emit, num, parse_bytes, show_bytes, skipped_or};
+use crate::lab_report::{emit, num, parse_bytes, show_bytes, skipped_or};
 use crate::{count, CmdResult};
 use pagedkv::lab::gpu_alloc::{self, GpuAllocConfig};
 use pagedkv::lab::machine::MachineFacts;

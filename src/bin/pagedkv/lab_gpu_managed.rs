@@ -1,7 +1,7 @@
 //! `pagedkv lab gpu-managed`: the first GPU touch of managed memory (page faults migrating it)
 //! against an explicit copy and a prefetch. Skipped, with the reason, without a GPU.
 
-use crate::lab::{emit, num, parse_bytes, show_bytes, skipped_or};
+use crate::lab_report::{emit, num, parse_bytes, show_bytes, skipped_or};
 use crate::CmdResult;
 use pagedkv::lab::gpu_managed::{self, ManagedConfig};
 use pagedkv::lab::machine::MachineFacts;

@@ -1,7 +1,7 @@
 //! `pagedkv lab mmap-share`: N processes map one file and read their own slices (and a region
 //! all of them read): per-process RSS, page-cache growth, each file page held once.
 
-use crate::lab::{emit, parse_bytes, show_bytes};
+use crate::lab_report::{emit, parse_bytes, show_bytes};
 use crate::{count, CmdResult};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::mmap_share::{self, ShareConfig};

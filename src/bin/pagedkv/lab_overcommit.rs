@@ -1,7 +1,7 @@
 //! `pagedkv lab overcommit`: a reservation far beyond the machine's memory, RSS before and after
 //! writing part of it, and what the kernel's overcommit mode would refuse.
 
-use crate::lab::{emit, parse_bytes, show_bytes};
+use crate::lab_report::{emit, parse_bytes, show_bytes};
 use crate::CmdResult;
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::overcommit::{self, OvercommitConfig};

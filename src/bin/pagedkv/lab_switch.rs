@@ -1,7 +1,7 @@
 //! `pagedkv lab switch`: round trips between threads and between processes against a function
 //! call, pinned to one core and to two; copy-on-write after fork.
 
-use crate::lab::{emit, num};
+use crate::lab_report::{emit, num};
 use crate::{count, CmdResult};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::switch::{self, Mechanism, SwitchConfig};

@@ -1,7 +1,7 @@
 //! `pagedkv lab tlb`: a dependent random pointer chase over working sets from 16 KiB to 1 GiB,
 //! 4 KiB against 2 MiB pages; the cache and TLB-reach steps against the sizes the machine reports.
 
-use crate::lab::{emit, num, parse_bytes, show_bytes};
+use crate::lab_report::{emit, num, parse_bytes, show_bytes};
 use crate::{count, count_u64, CmdResult};
 use pagedkv::lab::machine::MachineFacts;
 use pagedkv::lab::tlb::{self, TlbConfig};

@@ -13,6 +13,7 @@ mod lab_gpu_alloc;
 mod lab_gpu_managed;
 mod lab_mmap_share;
 mod lab_overcommit;
+mod lab_report;
 mod lab_switch;
 mod lab_tlb;
 mod llmd_report;

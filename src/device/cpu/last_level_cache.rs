@@ -296,7 +296,7 @@ pub fn search(start: usize, bound: usize) -> std::io::Result<Vec<ReadRate>> {
         }
         filled = n;
         let part = &words[..n];
-        let pass = || std::hint::black_box(super::stream::sum_words(std::hint::black_box(part)));
+        let pass = || std::hint::black_box(super::wide::sum_words(std::hint::black_box(part)));
         let once = timed(pass).1.as_secs_f64();
         let passes = ((PASS_BUDGET_S / once.max(1e-9)) as usize).clamp(MIN_PASSES, MAX_PASSES);
         let best = best_secs(0, passes, || {

@@ -10,3 +10,4 @@ pub mod pages;
 mod simd;
 pub mod stream;
 pub mod topology;
+mod wide;

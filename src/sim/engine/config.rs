@@ -3,11 +3,9 @@
 
 use crate::workload::scenario::EngineFields;
 use serde::Serialize;
-use thiserror::Error;
 
-#[derive(Debug, Error, Clone, PartialEq)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
+pub use super::config_error::ConfigError;
+pub use super::host_tier::settings::{CpuOffload, OffloadScope};
 
 /// Who waits in which order, and who is preempted. `fcfs` and `priority` are vLLM's; the others
 /// order the waiting queue like `sim sched`'s policies and preempt the running request that ranks
@@ -47,37 +45,6 @@ pub enum Preemption {
     /// (while host space lasts; recompute otherwise). The copies cost step time, not token budget;
     /// a readmission still needs blocks for its whole sequence.
     Swap { gbps: f64, host_bytes: u64 },
-}
-
-/// Whose blocks a host tier holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum OffloadScope {
-    /// One tier per replica.
-    #[value(alias = "per-replica")]
-    Local,
-    /// One tier shared by every replica of a cluster (Mooncake's pool).
-    Global,
-}
-
-crate::value_names::display_as_value_name!(OffloadScope);
-
-/// A KV cache tier in host memory ([`super::host_tier`]): vLLM 0.33's native CPU offloading, or
-/// the simulator's store-on-evict tier.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct CpuOffload {
-    pub mode: super::host_tier::OffloadMode,
-    /// Chunks the tier holds; a chunk is `blocks_per_chunk` blocks of the engine's block size.
-    pub chunks: usize,
-    /// vLLM's `blocks_per_chunk` (1 in store-on-evict mode).
-    pub blocks_per_chunk: usize,
-    /// lru or arc (vLLM's) in native mode; any `sim cache` policy but OPT in store-on-evict.
-    pub policy: crate::sim::cache::Policy,
-    /// Native: store prompt chunks only (vLLM's `offload_prompt_only`, on by default).
-    pub prompt_only: bool,
-    /// Host link, GB/s per GPU.
-    pub gbps: f64,
-    pub scope: OffloadScope,
 }
 
 /// Output lengths the SJF and SRPT policies rank by.
@@ -316,43 +283,7 @@ impl EngineConfig {
             }
         }
         if let Some(o) = &self.cpu_offload {
-            use super::host_tier::{evict_policy_names, OffloadMode, TierPolicy};
-            if o.chunks == 0 || o.blocks_per_chunk == 0 {
-                return bad("the host tier needs at least 1 chunk of at least 1 block".into());
-            }
-            if !(o.gbps.is_finite() && o.gbps > 0.0) {
-                return bad(format!(
-                    "the host link's bandwidth must be > 0 GB/s, got {}",
-                    o.gbps
-                ));
-            }
-            match o.mode {
-                OffloadMode::Native => {
-                    if TierPolicy::of(o.policy).is_none() {
-                        return bad(format!(
-                            "the native host tier evicts by vLLM's lru or arc, not {} (other policies: the store-on-evict tier)",
-                            o.policy
-                        ));
-                    }
-                    if matches!(self.preemption, Preemption::Swap { .. }) {
-                        return bad("swap preemption and the native host tier both model a host copy of KV; use one, or the store-on-evict tier".into());
-                    }
-                }
-                OffloadMode::StoreOnEvict => {
-                    if o.policy == crate::sim::cache::Policy::Opt {
-                        return bad(format!(
-                            "the host tier cannot evict by opt, which needs the future; use one of {}",
-                            evict_policy_names()
-                        ));
-                    }
-                    if o.blocks_per_chunk != 1 {
-                        return bad(
-                            "the store-on-evict tier holds single blocks (blocks per chunk 1)"
-                                .into(),
-                        );
-                    }
-                }
-            }
+            o.check(matches!(self.preemption, Preemption::Swap { .. }))?;
         }
         Ok(())
     }

@@ -6,7 +6,7 @@
 //! request sent at its arrival or when a client is free, whichever is later).
 
 use super::clients::{ClientPool, ClientReport, Clients};
-use super::engine::EngineError;
+use super::error::EngineError;
 use super::setup::{Prepared, Submission};
 use super::step_log::StepRecord;
 use crate::workload::serving::ServingRequest;

@@ -4,7 +4,7 @@
 //! queue of two, where step k+1 is scheduled while step k runs, so its blocks freed by finishing
 //! requests return one step later).
 
-use super::config::{ConfigError, EngineConfig, Preemption};
+use super::config::{EngineConfig, Preemption};
 use super::hash::BlockHash;
 use super::host_tier::{HostTier, TierStats};
 use super::metrics::{report, EngineReport, Integrals, Slo};
@@ -14,59 +14,13 @@ use super::setup::{check_request, prepare, Submission};
 use super::step_log::{Ordered, StepRecord};
 use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
 use crate::workload::serving::ServingRequest;
-use thiserror::Error;
 
 mod ending;
 mod remote_kv;
 
+pub use super::error::{EngineError, IoError};
 pub use ending::Abort;
 pub use remote_kv::Received;
-
-#[derive(Debug, Error, Clone, PartialEq)]
-pub enum EngineError {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error("request {id}: {detail}")]
-    Request { id: String, detail: String },
-    #[error("no requests")]
-    NoRequests,
-    #[error("writing the step log: {0}")]
-    Output(#[source] IoError),
-    #[error(
-        "the engine stalled at step {step}: {waiting} requests wait and nothing can be scheduled"
-    )]
-    Stalled { step: u64, waiting: usize },
-    #[error("nothing is left to run at time {time} but {unfinished} requests have not finished")]
-    Unfinished { time: f64, unfinished: usize },
-}
-
-/// An I/O error kept as an error's source; compared by kind and text, so errors stay `PartialEq`.
-#[derive(Debug, Clone)]
-pub struct IoError(pub std::sync::Arc<std::io::Error>);
-
-impl From<std::io::Error> for IoError {
-    fn from(e: std::io::Error) -> Self {
-        IoError(std::sync::Arc::new(e))
-    }
-}
-
-impl PartialEq for IoError {
-    fn eq(&self, o: &Self) -> bool {
-        self.0.kind() == o.0.kind() && self.0.to_string() == o.0.to_string()
-    }
-}
-
-impl std::fmt::Display for IoError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for IoError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.0)
-    }
-}
 
 /// What a unit of time is.
 #[derive(Debug, Clone, PartialEq)]

@@ -66,9 +66,11 @@
 pub mod block_pool;
 pub mod clients;
 pub mod config;
+pub mod config_error;
 pub mod driver;
 #[allow(clippy::module_inception)]
 pub mod engine;
+pub mod error;
 pub mod free_queue;
 pub mod hash;
 pub mod host_tier;

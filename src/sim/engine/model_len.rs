@@ -20,7 +20,7 @@
 //! `tests/data/engine/*.api.vllm.jsonl` hold vLLM's own answers for the golden scenarios that set
 //! `max_model_len`.
 
-use super::engine::EngineError;
+use super::error::EngineError;
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
 

@@ -5,7 +5,7 @@
 //! those facts, as [`super::driver::drive`] hands it to an engine or a cluster at its arrival.
 
 use super::config::{EngineConfig, Policy, Prediction};
-use super::engine::EngineError;
+use super::error::EngineError;
 use crate::workload::serving::ServingRequest;
 use rand::rngs::StdRng;
 use rand::SeedableRng;

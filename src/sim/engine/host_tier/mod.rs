@@ -25,12 +25,14 @@ pub mod arc;
 pub mod connector;
 pub mod lru;
 pub mod manager;
+pub mod settings;
 pub mod store_on_evict;
 pub mod transfer;
 
-use super::config::{ConfigError, CpuOffload};
+use super::config_error::ConfigError;
 use super::hash::{BlockHash, PassThrough};
 use serde::Serialize;
+pub use settings::{CpuOffload, OffloadMode, OffloadScope, TierPolicy};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
@@ -39,37 +41,6 @@ pub use store_on_evict::{evict_policy_names, EvictTier};
 
 type HashMapOfKeys<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 type HashSetOfKeys = HashSet<u64, BuildHasherDefault<PassThrough>>;
-
-/// How the tier moves KV.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum OffloadMode {
-    /// vLLM 0.33's native offloading: write-through stores, asynchronous loads.
-    #[default]
-    Native,
-    /// Beyond vLLM: blocks the GPU evicts are stored; loads are synchronous at admission.
-    StoreOnEvict,
-}
-
-crate::value_names::display_as_value_name!(OffloadMode);
-
-/// vLLM's eviction policies for the native tier (`eviction_policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TierPolicy {
-    Lru,
-    Arc,
-}
-
-impl TierPolicy {
-    /// The native tier's policy for a `sim cache` policy name, if vLLM has it.
-    pub fn of(p: crate::sim::cache::Policy) -> Option<TierPolicy> {
-        match p {
-            crate::sim::cache::Policy::Lru => Some(TierPolicy::Lru),
-            crate::sim::cache::Policy::Arc => Some(TierPolicy::Arc),
-            _ => None,
-        }
-    }
-}
 
 /// Counts over a run. A chunk is `blocks_per_chunk` GPU blocks (one block in store-on-evict).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
