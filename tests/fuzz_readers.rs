@@ -10,8 +10,8 @@
 //! proptest rather than cargo-fuzz: it runs inside `cargo test` on stable Rust, each case in
 //! microseconds, so CI runs every target on every commit (about 300 ms each); a failure prints the
 //! mutations and is replayed first on the next run (`fuzz_readers.proptest-regressions`, see
-//! README "Property tests"). Coverage guidance, cargo-fuzz's strength, matters less for readers
-//! this small whose inputs' shapes the mutations already aim at.
+//! docs/architecture.md, "Property tests"). Coverage guidance, cargo-fuzz's strength, matters
+//! less for readers this small whose inputs' shapes the mutations already aim at.
 
 use pagedkv::quote::clip;
 use pagedkv::sim::alloc::{replay, Policy as AllocPolicy, ReplayConfig};

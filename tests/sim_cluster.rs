@@ -214,7 +214,7 @@ fn routed(router: RouterKind, seed: u64) -> (Vec<usize>, Vec<u32>) {
         .unzip()
 }
 
-/// The README's worked example (tests/data/cluster/worked_example.scenario.json), over seeds:
+/// docs/cluster.md's worked example (tests/data/cluster/worked_example.scenario.json), over seeds:
 /// where a router draws among equals, the first replica `x` is either, and the rest follow it.
 #[test]
 fn routers_place_requests_as_computed_by_hand() {

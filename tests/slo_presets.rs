@@ -1,7 +1,7 @@
 //! SLO presets and Mooncake's TBT: the engine's TBT against token times observed from outside it;
 //! each preset as `sim engine` resolves it, overrides named, bad input refused; the sweep's preset
-//! per trace and its first line when no block size meets the SLOs; the README's table against the
-//! presets' own words. Small workloads: about two seconds in all (debug build).
+//! per trace and its first line when no block size meets the SLOs; docs/sweep.md's table against
+//! the presets' own words. Small workloads: about two seconds in all (debug build).
 
 mod cli;
 
@@ -325,9 +325,9 @@ fn when_nothing_meets_the_slos_line_one_says_so_and_ranks_by_attainment() {
 }
 
 #[test]
-fn the_readme_states_every_preset_as_the_code_does() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn the_sweep_doc_states_every_preset_as_the_code_does() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/sweep.md")).unwrap();
     for p in [
         SloPreset::Mlperf,
         SloPreset::DistserveChatbot,
@@ -338,6 +338,6 @@ fn the_readme_states_every_preset_as_the_code_does() {
         SloPreset::Custom,
     ] {
         let line = format!("| `{}` | {} |", p.name(), p.help());
-        assert!(readme.contains(&line), "README lacks: {line}");
+        assert!(doc.contains(&line), "docs/sweep.md lacks: {line}");
     }
 }

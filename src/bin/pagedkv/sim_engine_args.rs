@@ -195,7 +195,7 @@ pub struct EngineArgs {
 /// The SLO flags of `sim engine`, `sim cluster` and `sweep` ([`pagedkv::sim::engine::slo`]).
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SloArgs {
-    /// SLOs from a published preset (values below; sources in the README and the JSON report);
+    /// SLOs from a published preset (values below; sources in docs/sweep.md and the JSON report);
     /// a --slo-* flag overrides the preset's value and the report names it. Default: sim engine
     /// and sim cluster none (only the --slo-* flags given); sweep the preset that fits the
     /// workload (mooncake for Mooncake's traces, else custom).

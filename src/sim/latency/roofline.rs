@@ -20,7 +20,7 @@
 //!
 //! Where it is wrong: no kernel reaches the datasheet peaks (real decode reads weights at ~85-90%
 //! of HBM bandwidth, prefill GEMMs at 72-87% of peak: AIConfigurator's tables say so), so absolute
-//! times are optimistic by 7-31% (README, "Step times"); memory and compute of one step never
+//! times are optimistic by 7-31% (docs/step-times.md); memory and compute of one step never
 //! overlap perfectly (the max is a lower bound); the efficiency profile is measured for decode
 //! attention and also applied to prefill chunks; norms, activations, sampling and CUDA-graph
 //! padding are not modelled. It ranks block sizes by what differs between them (KV read

@@ -61,7 +61,8 @@ pub struct PdArgs {
     /// per prefill node, which the others read over the KV link), read by the Conductor: an
     /// instance fetches the longer prefix the pool holds when best / local match >= this ratio
     /// (Mooncake's kvcache_balancing_threshold, FAST'25 Algorithm 1), else prefills from its
-    /// own. [default: 1, fetch any longer prefix: Mooncake publishes no value; see the README]
+    /// own. [default: 1, fetch any longer prefix: Mooncake publishes no value; see
+    /// docs/cluster.md]
     #[arg(long)]
     kvcache_balancing_threshold: Option<f64>,
 }
