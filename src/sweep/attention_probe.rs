@@ -7,7 +7,7 @@
 //! physical blocks, NaN in every slot no token owns), so a kernel that reads a wrong slot shows
 //! as a non-finite output, which is an error rather than a figure.
 
-use super::bandwidth::ProbeError;
+use super::probe_error::ProbeError;
 use crate::attention::{AttentionShape, Problem};
 use crate::device::cpu::attention::{decode_attention_scaled, PagedRows};
 use crate::device::cpu::pages::{HostBuf, Pages};

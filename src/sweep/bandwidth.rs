@@ -19,19 +19,15 @@
 //!   to be compared with the stream limit;
 //! - attention: bytes of K and V read by decode attention per second, against the stream limit.
 //!
-//! One probe measures one device with one memory setting; [`probes_for`] picks them for a device
-//! (the CPU: [`CpuProbe`] with and without huge pages; CUDA: [`GpuProbe`]) and is the one place a
+//! One probe measures one device with one memory setting; [`super::probes::probes_for`] picks them for a device
+//! (the CPU: [`super::cpu_probe::CpuProbe`] with and without huge pages; CUDA:
+//! [`super::gpu_probe::GpuProbe`]) and is the one place a
 //! new device plugs in.
 
 use super::attention_probe::AttentionBatch;
-use super::cpu_probe::CpuProbe;
-use super::gpu_probe::GpuProbe;
-use crate::device::cpu::pages::{thp_available, thp_mode, Pages};
-use crate::device::cuda::gather::GatherError;
-use crate::device::{Device, DeviceError};
-use crate::kv::{KvSpec, SpecError, TableError, MAX_BLOCK_SIZE};
+pub use super::probe_error::ProbeError;
+use crate::kv::{KvSpec, MAX_BLOCK_SIZE};
 use serde::Serialize;
-use thiserror::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Limits {
@@ -55,32 +51,6 @@ pub struct GatherRates {
     pub copy_gbps: f64,
     /// Read-only gather, bytes read per second (GB/s).
     pub read_gbps: f64,
-}
-
-#[derive(Debug, Error)]
-pub enum ProbeError {
-    #[error("probe buffer of {bytes} bytes: {source}")]
-    Memory {
-        bytes: usize,
-        source: std::io::Error,
-    },
-    #[error("probe pool of {pool_bytes} bytes is smaller than one block of {block_bytes} bytes; raise --probe-mib")]
-    PoolTooSmall {
-        pool_bytes: usize,
-        block_bytes: usize,
-    },
-    #[error(transparent)]
-    Spec(#[from] SpecError),
-    #[error(transparent)]
-    Table(#[from] TableError),
-    #[error("attention probe: {0}")]
-    Attention(String),
-    #[error("probe check failed: {0}")]
-    Check(String),
-    #[error(transparent)]
-    Device(#[from] DeviceError),
-    #[error(transparent)]
-    Gather(#[from] GatherError),
 }
 
 /// Sizes and repetitions of a measurement.
@@ -123,9 +93,6 @@ pub fn check_pool_size(pool_bytes: usize, token_bytes: usize) -> Result<(), Prob
     }
 }
 
-/// Probes for a device, first the one the table's main columns show, and notes about the choice.
-pub type Probes = (Vec<Box<dyn BandwidthProbe>>, Vec<String>);
-
 pub trait BandwidthProbe {
     /// The device measured, e.g. `cpu (2 threads)`.
     fn device(&self) -> String;
@@ -148,95 +115,5 @@ pub trait BandwidthProbe {
     /// no attention kernel to run.
     fn attention_gbps(&mut self, _spec: &KvSpec) -> Result<Option<f64>, ProbeError> {
         Ok(None)
-    }
-}
-
-/// The probes for `device`, first the one the table's main columns show. The CPU gets two: with
-/// transparent huge pages (when the kernel offers them) and with 4 KiB pages. A CUDA device gets
-/// one, over its memory (HBM), running the paged gather and attention kernels. With
-/// `opts.answer_only` the first alone: the answer reads no other.
-pub fn probes_for(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
-    let (mut probes, mut notes) = device_probes(device, opts)?;
-    if opts.answer_only && probes.len() > 1 {
-        let left: Vec<String> = probes.split_off(1).iter().map(|p| p.memory()).collect();
-        notes.push(format!(
-            "--quick measures the {} probe alone (the one the answer reads): not the {} probe \
-             (the sweep without --quick measures it)",
-            probes[0].memory(),
-            left.join(", ")
-        ));
-    }
-    Ok((probes, notes))
-}
-
-/// The page sizes of the CPU probes a sweep with `opts` runs, the answer's first: huge pages where
-/// the kernel offers them, then 4 KiB pages (not with `answer_only` when huge pages come first).
-pub fn cpu_page_sizes(opts: &ProbeOptions) -> Vec<Pages> {
-    match (thp_available(), opts.answer_only) {
-        (true, true) => vec![Pages::Huge],
-        (true, false) => vec![Pages::Huge, Pages::Small],
-        (false, _) => vec![Pages::Small],
-    }
-}
-
-fn device_probes(device: &Device, opts: &ProbeOptions) -> Result<Probes, ProbeError> {
-    match device {
-        Device::Cpu => {
-            let mut notes = Vec::new();
-            if !thp_available() {
-                notes.push(format!(
-                    "transparent huge pages unavailable (mode: {}): 4 KiB pages only",
-                    thp_mode().unwrap_or_else(|| "unknown".into())
-                ));
-            }
-            let pages = cpu_page_sizes(&ProbeOptions {
-                answer_only: false,
-                ..opts.clone()
-            });
-            // One limits' buffer for all of them (see `CpuProbe::beside`).
-            let first = CpuProbe::new(pages[0], opts.clone())?;
-            let others: Vec<CpuProbe> = pages[1..].iter().map(|&p| first.beside(p)).collect();
-            let probes = std::iter::once(first)
-                .chain(others)
-                .map(|p| Box::new(p) as Box<dyn BandwidthProbe>)
-                .collect();
-            Ok((probes, notes))
-        }
-        Device::Cuda(dev) => Ok((
-            vec![Box::new(GpuProbe::new(dev.clone(), opts.clone()))],
-            Vec::new(),
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answer_only_keeps_the_first_probe_and_says_which_it_left_out() {
-        let mut opts = ProbeOptions {
-            pool_bytes: 1 << 20,
-            reps: 1,
-            rounds: 1,
-            seq_tokens: 256,
-            seed: 1,
-            attention: None,
-            answer_only: false,
-        };
-        // Nothing is mapped or measured until a probe is asked for a figure.
-        let (all, _) = probes_for(&Device::Cpu, &opts).unwrap();
-        let labels: Vec<String> = all.iter().map(|p| p.memory()).collect();
-        opts.answer_only = true;
-        let (first, notes) = probes_for(&Device::Cpu, &opts).unwrap();
-        assert_eq!(first.len(), 1);
-        assert_eq!(first[0].memory(), labels[0]);
-        let said = notes.iter().any(|n| n.contains("--quick measures the"));
-        assert_eq!(said, labels.len() > 1, "{notes:?}");
-        for left in &labels[1..] {
-            assert!(notes
-                .iter()
-                .any(|n| n.contains(&format!("not the {left} probe"))));
-        }
     }
 }

@@ -17,7 +17,7 @@ use super::attention_probe::cpu_attention_gbps;
 use super::bandwidth::{BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions};
 use crate::device::cpu::gather::{gather_copy, gather_sum};
 use crate::device::cpu::last_level_cache::last_level_cache;
-use crate::device::cpu::pages::{HostBuf, Pages};
+use crate::device::cpu::pages::{thp_available, HostBuf, Pages};
 use crate::device::cpu::stream::{limit_bytes, MemoryProbe, LLC_MULTIPLE};
 use crate::kv::{BlockTable, Dtype, Fp8E4m3, Fp8E5m2, KvElem, KvSpec, MAX_BLOCK_SIZE};
 use crate::timing::median_secs;
@@ -51,14 +51,14 @@ pub struct CpuProbe {
 }
 
 /// Host bytes the CPU probes with `opts` map (checked before they map anything): the limits'
-/// buffer, which they share, and for each probe ([`super::bandwidth::cpu_page_sizes`]) K, V and
+/// buffer, which they share, and for each probe ([`cpu_page_sizes`]) K, V and
 /// the copy-out buffer of half the pool each unless only attention and the stream beside it are
 /// measured (`answer_only` with attention: no gather, no conversion pass).
 pub fn host_bytes(opts: &ProbeOptions) -> u64 {
     let pools = if opts.answer_only && opts.attention.is_some() {
         0
     } else {
-        3 * (opts.pool_bytes / 2) * super::bandwidth::cpu_page_sizes(opts).len()
+        3 * (opts.pool_bytes / 2) * cpu_page_sizes(opts).len()
     };
     (pools + limit_bytes(opts.pool_bytes)) as u64
 }
@@ -304,6 +304,16 @@ pub fn shuffled_table(
     let rows: Vec<Vec<u32>> = ids.chunks(seq / bs).map(<[u32]>::to_vec).collect();
     let lens: Vec<usize> = rows.iter().map(|r| r.len() * bs).collect();
     Ok(BlockTable::from_rows(&rows, &lens, bs)?)
+}
+
+/// The page sizes of the CPU probes a sweep with `opts` runs, the answer's first: huge pages where
+/// the kernel offers them, then 4 KiB pages (not with `answer_only` when huge pages come first).
+pub fn cpu_page_sizes(opts: &ProbeOptions) -> Vec<Pages> {
+    match (thp_available(), opts.answer_only) {
+        (true, true) => vec![Pages::Huge],
+        (true, false) => vec![Pages::Huge, Pages::Small],
+        (false, _) => vec![Pages::Small],
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! table with its key, the plots (linked relatively: the SVGs written beside it) and the run's
 //! settings. The words are the text report's ([`super::text`]).
 
-use super::{output, text, SweepReport};
+use super::plot_files::plots;
+use super::{text, SweepReport};
 use crate::report::escape_html;
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;\
@@ -43,7 +44,7 @@ pub fn index(report: &SweepReport) -> String {
     h += &format!("<pre>{}</pre>\n", lines(&text::key(report, false)));
     h += &format!("<pre>{}</pre>\n", lines(&text::footer(report)));
     h += "<h2>Plots</h2>\n";
-    for (file, what) in output::plots(report) {
+    for (file, what) in plots(report) {
         h += &format!("<p><a href=\"{file}\"><img src=\"{file}\" alt=\"{what}\"></a></p>\n");
     }
     h += "<h2 id=\"every\">Every column</h2>\n<div class=\"scroll\">\n";

@@ -29,8 +29,11 @@ pub mod gpu_probe;
 pub mod html;
 pub mod measure;
 pub mod output;
+pub mod plot_files;
 pub mod prefix;
+pub mod probe_error;
 pub mod probe_memory;
+pub mod probes;
 pub mod proxy;
 pub mod recommend;
 pub mod replay;
@@ -39,13 +42,12 @@ pub mod summary;
 pub mod text;
 
 pub use attention_probe::AttentionBatch;
-pub use bandwidth::{
-    probes_for, BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions,
-};
+pub use bandwidth::{BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions};
 pub use capacity::{SearchLimits, SloTargets};
 pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
 pub use measure::{measure_bandwidth, MemoryBandwidth};
 pub use model::ModelShape;
+pub use probes::probes_for;
 pub use replay::DurationModel;
 pub use run::{run_plan, run_sweep, NoProgress, Phase, Progress, SweepPlan};
 pub use summary::{kv_dtype_summary, limit_medians, KvDtypeSummary, LimitMedians, SweepReport};

@@ -185,18 +185,6 @@ fn marks(report: &SweepReport) -> Vec<Mark> {
     m
 }
 
-/// The SVG plots [`write_all`] writes: (file name, what it shows).
-pub fn plots(report: &SweepReport) -> Vec<(&'static str, &'static str)> {
-    let mut p = vec![
-        ("waste_concurrency.svg", "memory side"),
-        ("bandwidth.svg", "bandwidth fractions"),
-    ];
-    if !report.end_to_end.is_empty() {
-        p.insert(0, ("end_to_end.svg", "SLO capacity"));
-    }
-    p
-}
-
 /// Writes `sweep.csv`, `sweep.json`, `waste_concurrency.svg`, `bandwidth.svg`, with bandwidth
 /// measured `attention_profile.json`, with end-to-end runs `end_to_end.svg`, and `index.html`
 /// into `dir` (created if missing); returns the paths written.

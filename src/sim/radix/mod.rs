@@ -13,13 +13,15 @@
 //! - [`simulate`]: replays a workload against both caches at a list of capacities.
 
 mod evict;
+mod policy;
 mod render;
 mod simulate;
 mod tree;
 mod whole;
 pub mod workload;
 
-pub use evict::{EvictOutcome, EvictionPolicy};
+pub use evict::EvictOutcome;
+pub use policy::EvictionPolicy;
 pub use render::render_tree;
 pub use simulate::{
     bytes_needed, dedup_stats, simulate, simulate_capacity, CapacityResult, DedupStats, SimConfig,

@@ -9,7 +9,7 @@
 //! With `in_flight` K > 1, each request keeps its whole prompt locked (as a running request keeps
 //! its KV) until K - 1 later requests have arrived, so locks can leave eviction short of room.
 
-use super::evict::EvictionPolicy;
+use super::policy::EvictionPolicy;
 use super::tree::{RadixError, RadixTree};
 use super::whole::WholePromptCache;
 use crate::kv::{AllocError, BlockAllocator};

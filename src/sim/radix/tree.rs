@@ -6,7 +6,7 @@
 //! `evictable + protected` tokens is the tokens stored; the evictable-leaf set is exactly the
 //! unlocked nodes without children.
 
-use super::evict::EvictionPolicy;
+use super::policy::EvictionPolicy;
 use crate::kv::AllocError;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};

@@ -14,7 +14,7 @@
 //!   T2; then the other list; only idle chunks outside the protected keys; all or nothing. The
 //!   evicted keys go to the MRU ends of B1 and B2, each trimmed to the capacity.
 
-use super::manager::Key;
+use super::keys::Key;
 use super::HashMapOfKeys;
 use std::collections::{BTreeMap, HashSet};
 

@@ -13,7 +13,7 @@
 //! vLLM keeps the idle chunks in a lazily invalidated heap; an ordered set of the idle chunks'
 //! current ranks gives the same order (ranks are unique: a request holds one key per position).
 
-use super::manager::{ChunkKey, Key, ReqId};
+use super::keys::{ChunkKey, Key, ReqId};
 use super::HashMapOfKeys;
 use std::collections::{BTreeSet, HashMap, HashSet};
 

@@ -18,22 +18,10 @@
 //! Not modelled: `store_threshold` (off by default), cache resets, KV events, failed stores.
 
 use super::arc::ArcPolicy;
+pub use super::keys::{ChunkKey, Key, ReqId};
 use super::lru::LruPolicy;
 use super::{HashMapOfKeys, OffloadMode, TierPolicy, TierStats};
 use std::collections::{HashMap, HashSet};
-
-/// A chunk's key: the block hash of its last GPU block, which chains its whole prefix.
-pub type Key = u64;
-
-/// Which request a record belongs to: its number among every request the tier may serve.
-pub type ReqId = u64;
-
-/// A key with its end position in tokens (vLLM's offload key position).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkKey {
-    pub key: Key,
-    pub end: u32,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lookup {

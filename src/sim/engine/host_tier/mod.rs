@@ -23,6 +23,7 @@
 
 pub mod arc;
 pub mod connector;
+pub mod keys;
 pub mod lru;
 pub mod manager;
 pub mod settings;
