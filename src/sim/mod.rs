@@ -6,6 +6,7 @@ pub mod cache;
 pub mod cluster;
 pub mod cow;
 pub mod engine;
+pub mod goodput;
 pub mod latency;
 pub mod radix;
 pub mod sched;

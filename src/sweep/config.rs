@@ -3,13 +3,13 @@
 //! or what the GPUs leave after the weights), the workload (a trace or synthetic sizes), and the
 //! probes' sizes, whose defaults depend on the device. Every check names the CLI flag it concerns.
 
-use super::capacity::SearchLimits;
 use super::{
     model, AttentionBatch, DurationModel, MemoryConfig, ModelShape, ProbeOptions, SweepError,
 };
 use crate::device::DeviceChoice;
 use crate::kv::Dtype;
 use crate::sim::engine::{ResolvedSlo, SloFlags, SloPreset};
+use crate::sim::goodput::SearchLimits;
 use crate::sim::latency::{choose, Choice, StepProfile, StepTimes};
 use crate::workload::azure::{with_rate, Request};
 use crate::workload::synthetic::{synthetic_requests, SizeDist};

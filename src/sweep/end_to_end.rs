@@ -6,7 +6,7 @@
 //! - at the trace's own rate: throughput, p99 TTFT and TPOT, KV use (often the pool stays mostly
 //!   empty there, and every block size serves the same load: the figures then cannot separate
 //!   them, and the report says so);
-//! - the SLO capacity ([`super::capacity`]): the highest rate scale sustained within the SLOs, with
+//! - the SLO capacity ([`crate::sim::goodput`]): the highest rate scale sustained within the SLOs, with
 //!   the goodput, KV use and preemptions there. This is the figure the recommendation rests on
 //!   ([`super::recommend`]); when no block size meets the SLOs at any rate searched, it rests on
 //!   the share of requests within them at the trace's own rate instead, and each block size is then
@@ -18,7 +18,6 @@
 //! efficiency scaled by `1 - noise` (low end) and `1 + noise` (high end, capped at 1). All
 //! searches run in parallel (rayon), each bounded by [`SearchLimits::max_probes`] engine runs.
 
-use super::capacity::{self, Capacity, SearchLimits};
 use super::recommend::Banded;
 use super::SweepRow;
 use crate::hw::gpu;
@@ -28,6 +27,7 @@ use crate::sim::engine::profile::ProfilePoint;
 use crate::sim::engine::{
     EngineConfig, EngineError, Profile, ResolvedSlo, RunSettings, SloTargets,
 };
+use crate::sim::goodput::{self, own_rate, Capacity, SearchLimits};
 use crate::sim::latency::Choice;
 use crate::workload::azure::Request;
 use crate::workload::serving::{from_trace, scale_rate, ServingRequest};
@@ -156,26 +156,6 @@ pub fn serving_requests(requests: &[Request]) -> (Vec<ServingRequest>, f64, bool
     (reqs, rps, spaced)
 }
 
-/// The rate scale 1 of a capacity search, and whether the arrivals had to be spaced to give one:
-/// requests / (last arrival − first arrival), or, when they span no time, arrivals respaced 1 s
-/// apart (a rate of n / (n − 1)).
-pub fn own_rate(reqs: &mut [ServingRequest]) -> (f64, bool) {
-    let first = reqs.iter().map(|r| r.arrival).fold(f64::INFINITY, f64::min);
-    let last = reqs
-        .iter()
-        .map(|r| r.arrival)
-        .fold(f64::NEG_INFINITY, f64::max);
-    let n = reqs.len() as f64;
-    if last > first {
-        (n / (last - first), false)
-    } else {
-        for (i, r) in reqs.iter_mut().enumerate() {
-            r.arrival = i as f64;
-        }
-        (n / (n - 1.0).max(1.0), true)
-    }
-}
-
 /// The efficiency profile the sweep measured (or the H200 assumption when it measured none).
 pub fn profile(rows: &[SweepRow], device: &str) -> Profile {
     let efficiency: Vec<ProfilePoint> = rows
@@ -282,7 +262,7 @@ pub fn run(
         .par_iter()
         .map(|&(r, s)| {
             Ok(if s < 3 {
-                Done::Search(capacity::search(search, slo, |x| {
+                Done::Search(goodput::search(search, slo, |x| {
                     run_at(r, s, x).map(|o| o.report)
                 })?)
             } else {

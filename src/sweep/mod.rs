@@ -9,8 +9,8 @@
 //! - [`bandwidth`] (the [`BandwidthProbe`] trait), [`cpu_probe`], [`gpu_probe`],
 //!   [`attention_probe`], [`measure`] (every probe at every block size): the bandwidth side (host buffers of a chosen page size in
 //!   [`crate::device::cpu::pages`]);
-//! - [`end_to_end`]: the engine simulation, at the trace's rate and at the [`capacity`] within
-//!   SLOs that the recommendation ([`recommend`]: one rule) rests on; [`proxy`]: the throughput
+//! - [`end_to_end`]: the engine simulation, at the trace's rate and at the capacity within SLOs
+//!   ([`crate::sim::goodput`]) that the recommendation ([`recommend`]: one rule) rests on; [`proxy`]: the throughput
 //!   proxy (a supporting column); [`text`]: the verdict, tables and key; [`output`]: CSV, JSON,
 //!   plots and `index.html`;
 //! - [`config`]: what a sweep is asked for ([`SweepConfig`], plain values) and its defaults;
@@ -21,7 +21,6 @@ pub mod config;
 /// Model shapes live in [`crate::kv::model`] (the engine simulator shares them).
 pub use crate::kv::model;
 pub mod bandwidth;
-pub mod capacity;
 pub mod cpu_probe;
 pub mod end_to_end;
 pub mod fragmentation;
@@ -41,9 +40,9 @@ pub mod run;
 pub mod summary;
 pub mod text;
 
+pub use crate::sim::goodput::{SearchLimits, SloTargets};
 pub use attention_probe::AttentionBatch;
 pub use bandwidth::{BandwidthProbe, GatherRates, LimitSet, Limits, ProbeError, ProbeOptions};
-pub use capacity::{SearchLimits, SloTargets};
 pub use config::{ModelChoice, SweepConfig, WorkloadChoice, DEFAULT_TRACE};
 pub use measure::{measure_bandwidth, MemoryBandwidth};
 pub use model::ModelShape;
@@ -142,7 +141,7 @@ pub struct SweepRow {
     /// within the SLOs by their rule.
     pub e2e_p99_tbt_s: Option<f64>,
     pub e2e_slo_attainment: Option<f64>,
-    /// The SLO capacity ([`capacity`], nominal efficiency): requests per second and the trace's
+    /// The SLO capacity ([`crate::sim::goodput`], nominal efficiency): requests per second and the trace's
     /// rate scale; the band's low and high ends (requests per second); at the capacity: goodput
     /// (requests per second within the SLOs), peak KV use (fraction of the pool), preemptions.
     pub slo_capacity_rps: Option<f64>,

@@ -1,6 +1,6 @@
 //! The recommendation: one rule over one figure per block size, each with its noise band.
 //!
-//! The figure is the SLO capacity ([`super::capacity`]) when the end-to-end runs were made, else
+//! The figure is the SLO capacity ([`crate::sim::goodput`]) when the end-to-end runs were made, else
 //! the throughput proxy ([`super::proxy`]); higher is better. Each has a band from the measured
 //! attention efficiency's noise: the figure at efficiency × (1 − noise) and × (1 + noise). The rule
 //! ([`pick`], in words [`rule`]): vLLM's 16, unless some block size's low end beats 16's high end

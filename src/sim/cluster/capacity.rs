@@ -2,10 +2,10 @@
 //! rate at which the SLO attainment target holds, per GPU) for colocated replicas (`4`) and
 //! prefill:decode splits (`2:2`) on the same trace and SLOs.
 //!
-//! Each layout's rate is found by the sweep's search ([`crate::sweep::capacity::search_by`]:
+//! Each layout's rate is found by the goodput search ([`crate::sim::goodput::search_by`]:
 //! doubling, then geometric bisection of the trace's rate scale, each probe a whole cluster run),
 //! so its answer is a bracket: the highest scale seen to hold and the lowest above it seen to
-//! fail. Rate scale 1 is the trace's own arrival rate ([`crate::sweep::end_to_end::own_rate`]);
+//! fail. Rate scale 1 is the trace's own arrival rate ([`crate::sim::goodput::own_rate`]);
 //! requests per second are that rate times the scale, per GPU divided by the layout's GPUs
 //! (replicas × tensor parallelism, each side's for a split). The layouts are searched in
 //! parallel (rayon), each search sequential and every run deterministic, so the answer does not
@@ -15,8 +15,7 @@ use super::pd::Disagg;
 use super::run::{run, ClusterOutcome, ClusterSpec};
 use super::RouterKind;
 use crate::sim::engine::{EngineError, RunSettings, SloTargets};
-use crate::sweep::capacity::{search_by, SearchLimits};
-use crate::sweep::end_to_end::own_rate;
+use crate::sim::goodput::{own_rate, search_by, SearchLimits};
 use crate::workload::serving::{scale_rate, ServingRequest};
 use rayon::prelude::*;
 use serde::{Serialize, Serializer};

@@ -13,7 +13,7 @@ use pagedkv::report::Table;
 use pagedkv::sim::cluster::capacity::{self, CapacityReport, Layout, LayoutCapacity};
 use pagedkv::sim::cluster::ClusterSpec;
 use pagedkv::sim::engine::{EngineConfig, ResolvedSlo};
-use pagedkv::sweep::capacity::SearchLimits;
+use pagedkv::sim::goodput::SearchLimits;
 use pagedkv::sweep::config::fitting_preset;
 use serde::Serialize;
 

@@ -1,60 +1,8 @@
-//! SLO capacity: the highest request rate an engine sustains within its service-level objectives,
-//! found by searching the rate scale of a trace (arrival times divided by the scale), each probe a
-//! whole engine run.
-//!
-//! A run sustains its load when its requests meet the SLOs by the rule of [`SloTargets`]: a share
-//! of them within every objective (DistServe's SLO attainment, Mooncake's effective request
-//! capacity, what vLLM's `bench serve --goodput` counts), or each objective's percentile (MLPerf).
-//! The presets and the sweep's default are in [`crate::sim::engine::slo`].
-//!
-//! The search doubles (by [`SearchLimits::step`]) from the trace's own rate until one probe holds
-//! and one fails, then bisects geometrically until the two are within
-//! [`SearchLimits::resolution`] of each other or the probes run out; the capacity is the highest
-//! scale seen to hold. Attainment need not fall monotonically with the rate (a burst may land
-//! differently), so the figure is the bracket's lower end, not a proof that every lower rate holds.
-//!
-//! [`search_by`] runs the same search over anything that carries an engine report: a cluster's
-//! layouts ([`crate::sim::cluster::capacity`]).
+//! One engine's capacity: the search's answer with the figures of the run at it.
 
-use crate::sim::engine::EngineReport;
-pub use crate::sim::engine::SloTargets;
+use super::{search_by, SearchLimits};
+use crate::sim::engine::{EngineReport, SloTargets};
 use serde::Serialize;
-
-/// How far and how finely the search looks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SearchLimits {
-    /// The first probe's rate scale (1: the trace as recorded).
-    pub start: f64,
-    /// Factor between probes while no bracket is found.
-    pub step: f64,
-    /// Stop when the failing scale is within this fraction above the holding one.
-    pub resolution: f64,
-    /// Engine runs at most, per search.
-    pub max_probes: usize,
-    /// The scales searched lie in [min_scale, max_scale].
-    pub min_scale: f64,
-    pub max_scale: f64,
-}
-
-impl Default for SearchLimits {
-    fn default() -> Self {
-        SearchLimits {
-            start: 1.0,
-            step: 4.0,
-            resolution: 0.02,
-            max_probes: 12,
-            min_scale: 1.0 / 1024.0,
-            max_scale: 1024.0,
-        }
-    }
-}
-
-impl SearchLimits {
-    /// Whether a bracket from `held` (0: none held) to `failed` is within the resolution.
-    pub fn closes(&self, held: f64, failed: f64) -> bool {
-        held > 0.0 && failed <= held * (1.0 + self.resolution)
-    }
-}
 
 /// The run at the capacity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -111,17 +59,6 @@ impl Capacity {
     }
 }
 
-/// What a search found, with whatever a probe returns kept for the highest scale that held.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Searched<T> {
-    /// As [`Capacity::rate_scale`], [`Capacity::failed_scale`], [`Capacity::probes`].
-    pub rate_scale: f64,
-    pub failed_scale: f64,
-    pub probes: usize,
-    /// The probe at `rate_scale`; `None` when none held.
-    pub held: Option<T>,
-}
-
 /// Searches the rate scale: `run(scale)` runs the engine at that scale (see the module docs).
 pub fn search<E>(
     limits: &SearchLimits,
@@ -134,48 +71,6 @@ pub fn search<E>(
         failed_scale: s.failed_scale,
         probes: s.probes,
         at: s.held.as_ref().map(|r| AtCapacity::of(r, slo)),
-    })
-}
-
-/// [`search`] over any run that yields an [`EngineReport`] (`report` finds it in what `run`
-/// returns: a cluster's total, say); keeps the run at the capacity whole.
-pub fn search_by<T, E>(
-    limits: &SearchLimits,
-    slo: &SloTargets,
-    mut run: impl FnMut(f64) -> Result<T, E>,
-    report: impl Fn(&T) -> &EngineReport,
-) -> Result<Searched<T>, E> {
-    let mut held: Option<(f64, T)> = None;
-    let mut failed: Option<f64> = None;
-    let mut probes = 0;
-    while probes < limits.max_probes {
-        let scale = match (&held, failed) {
-            (None, None) => limits.start,
-            (Some((lo, _)), None) => lo * limits.step,
-            (None, Some(hi)) => hi / limits.step,
-            (Some((lo, _)), Some(hi)) => {
-                if hi <= lo * (1.0 + limits.resolution) {
-                    break;
-                }
-                (lo * hi).sqrt()
-            }
-        };
-        if !(limits.min_scale..=limits.max_scale).contains(&scale) {
-            break;
-        }
-        let out = run(scale)?;
-        probes += 1;
-        if slo.sustained(report(&out)) {
-            held = Some((scale, out));
-        } else {
-            failed = Some(scale);
-        }
-    }
-    Ok(Searched {
-        rate_scale: held.as_ref().map_or(0.0, |(s, _)| *s),
-        failed_scale: failed.unwrap_or(f64::INFINITY),
-        probes,
-        held: held.map(|(_, t)| t),
     })
 }
 
