@@ -293,12 +293,7 @@ fn engine_lines(
     s: &RunSettings,
     reqs: &[ServingRequest],
 ) -> (Vec<RequestLine>, Option<ClientReport>) {
-    let spec = ClusterSpec {
-        replicas: 1,
-        router: RouterKind::RoundRobin,
-        router_cfg: RouterConfig::default(),
-        disagg: None,
-    };
+    let spec = ClusterSpec::colocated(1, RouterKind::RoundRobin, RouterConfig::default()).unwrap();
     let o = pagedkv::sim::cluster::run(s, 16, &spec, reqs, false, None, |_, _| {}).unwrap();
     (o.requests, o.clients)
 }
@@ -333,15 +328,11 @@ fn a_cluster_shares_one_pool_of_clients_over_its_replicas() {
         (5, RouterKind::KvAware, 12),
     ] {
         let reqs = workload(seed, 80, 400.0);
-        let spec = ClusterSpec {
-            replicas: 3,
-            router,
-            router_cfg: RouterConfig {
-                seed,
-                ..RouterConfig::default()
-            },
-            disagg: None,
+        let router_cfg = RouterConfig {
+            seed,
+            ..RouterConfig::default()
         };
+        let spec = ClusterSpec::colocated(3, router, router_cfg).unwrap();
         let run = |s: &RunSettings, r: &[ServingRequest]| {
             pagedkv::sim::cluster::run(s, 16, &spec, r, false, None, |_, _| {}).unwrap()
         };
@@ -357,11 +348,8 @@ fn a_cluster_shares_one_pool_of_clients_over_its_replicas() {
 #[test]
 fn prefill_and_decode_apart_under_closed_loop_clients() {
     let reqs = workload(6, 60, 300.0);
-    let spec = ClusterSpec {
-        replicas: 3,
-        router: RouterKind::LeastLoaded,
-        router_cfg: RouterConfig::default(),
-        disagg: Some(Disagg {
+    let spec = ClusterSpec::disaggregated(
+        Disagg {
             prefill_replicas: 1,
             decode_replicas: 2,
             prefill_tp: None,
@@ -371,8 +359,10 @@ fn prefill_and_decode_apart_under_closed_loop_clients() {
             link_sharing: LinkSharing::Own,
             local_prefill: None,
             balancing_threshold: None,
-        }),
-    };
+        },
+        RouterKind::LeastLoaded,
+        RouterConfig::default(),
+    );
     let run = |s: &RunSettings, r: &[ServingRequest]| {
         pagedkv::sim::cluster::run(s, 16, &spec, r, false, None, |_, _| {}).unwrap()
     };

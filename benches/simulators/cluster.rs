@@ -69,11 +69,10 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
     let measured = choose(StepTimes::Measured, None, &settings.model, &settings.gpu, 1)
         .expect("the shipped tables cover Llama-3.1-8B on an H200");
     for (router, disagg) in layouts {
-        let spec = ClusterSpec {
-            replicas: 16,
-            router,
-            router_cfg: RouterConfig::default(),
-            disagg,
+        let spec = match disagg {
+            Some(d) => ClusterSpec::disaggregated(d, router, RouterConfig::default()),
+            None => ClusterSpec::colocated(16, router, RouterConfig::default())
+                .expect("a colocated router"),
         };
         for (times, choice) in [("measured", &measured), ("roofline", &settings.step_times)] {
             let settings = RunSettings {

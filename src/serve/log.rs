@@ -1,7 +1,7 @@
 //! `--request-log` and `--step-log`: JSON lines as `sim cluster` writes them, each with the
 //! replica it comes from, shared by every replica of the server; and the server log's lines.
 
-use crate::sim::cluster::run::RequestLine;
+use crate::sim::cluster::request_line::RequestLine;
 use crate::sim::engine::request::Req;
 use crate::sim::engine::StepRecord;
 use serde::Serialize;

@@ -14,7 +14,7 @@ use crate::sim_engine_args::{settings, workload, EngineArgs, WorkloadArgs};
 use crate::CmdResult;
 use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
-use pagedkv::sim::cluster::run::write_request_log;
+use pagedkv::sim::cluster::request_line::write_request_log;
 use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterKind};
 use pagedkv::sim::engine::EngineConfig;
 use serde::Serialize;
@@ -142,21 +142,15 @@ pub fn run(args: Args) -> CmdResult {
         _ => args.router.clone(),
     };
     routers.dedup();
-    let layouts: Vec<usize> = match disagg {
-        Some(d) => vec![d.prefill_replicas + d.decode_replicas],
-        None => args.replicas.clone(),
+    let specs: Vec<ClusterSpec> = match disagg {
+        Some(d) => (routers.iter())
+            .map(|&router| ClusterSpec::disaggregated(d, router, router_cfg))
+            .collect(),
+        None => (args.replicas.iter())
+            .flat_map(|&n| routers.iter().map(move |&r| (n, r)))
+            .map(|(n, router)| ClusterSpec::colocated(n, router, router_cfg))
+            .collect::<Result<_, _>>()?,
     };
-    let specs: Vec<ClusterSpec> = layouts
-        .iter()
-        .flat_map(|&replicas| {
-            routers.iter().map(move |&router| ClusterSpec {
-                replicas,
-                router,
-                router_cfg,
-                disagg,
-            })
-        })
-        .collect();
     let single = specs.len() == 1;
     if !single && (args.step_log.is_some() || args.request_log.is_some()) {
         return Err("--step-log and --request-log need one router and one replica count".into());

@@ -11,8 +11,10 @@
 //! parallel (rayon), each search sequential and every run deterministic, so the answer does not
 //! depend on the thread count.
 
+use super::outcome::ClusterOutcome;
 use super::pd::Disagg;
-use super::run::{run, ClusterOutcome, ClusterSpec};
+use super::run::run;
+use super::spec::ClusterSpec;
 use super::RouterKind;
 use crate::sim::engine::{EngineError, RunSettings, SloTargets};
 use crate::sim::goodput::{own_rate, search_by, SearchLimits};
@@ -35,12 +37,12 @@ pub enum Layout {
 impl Layout {
     /// The layout `spec` runs.
     pub fn of(spec: &ClusterSpec) -> Layout {
-        match &spec.disagg {
+        match spec.disagg() {
             Some(d) => Layout::Split {
                 prefill: d.prefill_replicas,
                 decode: d.decode_replicas,
             },
-            None => Layout::Colocated(spec.replicas),
+            None => Layout::Colocated(spec.replicas()),
         }
     }
 }
@@ -92,7 +94,7 @@ impl FromStr for Layout {
 /// GPUs `spec` takes at the engine's tensor parallelism `tp`: replicas × TP, or prefill instances
 /// × their TP + decode instances × theirs.
 pub fn gpus(spec: &ClusterSpec, tp: usize) -> usize {
-    match &spec.disagg {
+    match spec.disagg() {
         Some(Disagg {
             prefill_replicas,
             decode_replicas,
@@ -102,7 +104,7 @@ pub fn gpus(spec: &ClusterSpec, tp: usize) -> usize {
         }) => {
             prefill_replicas * prefill_tp.unwrap_or(tp) + decode_replicas * decode_tp.unwrap_or(tp)
         }
-        None => spec.replicas * tp,
+        None => spec.replicas() * tp,
     }
 }
 
@@ -216,7 +218,7 @@ pub fn search(
             let rps = found.rate_scale * base_rps;
             Ok(LayoutCapacity {
                 layout: Layout::of(spec),
-                router: spec.router,
+                router: spec.router(),
                 gpus,
                 rate_scale: found.rate_scale,
                 failed_scale: found.failed_scale,
@@ -274,18 +276,12 @@ mod tests {
     }
 
     fn colocated(replicas: usize) -> ClusterSpec {
-        ClusterSpec {
-            replicas,
-            router: RouterKind::LeastLoaded,
-            router_cfg: RouterConfig::default(),
-            disagg: None,
-        }
+        ClusterSpec::colocated(replicas, RouterKind::LeastLoaded, RouterConfig::default()).unwrap()
     }
 
     fn split(prefill: usize, decode: usize, decode_tp: Option<usize>) -> ClusterSpec {
-        ClusterSpec {
-            replicas: prefill + decode,
-            disagg: Some(Disagg {
+        ClusterSpec::disaggregated(
+            Disagg {
                 prefill_replicas: prefill,
                 decode_replicas: decode,
                 prefill_tp: None,
@@ -295,9 +291,10 @@ mod tests {
                 link_sharing: Default::default(),
                 local_prefill: None,
                 balancing_threshold: None,
-            }),
-            ..colocated(0)
-        }
+            },
+            RouterKind::LeastLoaded,
+            RouterConfig::default(),
+        )
     }
 
     fn slo(ttft_s: f64, tpot_s: Option<f64>) -> SloTargets {

@@ -8,7 +8,9 @@
 //! - [`core`]: the cluster as a [`crate::sim::engine::System`]: `submit` a request at its
 //!   arrival, `advance` between arrivals; [`book`]: what the router knows of what it sent.
 //! - [`pd`]: prefill and decode on separate instances, the KV moving between them.
-//! - [`run`]: runs on a trace and reports; [`output`]: plots.
+//! - [`spec`]: a cluster's configuration, its [`Topology`] colocated or disaggregated.
+//! - [`run`]: runs on a trace; [`outcome`]: what a run of either topology reports;
+//!   [`request_line`]: each request's line for `--request-log`; [`output`]: plots.
 //! - [`capacity`]: DistServe's goodput per GPU of layouts, colocated and split.
 //!
 //! With one replica every router sends everything to it, and the cluster steps exactly as
@@ -17,11 +19,17 @@
 pub mod book;
 pub mod capacity;
 pub mod core;
+pub mod outcome;
 pub mod output;
 pub mod pd;
+pub mod request_line;
 pub mod router;
 pub mod run;
+pub mod spec;
 
 pub use core::{ClusterCore, Placement};
+pub use outcome::ClusterOutcome;
+pub use request_line::RequestLine;
 pub use router::{Choice, Reason, RouterConfig, RouterKind, RouterStats};
-pub use run::{run, run_all, ClusterOutcome, ClusterSpec, RequestLine};
+pub use run::{run, run_all};
+pub use spec::{ClusterSpec, Topology};

@@ -1,7 +1,7 @@
 //! `sim cluster --out DIR`: the report as JSON and SVG plots — requests in each replica over time
 //! (one plot per run), and the prefix-cache hit ratio of each router against the replica count.
 
-use super::run::ClusterOutcome;
+use super::outcome::ClusterOutcome;
 use crate::report::{line_plot, Axis, Series};
 use serde::Serialize;
 use std::path::Path;

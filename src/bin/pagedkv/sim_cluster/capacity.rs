@@ -115,20 +115,19 @@ fn specs(args: &Args, seed: u64) -> Result<Vec<ClusterSpec>, BoxError> {
     };
     let mut out = Vec::new();
     for layout in layouts {
-        let (replicas, disagg, routers) = match layout {
-            Layout::Colocated(n) => (n, None, &colocated_routers),
-            Layout::Split { prefill, decode } => (
-                prefill + decode,
-                Some(args.pd.split(prefill, decode)?),
-                &split_routers,
-            ),
-        };
-        out.extend(routers.iter().map(|&router| ClusterSpec {
-            replicas,
-            router,
-            router_cfg,
-            disagg,
-        }));
+        match layout {
+            Layout::Colocated(n) => {
+                for &router in &colocated_routers {
+                    out.push(ClusterSpec::colocated(n, router, router_cfg)?);
+                }
+            }
+            Layout::Split { prefill, decode } => {
+                let d = args.pd.split(prefill, decode)?;
+                out.extend(
+                    (split_routers.iter()).map(|&r| ClusterSpec::disaggregated(d, r, router_cfg)),
+                );
+            }
+        }
     }
     Ok(out)
 }

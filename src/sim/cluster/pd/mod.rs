@@ -8,7 +8,7 @@
 //! - [`conductor`]: Mooncake's Conductor: the prefill instance with the least estimated TTFT,
 //!   early rejection under SLOs.
 //! - [`pool`]: the KV pool across the prefill nodes' host memory, read over the link.
-//! - [`run`]: runs on a trace and reports.
+//! - [`run`]: runs on a trace; [`report`]: what such a run adds to the cluster's outcome.
 
 mod check;
 mod choose;
@@ -16,11 +16,13 @@ pub mod conductor;
 pub mod core;
 pub mod link;
 pub mod pool;
+pub mod report;
 pub mod run;
 
 pub use self::core::{PdCore, PdRequest, PdStats};
 pub use link::{KvTransfer, Link, LinkSharing};
 pub use pool::{Pool, TierHits, DEFAULT_BALANCING_THRESHOLD};
+pub use report::PdReport;
 
 use serde::Serialize;
 
