@@ -56,6 +56,22 @@ struct Column<'a> {
     cell: Box<dyn Fn(&ClusterOutcome) -> String + 'a>,
 }
 
+fn col<'a>(
+    head: String,
+    key: &str,
+    default: bool,
+    cell: Box<dyn Fn(&ClusterOutcome) -> String + 'a>,
+) -> Column<'a> {
+    Column {
+        head,
+        key: key.to_string(),
+        default,
+        cell,
+    }
+}
+
+/// The table's columns: every run's, then the host tier's, disaggregation's and the KV pool's
+/// when some run has them.
 fn columns<'a>(
     unit: &str,
     lat: &str,
@@ -64,16 +80,23 @@ fn columns<'a>(
     pd: bool,
     pool: bool,
 ) -> Vec<Column<'a>> {
-    let col = |head: String,
-               key: &str,
-               default: bool,
-               cell: Box<dyn Fn(&ClusterOutcome) -> String>| Column {
-        head,
-        key: key.to_string(),
-        default,
-        cell,
-    };
-    let mut c = vec![
+    let mut c = run_columns(unit, lat, scale);
+    if tier {
+        c.push(tier_column());
+    }
+    if pd {
+        c.extend(disaggregation_columns());
+    }
+    if pool {
+        c.extend(pool_columns());
+    }
+    c
+}
+
+/// What every run has: its layout and router, rates, latencies, prefix cache, preemptions and
+/// the router's spread.
+fn run_columns<'a>(unit: &str, lat: &str, scale: f64) -> Vec<Column<'a>> {
+    vec![
         col(
             "layout".into(),
             "replicas, or P prefill + D decode instances",
@@ -145,17 +168,23 @@ fn columns<'a>(
                 )
             }),
         ),
-    ];
-    if tier {
-        c.push(col(
-            "host hit %".into(),
-            "prompt tokens loaded from the host KV tier",
-            true,
-            Box::new(|o| format!("{:.1}", 100.0 * o.total.offload_prompt_hit_ratio)),
-        ));
-    }
-    if pd {
-        c.push(col(
+    ]
+}
+
+/// The share of prompt tokens the host KV tier gave.
+fn tier_column<'a>() -> Column<'a> {
+    col(
+        "host hit %".into(),
+        "prompt tokens loaded from the host KV tier",
+        true,
+        Box::new(|o| format!("{:.1}", 100.0 * o.total.offload_prompt_hit_ratio)),
+    )
+}
+
+/// Prefill/decode disaggregation: the KV moved, its delay, waits for decode room, local prefills.
+fn disaggregation_columns<'a>() -> Vec<Column<'a>> {
+    vec![
+        col(
             "KV GB".into(),
             "KV bytes moved from prefill to decode instances, GB",
             true,
@@ -164,8 +193,8 @@ fn columns<'a>(
                     format!("{:.1}", d.stats.kv_bytes_moved as f64 / 1e9)
                 })
             }),
-        ));
-        c.push(col(
+        ),
+        col(
             "xfer p50/p99 ms".into(),
             "prefill end to KV arrival: what the move adds",
             false,
@@ -174,8 +203,8 @@ fn columns<'a>(
                     .as_ref()
                     .map_or("-".into(), |d| p50_p99(d.transfer_delay_seconds, 1e3, 1))
             }),
-        ));
-        c.push(col(
+        ),
+        col(
             "D wait".into(),
             "requests whose KV waited for room in a decode pool",
             false,
@@ -184,8 +213,8 @@ fn columns<'a>(
                     .as_ref()
                     .map_or("-".into(), |d| d.stats.waited_for_decode.to_string())
             }),
-        ));
-        c.push(col(
+        ),
+        col(
             "local".into(),
             "requests prefilled on their decode instance (conditional disaggregation)",
             false,
@@ -194,17 +223,21 @@ fn columns<'a>(
                     .as_ref()
                     .map_or("-".into(), |d| d.stats.local_prefills.to_string())
             }),
-        ));
-    }
-    if pool {
-        let hits = |o: &ClusterOutcome| o.disagg.as_ref().map(|d| d.tier_hits);
-        c.push(col(
+        ),
+    ]
+}
+
+/// The KV pool across prefill nodes' host tiers: its hits and the bytes its fetches moved.
+fn pool_columns<'a>() -> Vec<Column<'a>> {
+    let hits = |o: &ClusterOutcome| o.disagg.as_ref().map(|d| d.tier_hits);
+    vec![
+        col(
             "pool hit %".into(),
             "prompt tokens fetched from other prefill nodes' host tiers (the KV pool)",
             false,
             Box::new(move |o| pct(hits(o).and_then(|h| h.remote_ratio()))),
-        ));
-        c.push(col(
+        ),
+        col(
             "pool GB".into(),
             "bytes the pool's fetches moved over the link, GB (apart from the KV to decode)",
             false,
@@ -213,9 +246,8 @@ fn columns<'a>(
                     format!("{:.1}", h.pool_bytes_moved as f64 / 1e9)
                 })
             }),
-        ));
-    }
-    c
+        ),
+    ]
 }
 
 pub fn print(
