@@ -392,81 +392,108 @@ fn run_lines(
         line += &crate::sim_client_args::clause(c, unit);
     }
     outln!("{line}")?;
-    if let Some(d) = &o.disagg {
+    disaggregation_lines(resolved, o)?;
+    starved_line(o)?;
+    host_tier_line(resolved, o, without_tier)
+}
+
+/// A disaggregated run's layout and link, the Conductor's rejections, where prompt tokens were
+/// found, and the transfer times.
+fn disaggregation_lines(resolved: &Resolved, o: &ClusterOutcome) -> Result<(), BoxError> {
+    let Some(d) = &o.disagg else {
+        return Ok(());
+    };
+    let e = &resolved.settings.engine;
+    outln!(
+        "  prefill on {} × TP{} ({} blocks each), decode on {} × TP{} ({} blocks each); KV {} over {} GB/s: {} requests moved {:.2} GB ({} B a token), {} waited for a decode pool, {} prefilled locally",
+        d.prefill_replicas,
+        d.prefill_tp,
+        d.prefill_gpu_blocks,
+        d.decode_replicas,
+        d.decode_tp,
+        d.decode_gpu_blocks,
+        d.transfer,
+        d.link_gbps,
+        d.stats.moved,
+        d.stats.kv_bytes_moved as f64 / 1e9,
+        d.kv_bytes_per_token,
+        d.stats.waited_for_decode,
+        d.stats.local_prefills,
+    )?;
+    if d.stats.rejected() > 0 {
         outln!(
-            "  prefill on {} × TP{} ({} blocks each), decode on {} × TP{} ({} blocks each); KV {} over {} GB/s: {} requests moved {:.2} GB ({} B a token), {} waited for a decode pool, {} prefilled locally",
-            d.prefill_replicas,
-            d.prefill_tp,
-            d.prefill_gpu_blocks,
-            d.decode_replicas,
-            d.decode_tp,
-            d.decode_gpu_blocks,
-            d.transfer,
-            d.link_gbps,
-            d.stats.moved,
-            d.stats.kv_bytes_moved as f64 / 1e9,
-            d.kv_bytes_per_token,
-            d.stats.waited_for_decode,
-            d.stats.local_prefills,
+            "  the Conductor rejected {} requests early ({} over the TTFT SLO by its estimate, {} over the TBT SLO); they count among the requests and against SLO attainment",
+            d.stats.rejected(),
+            d.stats.rejected_ttft,
+            d.stats.rejected_tbt,
         )?;
-        if d.stats.rejected() > 0 {
-            outln!(
-                "  the Conductor rejected {} requests early ({} over the TTFT SLO by its estimate, {} over the TBT SLO); they count among the requests and against SLO attainment",
-                d.stats.rejected(),
-                d.stats.rejected_ttft,
-                d.stats.rejected_tbt,
-            )?;
-        }
-        let h = &d.tier_hits;
-        if e.cpu_offload.is_some() {
-            let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
-            let mut line = format!(
-                "  prompt tokens found: GPU {}, own host tier {}, remote pool {} (all {})",
-                pct(h.gpu_ratio()),
-                pct(h.local_host_ratio()),
-                pct(h.remote_ratio()),
-                pct(h.hit_ratio()),
+    }
+    let h = &d.tier_hits;
+    if e.cpu_offload.is_some() {
+        let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
+        let mut line = format!(
+            "  prompt tokens found: GPU {}, own host tier {}, remote pool {} (all {})",
+            pct(h.gpu_ratio()),
+            pct(h.local_host_ratio()),
+            pct(h.remote_ratio()),
+            pct(h.hit_ratio()),
+        );
+        if let (Some(p), Some(chunks)) = (d.pool, d.pool_node_chunks) {
+            line += &format!(
+                "; the pool: {} nodes × {chunks} chunks, balancing threshold {}: {} fetches moved {} tokens, {:.2} GB over the link (apart from the KV to decode){}",
+                d.prefill_replicas,
+                p.threshold,
+                h.fetches,
+                h.fetched_tokens,
+                h.pool_bytes_moved as f64 / 1e9,
+                if h.store_failures > 0 {
+                    format!(", {} refused by a full tier", h.store_failures)
+                } else {
+                    String::new()
+                }
             );
-            if let (Some(p), Some(chunks)) = (d.pool, d.pool_node_chunks) {
-                line += &format!(
-                    "; the pool: {} nodes × {chunks} chunks, balancing threshold {}: {} fetches moved {} tokens, {:.2} GB over the link (apart from the KV to decode){}",
-                    d.prefill_replicas,
-                    p.threshold,
-                    h.fetches,
-                    h.fetched_tokens,
-                    h.pool_bytes_moved as f64 / 1e9,
-                    if h.store_failures > 0 {
-                        format!(", {} refused by a full tier", h.store_failures)
-                    } else {
-                        String::new()
-                    }
-                );
-            }
-            outln!("{line}")?;
         }
-        if let (Some(x), Some(a)) = (d.transfer_seconds, d.transfer_delay_seconds) {
-            outln!(
-                "  transfer (reservation to arrival) p50/p99 {:.2}/{:.2} ms; after the prefill's end p50/p99 {:.2}/{:.2} ms",
-                x.p50 * 1e3,
-                x.p99 * 1e3,
-                a.p50 * 1e3,
-                a.p99 * 1e3
-            )?;
-        }
+        outln!("{line}")?;
     }
-    if !o.starved_replicas.is_empty() {
-        let per = &o.router_stats.per_replica;
-        let mean = r.requests as f64 / per.len() as f64;
-        let got: Vec<String> = o
-            .starved_replicas
-            .iter()
-            .map(|&i| format!("{i} ({})", per[i]))
-            .collect();
+    if let (Some(x), Some(a)) = (d.transfer_seconds, d.transfer_delay_seconds) {
         outln!(
-            "  the router leaves replicas nearly idle: {} got under a quarter of the mean {mean:.0} requests",
-            got.join(", ")
+            "  transfer (reservation to arrival) p50/p99 {:.2}/{:.2} ms; after the prefill's end p50/p99 {:.2}/{:.2} ms",
+            x.p50 * 1e3,
+            x.p99 * 1e3,
+            a.p50 * 1e3,
+            a.p99 * 1e3
         )?;
     }
+    Ok(())
+}
+
+/// The replicas the router left nearly idle, if any.
+fn starved_line(o: &ClusterOutcome) -> Result<(), BoxError> {
+    if o.starved_replicas.is_empty() {
+        return Ok(());
+    }
+    let r = &o.total;
+    let per = &o.router_stats.per_replica;
+    let mean = r.requests as f64 / per.len() as f64;
+    let got: Vec<String> = o
+        .starved_replicas
+        .iter()
+        .map(|&i| format!("{i} ({})", per[i]))
+        .collect();
+    outln!(
+        "  the router leaves replicas nearly idle: {} got under a quarter of the mean {mean:.0} requests",
+        got.join(", ")
+    )?;
+    Ok(())
+}
+
+/// The host tier's line: what it did against the same run without it.
+fn host_tier_line(
+    resolved: &Resolved,
+    o: &ClusterOutcome,
+    without_tier: &[ClusterOutcome],
+) -> Result<(), BoxError> {
+    let r = &o.total;
     if let Some(plain) = without_tier
         .iter()
         .find(|p| p.router == o.router && p.replicas == o.replicas)
