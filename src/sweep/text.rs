@@ -5,7 +5,7 @@
 use super::end_to_end::none_meets;
 use super::{limit_medians, SweepReport, SweepRow};
 use crate::report::Table;
-use crate::sim::engine::slo::SloTargets;
+use crate::sim::engine::SloTargets;
 
 /// The width the default text report fits in.
 pub const WIDTH: usize = 100;
