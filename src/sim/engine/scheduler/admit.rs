@@ -119,13 +119,8 @@ impl Scheduler {
             if lookup {
                 self.count_lookup(wi, num_tokens, found, loaded);
             }
-            let r = &mut self.reqs[wi as usize];
-            if let (Some(t), true) = (
-                tier.as_deref_mut().and_then(HostTier::store_on_evict),
-                loaded > 0,
-            ) {
-                load_blocks(t, r, hit_tokens / bs, host_blocks, bs);
-                plan.offload_load_tokens += u64::from(loaded);
+            if loaded > 0 {
+                self.load_host_blocks(wi, found, tier, plan);
             }
             if load_async {
                 self.start_async_load(wi, hit_tokens, external, tier, plan);
@@ -219,6 +214,22 @@ impl Scheduler {
             }
         }
         self.stats.offload_hits += u64::from(loaded + external);
+    }
+
+    /// Store-on-evict: the host blocks right after the hit load back into the request's blocks.
+    fn load_host_blocks(
+        &mut self,
+        wi: u32,
+        found: Found,
+        tier: &mut Option<&mut HostTier>,
+        plan: &mut Plan,
+    ) {
+        let bs = self.kv.block_size();
+        let r = &mut self.reqs[wi as usize];
+        if let Some(t) = tier.as_deref_mut().and_then(HostTier::store_on_evict) {
+            load_blocks(t, r, found.hit_tokens / bs, found.host_blocks, bs);
+            plan.offload_load_tokens += u64::from(found.host_blocks * bs);
+        }
     }
 
     /// Holds its blocks and waits, without budget, until the load is reported.
