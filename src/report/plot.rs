@@ -232,22 +232,7 @@ pub fn line_plot_with(
         }
         chart.draw_series(d.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
     }
-    // Mark labels along the top edge of the plot, inside it, stacked when marks share an x.
-    for (k, m) in extras.marks.iter().enumerate() {
-        if !ok(m.x) {
-            continue;
-        }
-        let (mx, my) = chart.backend_coord(&(tx(m.x), y1));
-        let row = extras.marks[..k]
-            .iter()
-            .filter(|o| (tx(o.x) - tx(m.x)).abs() < 1e-9)
-            .count() as i32;
-        plot_area.draw(&Text::new(
-            m.label.clone(),
-            (mx + 4, my + 4 + 16 * row),
-            ("sans-serif", 14).into_font().color(&RGBColor(60, 60, 60)),
-        ))?;
-    }
+    draw_mark_labels(&chart, &plot_area, &extras.marks, ok, tx, y1)?;
     draw_legend(&legend_area, series, &names, &same_as, extras)?;
     root.present()?;
     Ok(())
@@ -339,6 +324,33 @@ fn draw_mesh(
         mesh.x_labels(n);
     }
     mesh.draw()?;
+    Ok(())
+}
+
+/// Mark labels along the top edge of the plot, inside it, stacked when marks share an x.
+fn draw_mark_labels(
+    chart: &Chart,
+    plot_area: &DrawingArea<SVGBackend, Shift>,
+    marks: &[Mark],
+    ok: impl Fn(f64) -> bool,
+    tx: impl Fn(f64) -> f64,
+    y1: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for (k, m) in marks.iter().enumerate() {
+        if !ok(m.x) {
+            continue;
+        }
+        let (mx, my) = chart.backend_coord(&(tx(m.x), y1));
+        let row = marks[..k]
+            .iter()
+            .filter(|o| (tx(o.x) - tx(m.x)).abs() < 1e-9)
+            .count() as i32;
+        plot_area.draw(&Text::new(
+            m.label.clone(),
+            (mx + 4, my + 4 + 16 * row),
+            ("sans-serif", 14).into_font().color(&RGBColor(60, 60, 60)),
+        ))?;
+    }
     Ok(())
 }
 
