@@ -336,6 +336,9 @@ fn once<K: std::hash::Hash + Eq>(seen: &mut HashSet<K>, key: K, what: &str) -> R
     }
 }
 
+/// One table of the profile, by key, or the first fault found in it.
+type Keyed<K, V> = Result<Vec<(K, V)>, String>;
+
 fn build(doc: Document) -> Result<StepProfile, String> {
     let block_size = doc.block_size as usize;
     Ok(StepProfile {
@@ -353,7 +356,7 @@ fn build(doc: Document) -> Result<StepProfile, String> {
 }
 
 /// The GEMM times, one curve over m per (dtype class, n, k).
-fn gemm_curves(rows: Vec<GemmRow>) -> Result<Vec<((GemmClass, u64, u64), Curve)>, String> {
+fn gemm_curves(rows: Vec<GemmRow>) -> Keyed<(GemmClass, u64, u64), Curve> {
     let mut gemm = Vec::new();
     let mut seen = HashSet::new();
     for (i, g) in rows.into_iter().enumerate() {
@@ -397,7 +400,7 @@ fn attention_key(what: &str, kv: &str, h: u64, kvh: u64, d: u64) -> Result<Atten
 fn decode_surfaces(
     table: Vec<DecodeRow>,
     default_block: usize,
-) -> Result<Vec<((AttentionKey, Option<usize>), Surface)>, String> {
+) -> Keyed<(AttentionKey, Option<usize>), Surface> {
     let mut decode = Vec::new();
     let mut seen = HashSet::new();
     for (i, a) in table.into_iter().enumerate() {
@@ -442,9 +445,7 @@ fn decode_surfaces(
 
 /// Prefill attention's times, a surface over (batch, tokens) above a fixed time, per key and
 /// qk_norm.
-fn prefill_tables(
-    table: Vec<PrefillRow>,
-) -> Result<Vec<((AttentionKey, bool), PrefillTable)>, String> {
+fn prefill_tables(table: Vec<PrefillRow>) -> Keyed<(AttentionKey, bool), PrefillTable> {
     let mut prefill = Vec::new();
     let mut seen = HashSet::new();
     for (i, a) in table.into_iter().enumerate() {
@@ -487,7 +488,7 @@ fn prefill_tables(
 }
 
 /// The all-reduce times, one curve over bytes per GPU count.
-fn allreduce_curves(rows: Vec<AllReduceRow>) -> Result<Vec<(u64, Curve)>, String> {
+fn allreduce_curves(rows: Vec<AllReduceRow>) -> Keyed<u64, Curve> {
     let mut allreduce = Vec::new();
     let mut seen = HashSet::new();
     for (i, a) in rows.into_iter().enumerate() {
@@ -510,9 +511,7 @@ fn allreduce_curves(rows: Vec<AllReduceRow>) -> Result<Vec<(u64, Curve)>, String
 }
 
 /// The elementwise ops' times, one curve over tokens per (op, width).
-fn elementwise_curves(
-    rows: Vec<ElementwiseRow>,
-) -> Result<Vec<((Elementwise, u64), Curve)>, String> {
+fn elementwise_curves(rows: Vec<ElementwiseRow>) -> Keyed<(Elementwise, u64), Curve> {
     let mut elementwise = Vec::new();
     let mut seen = HashSet::new();
     for (i, e) in rows.into_iter().enumerate() {
