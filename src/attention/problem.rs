@@ -62,6 +62,27 @@ impl Default for ProblemOptions {
     }
 }
 
+/// The block table: each sequence's blocks drawn from a random permutation of the pool, so
+/// that neighbouring blocks of a sequence are not neighbours in memory.
+fn shuffled_table(
+    blocks_per_seq: &[usize],
+    num_blocks: usize,
+    lens: &[usize],
+    block_size: usize,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<BlockTable, ProblemError> {
+    let mut physical: Vec<u32> = (0..num_blocks as u32).collect();
+    physical.shuffle(rng);
+    let mut rows = Vec::with_capacity(lens.len());
+    let mut next = 0;
+    for &n in blocks_per_seq {
+        rows.push(physical[next..next + n].to_vec());
+        next += n;
+    }
+    let table = BlockTable::from_rows(&rows, lens, block_size)?;
+    Ok(table)
+}
+
 pub struct Problem<T, KV = T> {
     pub shape: AttentionShape,
     pub spec: KvSpec,
@@ -102,47 +123,14 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
         seed: u64,
         opts: ProblemOptions,
     ) -> Result<Self, ProblemError> {
-        if lens.is_empty() {
-            return Err(ProblemError::Empty);
-        }
-        if shape.num_kv_heads == 0 || !shape.num_heads.is_multiple_of(shape.num_kv_heads) {
-            return Err(ProblemError::Group(shape.num_heads, shape.num_kv_heads));
-        }
-        if T::DTYPE.fp8().is_some() {
-            return Err(ProblemError::QueryDtype(T::DTYPE));
-        }
-        let positive = |what, value: f32| match value.is_finite() && value > 0.0 {
-            true => Ok(()),
-            false => Err(ProblemError::NotPositive { what, value }),
-        };
-        positive("the softmax scale", shape.scale)?;
-        if let Values::Activations {
-            scale, magnitude, ..
-        } = opts.values
-        {
-            positive("the activation scale", scale)?;
-            positive("the outlier magnitude", magnitude)?;
-        }
-        if let Scales::Fixed(k, v) = opts.scales {
-            if let Some(bad) = [k, v].into_iter().find(|s| !(s.is_finite() && *s > 0.0)) {
-                return Err(ProblemError::Scale(bad));
-            }
-        }
+        Self::check(shape, lens, &opts)?;
         let spec = KvSpec::new(shape.num_kv_heads, shape.head_dim, block_size, KV::DTYPE)?;
         let need = host_bytes(shape, block_size, lens, KV::DTYPE, opts);
         host_memory::ensure_fits(need, &describe(lens, "an attention problem"))?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let blocks_per_seq: Vec<usize> = lens.iter().map(|&l| spec.blocks_for(l)).collect();
         let num_blocks = blocks_per_seq.iter().sum::<usize>().max(1);
-        let mut physical: Vec<u32> = (0..num_blocks as u32).collect();
-        physical.shuffle(&mut rng);
-        let mut rows = Vec::with_capacity(lens.len());
-        let mut next = 0;
-        for &n in &blocks_per_seq {
-            rows.push(physical[next..next + n].to_vec());
-            next += n;
-        }
-        let table = BlockTable::from_rows(&rows, lens, block_size)?;
+        let table = shuffled_table(&blocks_per_seq, num_blocks, lens, block_size, &mut rng)?;
         let hd = shape.head_dim;
         let max_len = lens.iter().copied().max().unwrap_or(0).max(1);
         let q_tensor = Tensor {
@@ -169,16 +157,82 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
         };
         let k_scale = scales_for(KV::DTYPE, &k_tensor, opts.scales, fixed_k);
         let v_scale = scales_for(KV::DTYPE, &v_tensor, opts.scales, fixed_v);
-        let mut k_contiguous = k_tensor.store::<KV>(&k_scale);
-        let mut v_contiguous = v_tensor.store::<KV>(&v_scale);
-        let mut exact = opts
+        let k_contiguous = k_tensor.store::<KV>(&k_scale);
+        let v_contiguous = v_tensor.store::<KV>(&v_scale);
+        let exact = opts
             .keep_exact
             .then(|| (k_tensor.exact(), v_tensor.exact()));
         let nan = KV::from_f32(f32::NAN);
         // The contiguous rows are the source of truth; the pool receives the same rows.
         let pool_elems = spec.pool_elems(num_blocks)?;
-        let mut k = huge_vec(pool_elems, nan);
-        let mut v = huge_vec(pool_elems, nan);
+        let k = huge_vec(pool_elems, nan);
+        let v = huge_vec(pool_elems, nan);
+        let mut p = Problem {
+            shape,
+            spec,
+            lens: table.lens.clone(),
+            q,
+            num_blocks,
+            k,
+            v,
+            table,
+            max_len,
+            k_contiguous,
+            v_contiguous,
+            k_scale,
+            v_scale,
+            exact,
+        };
+        p.fill_pool(lens);
+        Ok(p)
+    }
+
+    /// The settings a problem needs: sequences, whole query-head groups, a query dtype that is
+    /// not fp8, positive scales and magnitudes.
+    fn check(
+        shape: AttentionShape,
+        lens: &[usize],
+        opts: &ProblemOptions,
+    ) -> Result<(), ProblemError> {
+        if lens.is_empty() {
+            return Err(ProblemError::Empty);
+        }
+        if shape.num_kv_heads == 0 || !shape.num_heads.is_multiple_of(shape.num_kv_heads) {
+            return Err(ProblemError::Group(shape.num_heads, shape.num_kv_heads));
+        }
+        if T::DTYPE.fp8().is_some() {
+            return Err(ProblemError::QueryDtype(T::DTYPE));
+        }
+        let positive = |what, value: f32| match value.is_finite() && value > 0.0 {
+            true => Ok(()),
+            false => Err(ProblemError::NotPositive { what, value }),
+        };
+        positive("the softmax scale", shape.scale)?;
+        if let Values::Activations {
+            scale, magnitude, ..
+        } = opts.values
+        {
+            positive("the activation scale", scale)?;
+            positive("the outlier magnitude", magnitude)?;
+        }
+        if let Scales::Fixed(k, v) = opts.scales {
+            if let Some(bad) = [k, v].into_iter().find(|s| !(s.is_finite() && *s > 0.0)) {
+                return Err(ProblemError::Scale(bad));
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies each sequence's contiguous rows into its blocks of the pool; rows past a
+    /// sequence's length become NaN in the contiguous cache (and the exact copy), so a reader
+    /// that strays there shows it.
+    fn fill_pool(&mut self, lens: &[usize]) {
+        let (shape, spec, table, max_len) = (&self.shape, &self.spec, &self.table, self.max_len);
+        let hd = shape.head_dim;
+        let nan = KV::from_f32(f32::NAN);
+        let (k, v) = (&mut self.k, &mut self.v);
+        let (k_contiguous, v_contiguous) = (&mut self.k_contiguous, &mut self.v_contiguous);
+        let exact = &mut self.exact;
         for (seq, &len) in lens.iter().enumerate() {
             for head in 0..shape.num_kv_heads {
                 let base = (seq * shape.num_kv_heads + head) * max_len;
@@ -200,22 +254,6 @@ impl<T: KvElem, KV: KvElem> Problem<T, KV> {
                 }
             }
         }
-        Ok(Problem {
-            shape,
-            spec,
-            lens: table.lens.clone(),
-            q,
-            num_blocks,
-            k,
-            v,
-            table,
-            max_len,
-            k_contiguous,
-            v_contiguous,
-            k_scale,
-            v_scale,
-            exact,
-        })
     }
 
     /// The problem as the launchers take it.

@@ -79,7 +79,53 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         .checked_next_multiple_of(MIB)
         .ok_or_else(|| LabError::Invalid(format!("a buffer of {} bytes", cfg.bytes)))?;
     let dev = CudaDevice::open(0)?;
-    let gpu = dev.gpu.clone();
+    let (concurrent, pageable) = capabilities(&dev, bytes)?;
+    let mut host = pattern(bytes);
+    if xor_fold(&host) == 0 {
+        // Zeroed memory folds to 0 too: the pattern must not, or a lost copy would pass.
+        host[0] ^= 1;
+    }
+    let expected = xor_fold(&host);
+    let mut reader = Reader::new(&dev)?;
+    let mut passes = Passes {
+        bytes,
+        expected,
+        list: Vec::new(),
+    };
+    let explicit = explicit_passes(&dev, &mut reader, &host, &mut passes)?;
+    let (first_touch_ms, second_touch_ms) = managed_passes(&dev, &mut reader, &host, &mut passes)?;
+    let prefetch_ms = if concurrent {
+        Some(prefetch_pass(&dev, &mut reader, &host, &mut passes)?)
+    } else {
+        None
+    };
+    let checks = checks(
+        &passes,
+        dev.info.emulated,
+        concurrent,
+        first_touch_ms,
+        second_touch_ms,
+    );
+    Ok(ManagedReport {
+        device: dev.info.name.clone(),
+        bytes,
+        concurrent_managed_access: concurrent,
+        pageable_memory_access: pageable,
+        copy_pageable_ms: explicit.copy_pageable_ms,
+        copy_pinned_ms: explicit.copy_pinned_ms,
+        kernel_device_ms: explicit.kernel_device_ms,
+        first_touch_ms,
+        second_touch_ms,
+        prefetch_ms,
+        passes: passes.list,
+        checks,
+    })
+}
+
+/// Whether the device can fault on managed pages (`concurrent`) and read pageable host memory;
+/// an error when it has no managed memory or too little free for the lab's three buffers.
+fn capabilities(dev: &CudaDevice, bytes: usize) -> Result<(bool, bool), LabError> {
+    let gpu = &dev.gpu;
     use sys::CUdevice_attribute as A;
     if gpu.attribute(A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "MANAGED_MEMORY")? == 0 {
         return Err(LabError::Unavailable(
@@ -103,27 +149,47 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
             super::machine::bytes(free as u64)
         )));
     }
+    Ok((concurrent, pageable))
+}
 
-    let mut host = pattern(bytes);
-    if xor_fold(&host) == 0 {
-        // Zeroed memory folds to 0 too: the pattern must not, or a lost copy would pass.
-        host[0] ^= 1;
-    }
-    let expected = xor_fold(&host);
-    let mut reader = Reader::new(&dev)?;
-    let mut passes = Vec::new();
-    let mut pass = |name, ms: f64, data_intact| {
-        passes.push(Pass {
+/// The passes so far, each checked against the host's fold.
+struct Passes {
+    bytes: usize,
+    expected: u32,
+    list: Vec<Pass>,
+}
+
+impl Passes {
+    /// Records a pass of `ms` whose kernel folded to `sum`; returns `ms`.
+    fn add(&mut self, name: &'static str, ms: f64, sum: u32) -> f64 {
+        self.list.push(Pass {
             name,
             ms,
-            gbps: bytes as f64 / (ms * 1e-3) / 1e9,
-            data_intact,
+            gbps: self.bytes as f64 / (ms * 1e-3) / 1e9,
+            data_intact: sum == self.expected,
         });
         ms
-    };
+    }
+}
 
-    // The explicit way: copy into cuMemAlloc'd memory, then read it there.
-    let device = DeviceMemory::alloc(&gpu, bytes)?;
+/// The explicit way's times.
+struct Explicit {
+    copy_pageable_ms: f64,
+    copy_pinned_ms: f64,
+    kernel_device_ms: f64,
+}
+
+/// The explicit way: copy into cuMemAlloc'd memory (from pageable, then pinned memory), then
+/// read it there.
+fn explicit_passes(
+    dev: &CudaDevice,
+    reader: &mut Reader,
+    host: &[u8],
+    passes: &mut Passes,
+) -> Result<Explicit, LabError> {
+    let gpu = &dev.gpu;
+    let bytes = passes.bytes;
+    let device = DeviceMemory::alloc(gpu, bytes)?;
     // Each copy lands on zeroed memory, so a copy that did nothing fails the fold.
     let poison = || -> Result<(), DeviceError> {
         let doing = || "zeroing the device copy's destination".to_string();
@@ -144,71 +210,92 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
                 .map_err(failed("cuMemcpyHtoDAsync", doing))
         })
     };
-    let copy_pageable_ms = copy(&host, "pageable memory")?;
+    let copy_pageable_ms = copy(host, "pageable memory")?;
     let (ms, sum) = reader.read(device.ptr, bytes)?;
-    let kernel_device_ms = pass(
-        "kernel over device memory (after the copy)",
-        ms,
-        sum == expected,
-    );
-    pass(
-        "copy from pageable memory",
-        copy_pageable_ms,
-        sum == expected,
-    );
-    let mut pinned = PinnedBuffer::new(&gpu, "the pinned copy source", bytes)?;
-    pinned.as_mut().copy_from_slice(&host);
+    let kernel_device_ms = passes.add("kernel over device memory (after the copy)", ms, sum);
+    passes.add("copy from pageable memory", copy_pageable_ms, sum);
+    let mut pinned = PinnedBuffer::new(gpu, "the pinned copy source", bytes)?;
+    pinned.as_mut().copy_from_slice(host);
     poison()?;
     let copy_pinned_ms = copy(pinned.as_ref(), "pinned memory")?;
     let (_, sum_pinned) = reader.read(device.ptr, bytes)?;
-    pass(
-        "copy from pinned memory",
-        copy_pinned_ms,
-        sum_pinned == expected,
-    );
+    passes.add("copy from pinned memory", copy_pinned_ms, sum_pinned);
     drop(pinned);
     device.free()?;
+    Ok(Explicit {
+        copy_pageable_ms,
+        copy_pinned_ms,
+        kernel_device_ms,
+    })
+}
 
-    // The managed way: the host writes (pages on the host), the GPU's first read migrates them.
-    let mut managed = DeviceMemory::managed(&gpu, bytes)?;
+/// The managed way: the host writes (pages on the host), the GPU's first read migrates them,
+/// the second finds them resident. Returns both reads' ms.
+fn managed_passes(
+    dev: &CudaDevice,
+    reader: &mut Reader,
+    host: &[u8],
+    passes: &mut Passes,
+) -> Result<(f64, f64), LabError> {
+    let bytes = passes.bytes;
+    let mut managed = DeviceMemory::managed(&dev.gpu, bytes)?;
     // SAFETY: managed memory, no GPU work uses it yet.
-    unsafe { managed.host_mut() }?.copy_from_slice(&host);
+    unsafe { managed.host_mut() }?.copy_from_slice(host);
     let (first_touch_ms, first_sum) = reader.read(managed.ptr, bytes)?;
-    pass(
+    passes.add(
         "managed: first GPU touch (faults, migration)",
         first_touch_ms,
-        first_sum == expected,
+        first_sum,
     );
     let (second_touch_ms, second_sum) = reader.read(managed.ptr, bytes)?;
-    pass(
+    passes.add(
         "managed: second GPU touch (resident)",
         second_touch_ms,
-        second_sum == expected,
+        second_sum,
     );
     managed.free()?;
+    Ok((first_touch_ms, second_touch_ms))
+}
 
-    let prefetch_ms = if concurrent {
-        let mut managed = DeviceMemory::managed(&gpu, bytes)?;
-        // SAFETY: as above.
-        unsafe { managed.host_mut() }?.copy_from_slice(&host);
-        let location = sys::CUmemLocation {
-            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-            id: gpu.cu_device(),
-        };
-        let (ms, sum) = reader.read_after(managed.ptr, bytes, || {
-            let doing = || "prefetching the managed memory to the GPU".to_string();
-            gpu.bind(doing)?;
-            // SAFETY: the whole managed range, to this context's device, on the reader's stream.
-            unsafe { result::mem_prefetch_async(managed.ptr, bytes, location, dev.stream.raw()) }
-                .map_err(failed("cuMemPrefetchAsync", doing))
-        })?;
-        managed.free()?;
-        Some(pass("managed: prefetch then read", ms, sum == expected))
-    } else {
-        None
+/// The managed way ahead of need: `cuMemPrefetchAsync` to the GPU, then the read, timed together.
+fn prefetch_pass(
+    dev: &CudaDevice,
+    reader: &mut Reader,
+    host: &[u8],
+    passes: &mut Passes,
+) -> Result<f64, LabError> {
+    let gpu = &dev.gpu;
+    let bytes = passes.bytes;
+    let mut managed = DeviceMemory::managed(gpu, bytes)?;
+    // SAFETY: managed memory, no GPU work uses it yet.
+    unsafe { managed.host_mut() }?.copy_from_slice(host);
+    let location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: gpu.cu_device(),
     };
+    let (ms, sum) = reader.read_after(managed.ptr, bytes, || {
+        let doing = || "prefetching the managed memory to the GPU".to_string();
+        gpu.bind(doing)?;
+        // SAFETY: the whole managed range, to this context's device, on the reader's stream.
+        unsafe { result::mem_prefetch_async(managed.ptr, bytes, location, dev.stream.raw()) }
+            .map_err(failed("cuMemPrefetchAsync", doing))
+    })?;
+    managed.free()?;
+    Ok(passes.add("managed: prefetch then read", ms, sum))
+}
 
+/// The lab's checks: every pass read the host's bytes; the first touch of managed pages costs
+/// more than the second (a timing: not on the emulated driver, and only with on-demand faults).
+fn checks(
+    passes: &Passes,
+    emulated: bool,
+    concurrent: bool,
+    first_touch_ms: f64,
+    second_touch_ms: f64,
+) -> Vec<Check> {
+    let expected = passes.expected;
     let lost: Vec<&str> = passes
+        .list
         .iter()
         .filter(|p| !p.data_intact)
         .map(|p| p.name)
@@ -217,13 +304,13 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
         "every pass read exactly the bytes the host wrote (xor fold)",
         lost.is_empty(),
         if lost.is_empty() {
-            format!("{} passes, fold {expected:#010x}", passes.len())
+            format!("{} passes, fold {expected:#010x}", passes.list.len())
         } else {
             format!("wrong: {}", lost.join(", "))
         },
     )];
     let expectation = "the first GPU touch of host-resident managed pages pays for migrating them";
-    checks.push(if dev.info.emulated {
+    checks.push(if emulated {
         // A timing fact: on the emulated driver there is no migration to time.
         Check::skipped(
             expectation,
@@ -241,20 +328,7 @@ pub fn run(cfg: &ManagedConfig) -> Result<ManagedReport, LabError> {
             "no concurrent managed access: pages move at kernel launch, not on faults",
         )
     });
-    Ok(ManagedReport {
-        device: dev.info.name.clone(),
-        bytes,
-        concurrent_managed_access: concurrent,
-        pageable_memory_access: pageable,
-        copy_pageable_ms,
-        copy_pinned_ms,
-        kernel_device_ms,
-        first_touch_ms,
-        second_touch_ms,
-        prefetch_ms,
-        passes,
-        checks,
-    })
+    checks
 }
 
 /// `stream_read` over raw device addresses, timed with events on the device's stream.

@@ -9,6 +9,7 @@ use super::procstat::{mapping_memory_of, Faults};
 use super::scratch::ScratchFile;
 use super::{Check, LabError, KIB, MIB};
 use serde::Serialize;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 /// Slices are whole multiples of this, the kernel's default fault-around window, so mapping the
@@ -78,6 +79,95 @@ const MAP_FAILED: i32 = 3;
 const PARENT_GONE: i32 = 4;
 
 pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabError> {
+    let l = layout(cfg, facts)?;
+    let (n, shared, slice) = (l.processes, l.shared, l.slice);
+    let page = page_bytes();
+    let file = ScratchFile::create(&cfg.dir, "share", cfg.file_bytes)?;
+    let dropped = file.drop_cache();
+    let cached_before = file.cached_pages()?.0;
+    let meminfo_before = MemInfo::read().cached_bytes;
+
+    let reports_pipe = Pipe::new()?;
+    let release = Pipe::new()?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file.file);
+    let len = file.len;
+    let mut children = Vec::with_capacity(n);
+    for index in 0..n {
+        let reader = Reader {
+            index,
+            fd,
+            len,
+            shared,
+            offset: shared + index * slice,
+            slice,
+            page,
+        };
+        // SAFETY: the body maps the file, reads it, reads counters and talks through pipes:
+        // system calls and memory reads only.
+        let child =
+            unsafe { fork::spawn(|| reader.read_and_report(&reports_pipe.write, &release.read)) }?;
+        children.push(child);
+    }
+    drop(reports_pipe.write);
+    let rows = collect_rows(&reports_pipe.read, &children, l)?;
+    let cached_after = file.cached_pages()?.0;
+    let meminfo_after = MemInfo::read().cached_bytes;
+    fork::write_all(&release.write, &vec![1u8; n]);
+    for (i, child) in children.into_iter().enumerate() {
+        match child.wait()? {
+            0 => {}
+            MAP_FAILED => {
+                return Err(LabError::Child(format!(
+                    "reader {i} could not map the file"
+                )))
+            }
+            code => return Err(LabError::Child(format!("reader {i} exited with {code}"))),
+        }
+    }
+    let cold = dropped.is_ok() && cached_before * page <= len / 10;
+    let checks = checks(&rows, l, cold, cached_before * page);
+    Ok(ShareReport {
+        processes: n,
+        file_bytes: len,
+        shared_bytes: shared,
+        slice_bytes: slice,
+        read_per_process_bytes: l.per_process(),
+        distinct_bytes: l.distinct(),
+        sum_rss_bytes: rows.iter().map(|r| r.rss_bytes).sum(),
+        sum_pss_bytes: rows.iter().map(|r| r.pss_bytes).sum(),
+        rows,
+        file_cached_before_bytes: (cached_before * page) as u64,
+        file_cached_after_bytes: (cached_after * page) as u64,
+        page_cache_growth_bytes: meminfo_before
+            .zip(meminfo_after)
+            .map(|(b, a)| a as i64 - b as i64),
+        checks,
+    })
+}
+
+/// How the file is cut: the region every process reads at its start, then one slice per
+/// process (both whole multiples of [`SLICE_ALIGN`]).
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    processes: usize,
+    shared: usize,
+    slice: usize,
+}
+
+impl Layout {
+    /// What each process reads.
+    fn per_process(&self) -> usize {
+        self.shared + self.slice
+    }
+
+    /// The distinct file bytes read by any process.
+    fn distinct(&self) -> usize {
+        self.shared + self.processes * self.slice
+    }
+}
+
+/// The settings checked and the file cut into the shared region and the slices.
+fn layout(cfg: &ShareConfig, facts: &MachineFacts) -> Result<Layout, LabError> {
     let n = super::error::positive(cfg.processes, "the process count")?;
     if n > MAX_PROCESSES {
         return Err(LabError::Invalid(format!(
@@ -100,82 +190,104 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
             show(SLICE_ALIGN as u64)
         )));
     }
-    let page = page_bytes();
-    let file = ScratchFile::create(&cfg.dir, "share", cfg.file_bytes)?;
-    let dropped = file.drop_cache();
-    let cached_before = file.cached_pages()?.0;
-    let meminfo_before = MemInfo::read().cached_bytes;
+    Ok(Layout {
+        processes: n,
+        shared,
+        slice,
+    })
+}
 
-    let reports_pipe = Pipe::new()?;
-    let release = Pipe::new()?;
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&file.file);
-    let len = file.len;
-    let mut children = Vec::with_capacity(n);
-    for i in 0..n {
-        let offset = shared + i * slice;
-        // SAFETY: the body maps the file, reads it, reads counters and talks through pipes:
-        // system calls and memory reads only.
-        let child = unsafe {
-            fork::spawn(|| {
-                // The file mapped at a 2 MiB-aligned address: fault-around maps the cached
-                // neighbours of a faulting page within an aligned window of *virtual* addresses,
-                // so only then do its windows line up with the slices' file offsets.
-                let room = libc::mmap(
-                    std::ptr::null_mut(),
-                    len + MAP_ALIGN,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                );
-                if room == libc::MAP_FAILED {
-                    return MAP_FAILED;
-                }
-                let at = (room as usize).next_multiple_of(MAP_ALIGN);
-                let ptr = libc::mmap(
-                    at as *mut libc::c_void,
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_SHARED | libc::MAP_FIXED,
-                    fd,
-                    0,
-                );
-                if ptr == libc::MAP_FAILED {
-                    return MAP_FAILED;
-                }
-                let ptr = ptr.cast::<u8>();
-                let before = Faults::of_thread();
-                let sum = super::mapping::read_every(ptr, shared, page)
-                    .wrapping_add(super::mapping::read_every(ptr.add(offset), slice, page));
-                std::hint::black_box(sum);
-                let f = Faults::of_thread().since(before);
-                // One write of at most PIPE_BUF bytes: the readers' reports never interleave.
-                let sent = fork::send_words(
-                    &reports_pipe.write,
-                    [i as u64, ptr as u64, f.minor, f.major],
-                );
-                let mut go = [0u8];
-                if sent && fork::read_exact(&release.read, &mut go) {
-                    0
-                } else {
-                    PARENT_GONE
-                }
-            })
-        }?;
-        children.push(child);
+/// What one reader process needs: plain values only (its body allocates nothing).
+#[derive(Debug, Clone, Copy)]
+struct Reader {
+    index: usize,
+    fd: std::os::fd::RawFd,
+    len: usize,
+    shared: usize,
+    offset: usize,
+    slice: usize,
+    page: usize,
+}
+
+impl Reader {
+    /// The reader's body: maps the file, reads the shared region and its slice, reports
+    /// `[index, mapping address, minor faults, major faults]`, then holds its mapping until
+    /// released. Returns its exit code.
+    fn read_and_report(self, reports: &OwnedFd, release: &OwnedFd) -> i32 {
+        let Reader {
+            index: i,
+            fd,
+            len,
+            shared,
+            offset,
+            slice,
+            page,
+        } = self;
+        // SAFETY: system calls, and reads inside the mapping just made (`shared` and the slice
+        // lie within the file's `len` bytes).
+        unsafe {
+            // The file mapped at a 2 MiB-aligned address: fault-around maps the cached
+            // neighbours of a faulting page within an aligned window of *virtual* addresses,
+            // so only then do its windows line up with the slices' file offsets.
+            let room = libc::mmap(
+                std::ptr::null_mut(),
+                len + MAP_ALIGN,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if room == libc::MAP_FAILED {
+                return MAP_FAILED;
+            }
+            let at = (room as usize).next_multiple_of(MAP_ALIGN);
+            let ptr = libc::mmap(
+                at as *mut libc::c_void,
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                0,
+            );
+            if ptr == libc::MAP_FAILED {
+                return MAP_FAILED;
+            }
+            let ptr = ptr.cast::<u8>();
+            let before = Faults::of_thread();
+            let sum = super::mapping::read_every(ptr, shared, page)
+                .wrapping_add(super::mapping::read_every(ptr.add(offset), slice, page));
+            std::hint::black_box(sum);
+            let f = Faults::of_thread().since(before);
+            // One write of at most PIPE_BUF bytes: the readers' reports never interleave.
+            let sent = fork::send_words(reports, [i as u64, ptr as u64, f.minor, f.major]);
+            let mut go = [0u8];
+            if sent && fork::read_exact(release, &mut go) {
+                0
+            } else {
+                PARENT_GONE
+            }
+        }
     }
-    drop(reports_pipe.write);
-    // Every reader reports after its reads; only when all have read are their mappings final.
+}
+
+/// Every reader's report, then its mapping as its smaps shows it: every reader reports after its
+/// reads, so only when all have reported are their mappings final.
+fn collect_rows(
+    reports_read: &OwnedFd,
+    children: &[fork::Child],
+    l: Layout,
+) -> Result<Vec<ProcessRow>, LabError> {
+    let n = l.processes;
     let mut reports: Vec<Option<[u64; 3]>> = vec![None; n];
     for _ in 0..n {
-        let [i, addr, minor, major] = fork::receive_words::<4>(&reports_pipe.read)?;
+        let [i, addr, minor, major] = fork::receive_words::<4>(reports_read)?;
         let slot = reports
             .get_mut(i as usize)
             .ok_or_else(|| LabError::Child(format!("unknown reader {i}")))?;
         *slot = Some([addr, minor, major]);
     }
     let mut rows = Vec::with_capacity(n);
-    for (i, (report, child)) in reports.iter().zip(&children).enumerate() {
+    for (i, (report, child)) in reports.iter().zip(children).enumerate() {
         let [addr, minor, major] =
             report.ok_or_else(|| LabError::Child(format!("reader {i} sent no report")))?;
         let pid = child.pid();
@@ -185,8 +297,8 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
             ))
         })?;
         rows.push(ProcessRow {
-            slice_offset: shared + i * slice,
-            slice_bytes: slice,
+            slice_offset: l.shared + i * l.slice,
+            slice_bytes: l.slice,
             rss_bytes: mem.rss_bytes,
             pss_bytes: mem.pss_bytes,
             shared_clean_bytes: mem.shared_clean_bytes,
@@ -195,23 +307,14 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
             major_faults: major,
         });
     }
-    let cached_after = file.cached_pages()?.0;
-    let meminfo_after = MemInfo::read().cached_bytes;
-    fork::write_all(&release.write, &vec![1u8; n]);
-    for (i, child) in children.into_iter().enumerate() {
-        match child.wait()? {
-            0 => {}
-            MAP_FAILED => {
-                return Err(LabError::Child(format!(
-                    "reader {i} could not map the file"
-                )))
-            }
-            code => return Err(LabError::Child(format!("reader {i} exited with {code}"))),
-        }
-    }
+    Ok(rows)
+}
 
-    let per_process = shared + slice;
-    let distinct = shared + n * slice;
+/// The lab's checks: RSS per process, PSS adding up to the distinct bytes, the shared region
+/// shared, and (when the file's cache was dropped: `cold`) major faults.
+fn checks(rows: &[ProcessRow], l: Layout, cold: bool, cached_before_bytes: usize) -> Vec<Check> {
+    let (n, shared) = (l.processes, l.shared);
+    let (per_process, distinct) = (l.per_process(), l.distinct());
     let sum_rss: u64 = rows.iter().map(|r| r.rss_bytes).sum();
     let sum_pss: u64 = rows.iter().map(|r| r.pss_bytes).sum();
     let within = |got: u64, want: usize| (got as f64 - want as f64).abs() <= 0.1 * want as f64;
@@ -257,7 +360,6 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
         ));
     }
     let expectation = "the readers' first touches went to the disk (major faults)";
-    let cold = dropped.is_ok() && cached_before * page <= len / 10;
     checks.push(if cold {
         Check::verdict(
             expectation,
@@ -272,27 +374,11 @@ pub fn run(cfg: &ShareConfig, facts: &MachineFacts) -> Result<ShareReport, LabEr
             expectation,
             format!(
                 "the file's cache could not be dropped ({} still cached)",
-                show((cached_before * page) as u64)
+                show(cached_before_bytes as u64)
             ),
         )
     });
-    Ok(ShareReport {
-        processes: n,
-        file_bytes: len,
-        shared_bytes: shared,
-        slice_bytes: slice,
-        rows,
-        read_per_process_bytes: per_process,
-        distinct_bytes: distinct,
-        sum_rss_bytes: sum_rss,
-        sum_pss_bytes: sum_pss,
-        file_cached_before_bytes: (cached_before * page) as u64,
-        file_cached_after_bytes: (cached_after * page) as u64,
-        page_cache_growth_bytes: meminfo_before
-            .zip(meminfo_after)
-            .map(|(b, a)| a as i64 - b as i64),
-        checks,
-    })
+    checks
 }
 
 #[cfg(test)]

@@ -74,6 +74,49 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
     let page = page_bytes();
     let mem = facts.memory;
     let ram_swap = mem.mem_total_bytes.unwrap_or(0) + mem.swap_total_bytes.unwrap_or(0);
+    let reserve = reservation_bytes(cfg, facts, ram_swap)?;
+    let written = cfg.write_bytes.next_multiple_of(page);
+    let mode = facts.overcommit_memory;
+    let headroom = mem
+        .commit_limit_bytes
+        .zip(mem.committed_as_bytes)
+        .map(|(l, c)| l as i64 - c as i64);
+    let r = reserve_and_write(reserve, page, written)?;
+    let mut checks = reservation_checks(&r, reserve, written, mode);
+    let accounted = accounted_attempt(reserve, page, mode, ram_swap, headroom);
+    checks.push(accounted_check(&accounted, reserve, mode));
+    Ok(OvercommitReport {
+        reserved_bytes: reserve,
+        reservation_granted: r.granted,
+        reservation_error: r.error,
+        written_bytes: if r.granted { written } else { 0 },
+        write_ns: r.write_ns,
+        rss_before_bytes: r.rss_before,
+        rss_after_bytes: r.rss_after,
+        mapping_rss_reserved_bytes: r.reserved_rss,
+        mapping_rss_written_bytes: r.written_rss,
+        virtual_before_bytes: r.virtual_before,
+        virtual_after_bytes: r.virtual_after,
+        overcommit_memory: mode,
+        overcommit_ratio: facts.overcommit_ratio,
+        mem_total_bytes: mem.mem_total_bytes,
+        swap_total_bytes: mem.swap_total_bytes,
+        commit_limit_bytes: mem.commit_limit_bytes,
+        committed_as_bytes: mem.committed_as_bytes,
+        mode2_headroom_bytes: headroom,
+        mode2_would_refuse: headroom.map(|h| reserve as i64 > h),
+        accounted,
+        checks,
+    })
+}
+
+/// The bytes to reserve (by default 1 TiB, or twice RAM + swap if that is more), the settings
+/// checked.
+fn reservation_bytes(
+    cfg: OvercommitConfig,
+    facts: &MachineFacts,
+    ram_swap: u64,
+) -> Result<usize, LabError> {
     let reserve = cfg
         .reserve_bytes
         .unwrap_or_else(|| (2 * ram_swap as usize).next_multiple_of(GIB).max(1 << 40));
@@ -93,15 +136,31 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
             show(reserve as u64)
         )));
     }
-    super::error::at_most_half_memory(cfg.write_bytes as u64, "writing", mem.mem_total_bytes)?;
-    let written = cfg.write_bytes.next_multiple_of(page);
-    let mode = facts.overcommit_memory;
-    let headroom = mem
-        .commit_limit_bytes
-        .zip(mem.committed_as_bytes)
-        .map(|(l, c)| l as i64 - c as i64);
-    let mut checks = Vec::new();
+    super::error::at_most_half_memory(
+        cfg.write_bytes as u64,
+        "writing",
+        facts.memory.mem_total_bytes,
+    )?;
+    Ok(reserve)
+}
 
+/// What the `MAP_NORESERVE` reservation did: granted or not, and the memory around it.
+struct Reserved {
+    granted: bool,
+    error: Option<String>,
+    rss_before: u64,
+    rss_after: u64,
+    /// The reservation's own resident bytes after reserving and after writing.
+    reserved_rss: u64,
+    written_rss: u64,
+    write_ns: f64,
+    virtual_before: Option<u64>,
+    virtual_after: Option<u64>,
+}
+
+/// Reserves `reserve` bytes without accounting, writes the first `written`, and reads the RSS
+/// and virtual size around it; the reservation is given back before returning.
+fn reserve_and_write(reserve: usize, page: usize, written: usize) -> Result<Reserved, LabError> {
     let rss_before = rollup(None)
         .map_err(LabError::io("reading smaps_rollup"))?
         .rss_bytes;
@@ -131,23 +190,45 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
         .map_err(LabError::io("reading smaps_rollup"))?
         .rss_bytes;
     drop(reservation);
+    Ok(Reserved {
+        granted,
+        error,
+        rss_before,
+        rss_after,
+        reserved_rss,
+        written_rss,
+        write_ns,
+        virtual_before,
+        virtual_after,
+    })
+}
 
-    if granted {
+/// A granted reservation holds nothing until written, then the bytes written; a refused one is
+/// refused only under strict accounting.
+fn reservation_checks(
+    r: &Reserved,
+    reserve: usize,
+    written: usize,
+    mode: Option<u32>,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    if r.granted {
         checks.push(Check::verdict(
             "reserving address space costs no memory: the reservation holds nothing resident",
-            reserved_rss == 0,
+            r.reserved_rss == 0,
             format!(
-                "{reserved_rss} bytes resident after reserving {}",
+                "{} bytes resident after reserving {}",
+                r.reserved_rss,
                 show(reserve as u64)
             ),
         ));
-        let diff = (written_rss as f64 - written as f64).abs();
+        let diff = (r.written_rss as f64 - written as f64).abs();
         checks.push(Check::verdict(
             "RSS follows the writes: the reservation's RSS is the bytes written (within 10%)",
             diff <= 0.1 * written as f64,
             format!(
                 "{} resident after writing {}",
-                show(written_rss),
+                show(r.written_rss),
                 show(written as u64)
             ),
         ));
@@ -158,14 +239,17 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
             strict,
             format!(
                 "refused ({}) under overcommit_memory={}",
-                error.as_deref().unwrap_or("?"),
+                r.error.as_deref().unwrap_or("?"),
                 mode.map_or("?".to_string(), |m| m.to_string())
             ),
         ));
     }
+    checks
+}
 
-    let accounted = accounted_attempt(reserve, page, mode, ram_swap, headroom);
-    checks.push(match accounted.predicted {
+/// The accounted request decided as the mode documents (when it is not too close to call).
+fn accounted_check(accounted: &Accounted, reserve: usize, mode: Option<u32>) -> Check {
+    match accounted.predicted {
         Some(p) => Check::verdict(
             "the mode decides an accounted request as documented",
             p == accounted.granted,
@@ -185,31 +269,7 @@ pub fn run(cfg: OvercommitConfig, facts: &MachineFacts) -> Result<OvercommitRepo
             "the mode decides an accounted request as documented",
             "the request is too close to the limit to predict",
         ),
-    });
-
-    Ok(OvercommitReport {
-        reserved_bytes: reserve,
-        reservation_granted: granted,
-        reservation_error: error,
-        written_bytes: if granted { written } else { 0 },
-        write_ns,
-        rss_before_bytes: rss_before,
-        rss_after_bytes: rss_after,
-        mapping_rss_reserved_bytes: reserved_rss,
-        mapping_rss_written_bytes: written_rss,
-        virtual_before_bytes: virtual_before,
-        virtual_after_bytes: virtual_after,
-        overcommit_memory: mode,
-        overcommit_ratio: facts.overcommit_ratio,
-        mem_total_bytes: mem.mem_total_bytes,
-        swap_total_bytes: mem.swap_total_bytes,
-        commit_limit_bytes: mem.commit_limit_bytes,
-        committed_as_bytes: mem.committed_as_bytes,
-        mode2_headroom_bytes: headroom,
-        mode2_would_refuse: headroom.map(|h| reserve as i64 > h),
-        accounted,
-        checks,
-    })
+    }
 }
 
 /// Asks for `reserve` bytes with accounting and gives them back at once (nothing is touched).

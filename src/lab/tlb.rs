@@ -317,14 +317,22 @@ fn checks(
     huge: usize,
     huge_skipped: Option<&str>,
 ) -> Vec<Check> {
-    let mut checks = Vec::new();
+    vec![
+        chains_check(rows),
+        caches_check(small, facts),
+        huge_pages_check(rows, small, facts, tlb, huge, huge_skipped),
+    ]
+}
+
+/// Every chain walked is one cycle through every line of its working set.
+fn chains_check(rows: &[TlbRow]) -> Check {
     let walked: Vec<&TlbRow> = rows.iter().filter(|r| r.cycle_verified.is_some()).collect();
     let broken = walked
         .iter()
         .filter(|r| r.cycle_verified == Some(false))
         .count();
     let expectation = "every chase is one cycle through every line of its working set";
-    checks.push(if walked.is_empty() {
+    if walked.is_empty() {
         Check::skipped(
             expectation,
             format!(
@@ -343,7 +351,11 @@ fn checks(
                 rows.len() - walked.len()
             ),
         )
-    });
+    }
+}
+
+/// Memory beyond the last cache is slower than the L1 cache.
+fn caches_check(small: &[&TlbRow], facts: &MachineFacts) -> Check {
     let caches = facts.data_caches();
     let expectation = "memory beyond the last cache is slower than the L1 cache (over 2x)";
     match (caches.first(), caches.last()) {
@@ -356,7 +368,7 @@ fn checks(
                 .rev()
                 .find(|r| r.working_set_bytes <= l1.size_bytes / 2);
             let beyond = small.iter().find(|r| r.working_set_bytes >= 4 * llc_bytes);
-            checks.push(match (inside, beyond) {
+            match (inside, beyond) {
                 (Some(i), Some(b)) => Check::verdict(
                     expectation,
                     b.ns_per_access > 2.0 * i.ns_per_access,
@@ -378,10 +390,21 @@ fn checks(
                         llc.name()
                     ),
                 ),
-            });
+            }
         }
-        _ => checks.push(Check::skipped(expectation, "the machine reports no caches")),
+        _ => Check::skipped(expectation, "the machine reports no caches"),
     }
+}
+
+/// Beyond the 4 KiB TLB's reach, huge pages make the chase faster.
+fn huge_pages_check(
+    rows: &[TlbRow],
+    small: &[&TlbRow],
+    facts: &MachineFacts,
+    tlb: &[TlbReach],
+    huge: usize,
+    huge_skipped: Option<&str>,
+) -> Check {
     let expectation = "beyond the 4 KiB TLB's reach, huge pages make the chase faster";
     let reach = tlb
         .iter()
@@ -393,7 +416,7 @@ fn checks(
         rows.iter()
             .find(|r| r.page_bytes == huge && r.working_set_bytes == l.working_set_bytes)
     });
-    checks.push(match (huge_skipped, reach, last, last_huge) {
+    match (huge_skipped, reach, last, last_huge) {
         (Some(why), ..) => Check::skipped(expectation, format!("no 2 MiB pages: {why}")),
         (_, None, ..) => Check::skipped(expectation, "cpuid reports no TLB sizes"),
         (_, Some(reach), Some(l), Some(h)) if l.working_set_bytes >= 2 * reach => {
@@ -433,8 +456,7 @@ fn checks(
                 show(2 * reach as u64)
             ),
         ),
-    });
-    checks
+    }
 }
 
 #[cfg(test)]

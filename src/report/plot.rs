@@ -3,6 +3,8 @@
 //! the right of the chart, never on the data; the y axis is zoomed to the data (log10 when the
 //! data is positive and spans two decades or more).
 
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -153,17 +155,7 @@ pub fn line_plot_with(
         .filter(|&a| ok(a))
         .map(tx)
         .collect();
-    let (mut x0, mut x1) = xs
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
-            (l.min(v), h.max(v))
-        });
-    if x0 > x1 {
-        (x0, x1) = (0.0, 1.0);
-    }
-    if x1 - x0 < 1e-12 {
-        x1 = x0 + 1.0;
-    }
+    let (x0, x1) = x_range(&xs);
     let xpad = 0.03 * (x1 - x0);
     let ys: Vec<f64> = series
         .iter()
@@ -189,27 +181,8 @@ pub fn line_plot_with(
                 .collect()
         })
         .collect();
-    // A series drawn over an earlier one it matches (within 1% of the axis) is dashed, so the
-    // earlier one shows through and the legend says so.
-    let same_as: Vec<Option<usize>> = (0..data.len())
-        .map(|i| {
-            (0..i).find(|&j| {
-                !data[i].is_empty()
-                    && data[i].len() == data[j].len()
-                    && data[i].iter().zip(&data[j]).all(|(p, q)| {
-                        (p.0 - q.0).abs() < 1e-9 && (p.1 - q.1).abs() <= 0.01 * (y1 - y0)
-                    })
-            })
-        })
-        .collect();
-    let names: Vec<String> = series
-        .iter()
-        .zip(&same_as)
-        .map(|(s, same)| match same {
-            Some(j) => format!("{} (dashed: on {})", s.name, series[*j].name),
-            None => s.name.clone(),
-        })
-        .collect();
+    let same_as = same_as_earlier(&data, y1 - y0);
+    let names = legend_names(series, &same_as);
     let longest = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
     let legend_w = (longest as u32 * 7 + 60).clamp(160, 640);
     let (w, h) = (900 + legend_w, 560u32);
@@ -222,35 +195,7 @@ pub fn line_plot_with(
         .x_label_area_size(44)
         .y_label_area_size(70)
         .build_cartesian_2d((x0 - xpad)..(x1 + xpad), y0..y1)?;
-    let fmt_x = move |v: &f64| {
-        if log2 {
-            tick(2f64.powf(*v))
-        } else {
-            tick(*v)
-        }
-    };
-    let fmt_y = move |v: &f64| if ylog { tick(10f64.powf(*v)) } else { tick(*v) };
-    let y_desc = if ylog {
-        format!("{y_label} (log scale)")
-    } else {
-        y_label.to_string()
-    };
-    let mut mesh = chart.configure_mesh();
-    mesh.x_desc(x.label.as_str())
-        .y_desc(y_desc)
-        .x_label_formatter(&fmt_x)
-        .y_label_formatter(&fmt_y)
-        .light_line_style(RGBColor(235, 235, 235));
-    if log2 {
-        // One tick per power of two within the range.
-        let n = ((x1 - x0).round() as usize + 1).clamp(2, 20);
-        mesh.x_labels(n);
-    }
-    mesh.draw()?;
-    let color = |i: usize| {
-        let (r, g, b) = PALETTE[i % PALETTE.len()];
-        RGBColor(r, g, b).to_rgba()
-    };
+    draw_mesh(&mut chart, x, y_label, ylog, x1 - x0)?;
     for band in &extras.bands {
         let c = color(band.series);
         let pts: Vec<(f64, f64, f64)> = band
@@ -287,13 +232,116 @@ pub fn line_plot_with(
         }
         chart.draw_series(d.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
     }
-    // Mark labels along the top edge of the plot, inside it, stacked when marks share an x.
-    for (k, m) in extras.marks.iter().enumerate() {
+    draw_mark_labels(&chart, &plot_area, &extras.marks, ok, tx, y1)?;
+    draw_legend(&legend_area, series, &names, &same_as, extras)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The x range the (transformed) points span, never empty or a single point.
+fn x_range(xs: &[f64]) -> (f64, f64) {
+    let (mut x0, mut x1) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+            (l.min(v), h.max(v))
+        });
+    if x0 > x1 {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 - x0 < 1e-12 {
+        x1 = x0 + 1.0;
+    }
+    (x0, x1)
+}
+
+/// Series `i`'s colour.
+fn color(i: usize) -> RGBAColor {
+    let (r, g, b) = PALETTE[i % PALETTE.len()];
+    RGBColor(r, g, b).to_rgba()
+}
+
+/// For each series, the earlier one it matches (within 1% of the axis's `y_span`): it is drawn
+/// dashed, so the earlier one shows through and the legend says so.
+fn same_as_earlier(data: &[Vec<(f64, f64)>], y_span: f64) -> Vec<Option<usize>> {
+    (0..data.len())
+        .map(|i| {
+            (0..i).find(|&j| {
+                !data[i].is_empty()
+                    && data[i].len() == data[j].len()
+                    && data[i].iter().zip(&data[j]).all(|(p, q)| {
+                        (p.0 - q.0).abs() < 1e-9 && (p.1 - q.1).abs() <= 0.01 * y_span
+                    })
+            })
+        })
+        .collect()
+}
+
+/// The legend's names: a dashed series says which one it lies on.
+fn legend_names(series: &[Series], same_as: &[Option<usize>]) -> Vec<String> {
+    series
+        .iter()
+        .zip(same_as)
+        .map(|(s, same)| match same {
+            Some(j) => format!("{} (dashed: on {})", s.name, series[*j].name),
+            None => s.name.clone(),
+        })
+        .collect()
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The axes, their labels and the grid; ticks read in data units on log axes.
+fn draw_mesh(
+    chart: &mut Chart,
+    x: &Axis,
+    y_label: &str,
+    ylog: bool,
+    x_span: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let log2 = x.log2;
+    let fmt_x = move |v: &f64| {
+        if log2 {
+            tick(2f64.powf(*v))
+        } else {
+            tick(*v)
+        }
+    };
+    let fmt_y = move |v: &f64| if ylog { tick(10f64.powf(*v)) } else { tick(*v) };
+    let y_desc = if ylog {
+        format!("{y_label} (log scale)")
+    } else {
+        y_label.to_string()
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x.label.as_str())
+        .y_desc(y_desc)
+        .x_label_formatter(&fmt_x)
+        .y_label_formatter(&fmt_y)
+        .light_line_style(RGBColor(235, 235, 235));
+    if log2 {
+        // One tick per power of two within the range.
+        let n = (x_span.round() as usize + 1).clamp(2, 20);
+        mesh.x_labels(n);
+    }
+    mesh.draw()?;
+    Ok(())
+}
+
+/// Mark labels along the top edge of the plot, inside it, stacked when marks share an x.
+fn draw_mark_labels(
+    chart: &Chart,
+    plot_area: &DrawingArea<SVGBackend, Shift>,
+    marks: &[Mark],
+    ok: impl Fn(f64) -> bool,
+    tx: impl Fn(f64) -> f64,
+    y1: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for (k, m) in marks.iter().enumerate() {
         if !ok(m.x) {
             continue;
         }
         let (mx, my) = chart.backend_coord(&(tx(m.x), y1));
-        let row = extras.marks[..k]
+        let row = marks[..k]
             .iter()
             .filter(|o| (tx(o.x) - tx(m.x)).abs() < 1e-9)
             .count() as i32;
@@ -303,7 +351,17 @@ pub fn line_plot_with(
             ("sans-serif", 14).into_font().color(&RGBColor(60, 60, 60)),
         ))?;
     }
-    // The legend panel: one line per series, then what the shading and dashes mean.
+    Ok(())
+}
+
+/// The legend panel: one line per series, then what the shading and dashes mean.
+fn draw_legend(
+    legend_area: &DrawingArea<SVGBackend, Shift>,
+    series: &[Series],
+    names: &[String],
+    same_as: &[Option<usize>],
+    extras: &Extras,
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut y = 40;
     for i in 0..series.len() {
         let c = color(i);
@@ -345,7 +403,6 @@ pub fn line_plot_with(
             ("sans-serif", 13).into_font().color(&RGBColor(80, 80, 80)),
         ))?;
     }
-    root.present()?;
     Ok(())
 }
 

@@ -105,10 +105,22 @@ pub struct SchedulerState {
 /// One replica's metrics, registered in its own registry.
 pub struct ReplicaMetrics {
     registry: Registry,
+    gauges: SchedulerGauges,
+    counters: Counters,
+    tokens: TokenHistograms,
+    times: TimeHistograms,
+}
+
+/// The scheduler's state, set every step.
+struct SchedulerGauges {
     running: IntGauge,
     waiting: IntGauge,
     waiting_capacity: IntGauge,
     kv_cache_usage: Gauge,
+}
+
+/// Running totals: prefix-cache lookups, preemptions, tokens, finished and refused requests.
+struct Counters {
     prefix_cache_queries: IntCounter,
     prefix_cache_hits: IntCounter,
     external_prefix_cache_queries: IntCounter,
@@ -121,12 +133,22 @@ pub struct ReplicaMetrics {
     generation_tokens: IntCounter,
     request_success: IntCounterVec,
     admission_rejections: IntCounterVec,
+}
+
+/// Token counts per request and per iteration (and preemptions per request).
+struct TokenHistograms {
     request_prompt_tokens: Histogram,
     request_generation_tokens: Histogram,
     iteration_tokens: Histogram,
     request_max_num_generation_tokens: Histogram,
     request_params_n: Histogram,
     request_params_max_tokens: Histogram,
+    request_num_preemptions: Histogram,
+    request_prefill_kv_computed_tokens: Histogram,
+}
+
+/// Per-token and per-request times, in seconds.
+struct TimeHistograms {
     time_to_first_token: Histogram,
     inter_token_latency: Histogram,
     request_time_per_output_token: Histogram,
@@ -135,8 +157,6 @@ pub struct ReplicaMetrics {
     request_inference_time: Histogram,
     request_prefill_time: Histogram,
     request_decode_time: Histogram,
-    request_num_preemptions: Histogram,
-    request_prefill_kv_computed_tokens: Histogram,
 }
 
 /// Declares a replica's metrics into one registry: each with vLLM's labels, the pre-set
@@ -191,13 +211,8 @@ impl Declare {
     }
 }
 
-impl ReplicaMetrics {
-    pub fn new(model: &str, max_model_len: usize) -> Result<ReplicaMetrics, prometheus::Error> {
-        let d = Declare {
-            registry: Registry::new(),
-            model: model.to_string(),
-        };
-        let tokens = one_two_five(max_model_len);
+impl SchedulerGauges {
+    fn declare(d: &Declare) -> Result<SchedulerGauges, prometheus::Error> {
         // Gauges of one name told apart by a constant label: one family in the text.
         let by_reason = |reason: &str| {
             IntGauge::with_opts(
@@ -213,44 +228,7 @@ impl ReplicaMetrics {
         };
         let waiting_capacity = d.add(by_reason("capacity")?)?;
         d.add(by_reason("deferred")?)?;
-        for (state, awake) in [("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)] {
-            let g = IntGauge::with_opts(
-                d.opts(
-                    "vllm:engine_sleep_state",
-                    "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means \
-                     engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 \
-                     means sleep level 2.",
-                )
-                .const_label("sleep_state", state),
-            )?;
-            g.set(awake);
-            d.add(g)?;
-        }
-        for (name, help) in [
-            (
-                "vllm:mm_cache_queries",
-                "Multi-modal cache queries, in terms of number of queried items.",
-            ),
-            (
-                "vllm:mm_cache_hits",
-                "Multi-modal cache hits, in terms of number of cached items.",
-            ),
-        ] {
-            d.counter(&format!("{name}_total"), help)?;
-        }
-        let admission_rejections = {
-            let o = Opts::new(
-                "vllm:admission_rejections_total",
-                "Number of admission attempts rejected by a queue limit, by reason.",
-            )
-            .const_label("model_name", model);
-            let c = IntCounterVec::new(o, &["reason"])?;
-            for r in ADMISSION_REASONS {
-                c.with_label_values(&[r]);
-            }
-            d.add(c)?
-        };
-        let m = ReplicaMetrics {
+        Ok(SchedulerGauges {
             running: d.gauge(
                 "vllm:num_requests_running",
                 "Number of requests in model execution batches.",
@@ -264,6 +242,25 @@ impl ReplicaMetrics {
                 "vllm:kv_cache_usage_perc",
                 "KV-cache usage. 1 means 100 percent usage.",
             ))?)?,
+        })
+    }
+}
+
+impl Counters {
+    fn declare(d: &Declare) -> Result<Counters, prometheus::Error> {
+        let admission_rejections = {
+            let o = Opts::new(
+                "vllm:admission_rejections_total",
+                "Number of admission attempts rejected by a queue limit, by reason.",
+            )
+            .const_label("model_name", &d.model);
+            let c = IntCounterVec::new(o, &["reason"])?;
+            for r in ADMISSION_REASONS {
+                c.with_label_values(&[r]);
+            }
+            d.add(c)?
+        };
+        Ok(Counters {
             prefix_cache_queries: d.counter(
                 "vllm:prefix_cache_queries_total",
                 "Prefix cache queries, in terms of number of queried tokens.",
@@ -326,15 +323,22 @@ impl ReplicaMetrics {
                 FINISH_REASONS,
             )?,
             admission_rejections,
+        })
+    }
+}
+
+impl TokenHistograms {
+    fn declare(d: &Declare, tokens: &[f64]) -> Result<TokenHistograms, prometheus::Error> {
+        Ok(TokenHistograms {
             request_prompt_tokens: d.histogram(
                 "vllm:request_prompt_tokens",
                 "Number of prefill tokens processed.",
-                &tokens,
+                tokens,
             )?,
             request_generation_tokens: d.histogram(
                 "vllm:request_generation_tokens",
                 "Number of generation tokens processed.",
-                &tokens,
+                tokens,
             )?,
             iteration_tokens: d.histogram(
                 "vllm:iteration_tokens_total",
@@ -344,7 +348,7 @@ impl ReplicaMetrics {
             request_max_num_generation_tokens: d.histogram(
                 "vllm:request_max_num_generation_tokens",
                 "Histogram of maximum number of requested generation tokens.",
-                &tokens,
+                tokens,
             )?,
             request_params_n: d.histogram(
                 "vllm:request_params_n",
@@ -354,8 +358,25 @@ impl ReplicaMetrics {
             request_params_max_tokens: d.histogram(
                 "vllm:request_params_max_tokens",
                 "Histogram of the max_tokens request parameter.",
-                &tokens,
+                tokens,
             )?,
+            request_num_preemptions: d.histogram(
+                "vllm:request_num_preemptions",
+                "Histogram of the number of times a request was preempted.",
+                REQUEST_NUM_PREEMPTIONS,
+            )?,
+            request_prefill_kv_computed_tokens: d.histogram(
+                "vllm:request_prefill_kv_computed_tokens",
+                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                tokens,
+            )?,
+        })
+    }
+}
+
+impl TimeHistograms {
+    fn declare(d: &Declare) -> Result<TimeHistograms, prometheus::Error> {
+        Ok(TimeHistograms {
             time_to_first_token: d.histogram(
                 "vllm:time_to_first_token_seconds",
                 "Histogram of time to first token in seconds.",
@@ -396,28 +417,65 @@ impl ReplicaMetrics {
                 "Histogram of time spent in DECODE phase for request.",
                 REQUEST_LATENCY,
             )?,
-            request_num_preemptions: d.histogram(
-                "vllm:request_num_preemptions",
-                "Histogram of the number of times a request was preempted.",
-                REQUEST_NUM_PREEMPTIONS,
-            )?,
-            request_prefill_kv_computed_tokens: d.histogram(
-                "vllm:request_prefill_kv_computed_tokens",
-                "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
-                &tokens,
-            )?,
-            registry: d.registry,
+        })
+    }
+}
+
+/// The families vLLM declares that stay at their start values here: the engine never sleeps,
+/// and no request brings multi-modal input.
+fn declare_unchanging(d: &Declare) -> Result<(), prometheus::Error> {
+    for (state, awake) in [("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)] {
+        let g = IntGauge::with_opts(
+            d.opts(
+                "vllm:engine_sleep_state",
+                "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means \
+                 engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 \
+                 means sleep level 2.",
+            )
+            .const_label("sleep_state", state),
+        )?;
+        g.set(awake);
+        d.add(g)?;
+    }
+    for (name, help) in [
+        (
+            "vllm:mm_cache_queries",
+            "Multi-modal cache queries, in terms of number of queried items.",
+        ),
+        (
+            "vllm:mm_cache_hits",
+            "Multi-modal cache hits, in terms of number of cached items.",
+        ),
+    ] {
+        d.counter(&format!("{name}_total"), help)?;
+    }
+    Ok(())
+}
+
+impl ReplicaMetrics {
+    pub fn new(model: &str, max_model_len: usize) -> Result<ReplicaMetrics, prometheus::Error> {
+        let d = Declare {
+            registry: Registry::new(),
+            model: model.to_string(),
         };
-        Ok(m)
+        let gauges = SchedulerGauges::declare(&d)?;
+        declare_unchanging(&d)?;
+        Ok(ReplicaMetrics {
+            gauges,
+            counters: Counters::declare(&d)?,
+            tokens: TokenHistograms::declare(&d, &one_two_five(max_model_len))?,
+            times: TimeHistograms::declare(&d)?,
+            registry: d.registry,
+        })
     }
 
     /// The scheduler's state after a step (`SchedulerStats`, every step).
     pub fn scheduler(&self, s: SchedulerState) {
-        self.running.set(s.running as i64);
-        self.waiting.set(s.waiting as i64);
+        self.gauges.running.set(s.running as i64);
+        self.gauges.waiting.set(s.waiting as i64);
         // Nothing is deferred here (no LoRA budget, no KV transfer waits).
-        self.waiting_capacity.set(s.waiting as i64);
-        self.kv_cache_usage.set(s.kv_cache_usage);
+        self.gauges.waiting_capacity.set(s.waiting as i64);
+        self.gauges.kv_cache_usage.set(s.kv_cache_usage);
     }
 
     /// A request's first admission: its prompt looked up in the prefix cache (counted once per
@@ -425,18 +483,23 @@ impl ReplicaMetrics {
     /// in the host tier's, when the replica has one (the KV connector's lookup: the tokens the
     /// local cache did not hold).
     pub fn admitted(&self, prompt: u32, local_hit: u32, external: Option<u32>) {
-        self.prefix_cache_queries.inc_by(u64::from(prompt));
-        self.prefix_cache_hits.inc_by(u64::from(local_hit));
-        self.prompt_tokens_cached_by_source
+        self.counters.prefix_cache_queries.inc_by(u64::from(prompt));
+        self.counters.prefix_cache_hits.inc_by(u64::from(local_hit));
+        self.counters
+            .prompt_tokens_cached_by_source
             .with_label_values(&["device"])
             .inc_by(u64::from(local_hit));
         if let Some(hit) = external {
             let queried = prompt.saturating_sub(local_hit);
             if queried > 0 {
-                self.external_prefix_cache_queries
+                self.counters
+                    .external_prefix_cache_queries
                     .inc_by(u64::from(queried));
-                self.external_prefix_cache_hits.inc_by(u64::from(hit));
-                self.prompt_tokens_cached_by_source
+                self.counters
+                    .external_prefix_cache_hits
+                    .inc_by(u64::from(hit));
+                self.counters
+                    .prompt_tokens_cached_by_source
                     .with_label_values(&["host"])
                     .inc_by(u64::from(hit));
             }
@@ -445,64 +508,80 @@ impl ReplicaMetrics {
 
     /// A request of this replica was preempted `n` more times.
     pub fn preempted(&self, n: u32) {
-        self.preemptions.inc_by(u64::from(n));
+        self.counters.preemptions.inc_by(u64::from(n));
     }
 
     /// A step whose output reached some request (`IterationStats`): `prompt` for the requests
     /// it brought their first token, `generated` tokens in all, and each output's timing.
     pub fn iteration(&self, prompt: PromptTokens, generated: u64, timings: &[TokenTiming]) {
-        self.prompt_tokens.inc_by(prompt.total());
+        self.counters.prompt_tokens.inc_by(prompt.total());
         let by_source = [prompt.computed, prompt.local_cache_hit, prompt.external];
         for (source, n) in PROMPT_SOURCES.iter().zip(by_source) {
-            self.prompt_tokens_by_source
+            self.counters
+                .prompt_tokens_by_source
                 .with_label_values(&[source])
                 .inc_by(n);
         }
-        self.prompt_tokens_cached
+        self.counters
+            .prompt_tokens_cached
             .inc_by(prompt.local_cache_hit + prompt.external);
-        self.generation_tokens.inc_by(generated);
-        self.iteration_tokens
+        self.counters.generation_tokens.inc_by(generated);
+        self.tokens
+            .iteration_tokens
             .observe((prompt.computed + generated) as f64);
         for t in timings {
             match *t {
-                TokenTiming::First(s) => self.time_to_first_token.observe(s),
-                TokenTiming::Gap(s) => self.inter_token_latency.observe(s),
+                TokenTiming::First(s) => self.times.time_to_first_token.observe(s),
+                TokenTiming::Gap(s) => self.times.inter_token_latency.observe(s),
             }
         }
     }
 
     /// A request that finished: by length, as every one here (no EOS is sampled).
     pub fn finished(&self, f: &FinishedRequest) {
-        self.request_success.with_label_values(&["length"]).inc();
-        self.e2e_request_latency.observe(f.e2e);
-        self.request_queue_time.observe(f.queued);
-        self.request_prefill_time.observe(f.prefill);
-        self.request_inference_time.observe(f.inference);
-        self.request_decode_time.observe(f.decode);
-        self.request_num_preemptions
+        self.counters
+            .request_success
+            .with_label_values(&["length"])
+            .inc();
+        self.times.e2e_request_latency.observe(f.e2e);
+        self.times.request_queue_time.observe(f.queued);
+        self.times.request_prefill_time.observe(f.prefill);
+        self.times.request_inference_time.observe(f.inference);
+        self.times.request_decode_time.observe(f.decode);
+        self.tokens
+            .request_num_preemptions
             .observe(f64::from(f.preemptions));
-        self.request_prefill_kv_computed_tokens
+        self.tokens
+            .request_prefill_kv_computed_tokens
             .observe(f64::from(f.prefill_kv_computed()));
-        self.request_prompt_tokens
+        self.tokens
+            .request_prompt_tokens
             .observe(f64::from(f.prompt_tokens));
-        self.request_generation_tokens
+        self.tokens
+            .request_generation_tokens
             .observe(f64::from(f.generation_tokens));
-        self.request_time_per_output_token
+        self.times
+            .request_time_per_output_token
             .observe(f.mean_time_per_output_token);
         // `if finished_request.max_tokens_param`: a limit of 0 is not observed (none here).
         if f.max_tokens > 0 {
-            self.request_params_max_tokens
+            self.tokens
+                .request_params_max_tokens
                 .observe(f64::from(f.max_tokens));
         }
         // `ParentRequest.observe_finished_request` with n = 1.
-        self.request_max_num_generation_tokens
+        self.tokens
+            .request_max_num_generation_tokens
             .observe(f64::from(f.generation_tokens));
-        self.request_params_n.observe(1.0);
+        self.tokens.request_params_n.observe(1.0);
     }
 
     /// A request refused by a queue limit (`record_admission_rejection`).
     pub fn rejected(&self, reason: &str) {
-        self.admission_rejections.with_label_values(&[reason]).inc();
+        self.counters
+            .admission_rejections
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// The Prometheus text exposition and its content type.

@@ -208,19 +208,39 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
     }
     write(INDEX_HTML, super::html::index(report))?;
 
-    let rows = &report.rows;
     let x = Axis::log2("block size (tokens)");
     let marks = marks(report);
+    let path = dir.join("waste_concurrency.svg");
+    plot_memory_side(report, &path, &x, marks.clone())?;
+    written.push(path.display().to_string());
+    let path = dir.join("bandwidth.svg");
+    plot_bandwidth(report, &path, &x, marks.clone())?;
+    written.push(path.display().to_string());
+    if !report.end_to_end.is_empty() {
+        let path = dir.join("end_to_end.svg");
+        plot_end_to_end(report, &path, &x, marks)?;
+        written.push(path.display().to_string());
+    }
+    Ok(written)
+}
+
+/// `waste_concurrency.svg`: the memory side's three losses on one axis.
+fn plot_memory_side(
+    report: &SweepReport,
+    path: &Path,
+    x: &Axis,
+    marks: Vec<Mark>,
+) -> Result<(), BoxError> {
+    let rows = &report.rows;
     // Concurrency lost against the best row, in %, so all three are losses on one axis.
     let best = rows
         .iter()
         .map(|r| r.concurrent_requests)
         .fold(0.0, f64::max);
-    let path = dir.join("waste_concurrency.svg");
     line_plot_with(
-        &path,
+        path,
         &format!("{}: memory side ({})", report.model.name, report.workload),
-        &x,
+        x,
         "% lost (each series its own measure)",
         &[
             series("internal waste, % of slots", rows, |r| {
@@ -232,14 +252,16 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
             series("prefix tokens lost, %", rows, |r| r.prefix_share_lost_pct),
         ],
         &Extras {
-            marks: marks.clone(),
+            marks,
             include_zero: true,
             ..Extras::default()
         },
-    )?;
-    written.push(path.display().to_string());
+    )
+}
 
-    let path = dir.join("bandwidth.svg");
+/// Per memory, the bandwidth shares measured beside each row, with the noise band on the one
+/// the recommendation uses.
+fn bandwidth_series(rows: &[SweepRow]) -> (Vec<Series>, Vec<Band>) {
     let mut bw = Vec::new();
     let mut bands = Vec::new();
     let labels: Vec<String> = rows
@@ -292,67 +314,82 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
             None,
         );
     }
+    (bw, bands)
+}
+
+/// `bandwidth.svg`: the bandwidth shares against block size.
+fn plot_bandwidth(
+    report: &SweepReport,
+    path: &Path,
+    x: &Axis,
+    marks: Vec<Mark>,
+) -> Result<(), BoxError> {
+    let rows = &report.rows;
+    let (bw, bands) = bandwidth_series(rows);
     line_plot_with(
-        &path,
+        path,
         &format!(
             "{}: bandwidth as a fraction of the limit measured beside it, {}",
             report.model.name, report.device
         ),
-        &x,
+        x,
         "fraction of the limit",
         &bw,
         &Extras {
             bands,
-            marks: marks.clone(),
+            marks,
             include_zero: false,
         },
-    )?;
-    written.push(path.display().to_string());
+    )
+}
 
-    if !report.end_to_end.is_empty() {
-        let path = dir.join("end_to_end.svg");
-        let slo = report
-            .end_to_end_settings
-            .as_ref()
-            .map(|s| s.slo.targets)
-            .unwrap_or_default();
-        let capacity = series("SLO capacity, req/s", rows, |r| r.slo_capacity_rps);
-        let goodput = series("goodput at capacity, req/s", rows, |r| {
-            r.goodput_at_capacity_rps
-        });
-        let band = Band {
-            series: 0,
-            points: rows
-                .iter()
-                .filter_map(|r| {
-                    Some((
-                        r.block_size as f64,
-                        r.slo_capacity_low_rps?,
-                        r.slo_capacity_high_rps?,
-                    ))
-                })
-                .collect(),
-        };
-        line_plot_with(
-            &path,
-            &format!(
-                "{}: SLO capacity ({}), simulated {}",
-                report.model.name,
-                slo.describe(),
-                report.engine_gpu
-            ),
-            &x,
-            "requests per second",
-            &[capacity, goodput],
-            &Extras {
-                bands: vec![band],
-                marks,
-                include_zero: false,
-            },
-        )?;
-        written.push(path.display().to_string());
-    }
-    Ok(written)
+/// `end_to_end.svg`: the SLO capacity (with its band) and the goodput at it.
+fn plot_end_to_end(
+    report: &SweepReport,
+    path: &Path,
+    x: &Axis,
+    marks: Vec<Mark>,
+) -> Result<(), BoxError> {
+    let rows = &report.rows;
+    let slo = report
+        .end_to_end_settings
+        .as_ref()
+        .map(|s| s.slo.targets)
+        .unwrap_or_default();
+    let capacity = series("SLO capacity, req/s", rows, |r| r.slo_capacity_rps);
+    let goodput = series("goodput at capacity, req/s", rows, |r| {
+        r.goodput_at_capacity_rps
+    });
+    let band = Band {
+        series: 0,
+        points: rows
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r.block_size as f64,
+                    r.slo_capacity_low_rps?,
+                    r.slo_capacity_high_rps?,
+                ))
+            })
+            .collect(),
+    };
+    line_plot_with(
+        path,
+        &format!(
+            "{}: SLO capacity ({}), simulated {}",
+            report.model.name,
+            slo.describe(),
+            report.engine_gpu
+        ),
+        x,
+        "requests per second",
+        &[capacity, goodput],
+        &Extras {
+            bands: vec![band],
+            marks,
+            include_zero: false,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@
 use super::{
     apply_end_to_end, apply_proxy, end_to_end, measure_bandwidth, memory_rows, probes_for,
     proxy_banded, recommend, MemoryConfig, ModelShape, ProbeOptions, SearchLimits, SweepConfig,
-    SweepError, SweepReport, VLLM_DEFAULT_BLOCK_SIZE,
+    SweepError, SweepReport, SweepRow, VLLM_DEFAULT_BLOCK_SIZE,
 };
 use crate::device::Device;
 use crate::sim::engine::ResolvedSlo;
+use crate::sim::latency::Choice;
 use crate::workload::azure::Request;
 
 /// The sweep's two long phases, for a progress display.
@@ -102,6 +103,22 @@ pub fn run_sweep(config: &SweepConfig, progress: &dyn Progress) -> Result<SweepR
 
 /// Runs a checked sweep.
 pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport, SweepError> {
+    let mut rows = memory_rows(&plan.requests, &plan.memory)?;
+    let mut notes: Vec<String> = plan.fitted.iter().cloned().collect();
+    let measured = plan.config.bandwidth;
+    if measured {
+        notes.extend(bandwidth_phase(&plan, &mut rows, progress)?);
+    } else {
+        notes
+            .push("bandwidth not measured (--no-bandwidth): the proxy is concurrency alone".into());
+    }
+    let noise = apply_proxy(&mut rows);
+    let e2e = if plan.config.end_to_end {
+        end_to_end_phase(&plan, &mut rows, noise, progress)?
+    } else {
+        EndToEndPart::default()
+    };
+    let (basis, figures, resolution) = rule_figures(&rows, &e2e.runs, noise, &plan.search);
     let SweepPlan {
         config,
         m,
@@ -110,98 +127,10 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         requests,
         workload_name,
         memory,
-        slo,
-        search,
-        window,
         device,
         opts,
-        fitted,
+        ..
     } = plan;
-    let config = &config;
-    let mut rows = memory_rows(&requests, &memory)?;
-    let rounds = opts.rounds;
-    let mut notes: Vec<String> = fitted.into_iter().collect();
-    let mut probe = None;
-    if !config.bandwidth {
-        notes
-            .push("bandwidth not measured (--no-bandwidth): the proxy is concurrency alone".into());
-    } else {
-        let (probes, probe_notes) = probes_for(&device, &opts)?;
-        notes.extend(probe_notes);
-        progress.begin(
-            Phase::Bandwidth,
-            (rounds * probes.len() * rows.len()) as u64,
-        );
-        let measured = measure_bandwidth(&mut rows, probes, &m, &opts, |label| {
-            progress.step(Phase::Bandwidth, label)
-        });
-        progress.end(Phase::Bandwidth);
-        notes.extend(measured?);
-        match &opts.attention {
-            Some(a) if rows.iter().any(|r| r.attention_gbps.is_some()) => notes.push(format!(
-                "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
-                m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
-            )),
-            _ => notes.push(
-                "attention not measured (column -): the proxy uses the read-only gather".into(),
-            ),
-        }
-        probe = Some(opts);
-    }
-    let noise = apply_proxy(&mut rows);
-    let (mut e2e, mut settings, mut setup, mut step_choice) = (Vec::new(), None, None, None);
-    if config.end_to_end {
-        let profile = end_to_end::profile(&rows, &device.name());
-        let step_times = config.step_choice(&m)?;
-        // Three searches and a run at the trace's rate per row, and two more there when no
-        // search finds a rate within the SLOs.
-        let bound = rows.len() * (3 * search.max_probes + 3);
-        progress.begin(Phase::EndToEnd, bound as u64);
-        let runs = end_to_end::run(
-            &rows,
-            &requests,
-            &m,
-            config.gpus,
-            &profile,
-            &step_times,
-            noise,
-            &slo,
-            &search,
-            window,
-            &|| progress.step(Phase::EndToEnd, ""),
-        );
-        progress.end(Phase::EndToEnd);
-        let (runs, s) = runs?;
-        apply_end_to_end(&mut rows, &runs, s.base_rps);
-        e2e = runs;
-        settings = Some(s);
-        step_choice = Some(step_times.clone());
-        setup = Some(format!(
-            "a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; {}; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
-            config.gpus.max(1),
-            end_to_end::STEP_OVERHEAD_S * 1e3,
-            step_times.line,
-            profile.device,
-            profile.source,
-            if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
-            100.0 * noise,
-        ));
-    }
-    // One rule over one figure: the SLO capacity when end to end ran (the share within the SLOs
-    // at the trace's own rate when no block size meets them at any rate), else the proxy.
-    let (basis, figures, resolution) = if e2e.is_empty() {
-        (
-            "throughput proxy",
-            proxy_banded(&rows, noise),
-            super::proxy::MIN_TIE_TOLERANCE,
-        )
-    } else if end_to_end::none_meets(&e2e) {
-        let banded = e2e.iter().map(|e| e.attainment_banded()).collect();
-        (end_to_end::ATTAINMENT_BASIS, banded, search.resolution)
-    } else {
-        let banded = e2e.iter().map(|e| e.banded()).collect();
-        ("SLO capacity", banded, search.resolution)
-    };
     // Timings from the emulated driver are the CPU's: no recommendation rests on them.
     let pick = recommend::pick(&figures, VLLM_DEFAULT_BLOCK_SIZE, resolution)
         .filter(|_| !device.is_emulated());
@@ -226,15 +155,126 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         mean_prompt_tokens: mean(|r| r.prompt_tokens),
         mean_output_tokens: mean(|r| r.output_tokens),
         config: memory,
-        probe,
+        probe: measured.then_some(opts),
         proxy: PROXY.into(),
-        end_to_end: e2e,
-        end_to_end_settings: settings,
-        end_to_end_setup: setup,
-        step_times: step_choice,
+        end_to_end: e2e.runs,
+        end_to_end_settings: e2e.settings,
+        end_to_end_setup: e2e.setup,
+        step_times: e2e.step_choice,
         notes,
         cpu_last_level_cache: (config.bandwidth && !device.is_cuda())
             .then(|| crate::device::cpu::last_level_cache::last_level_cache().clone()),
         rows,
     })
+}
+
+/// The bandwidth phase: every probe at every block size, round after round; returns its notes
+/// (what the probes left out, what was measured, and whether attention was).
+fn bandwidth_phase(
+    plan: &SweepPlan,
+    rows: &mut [SweepRow],
+    progress: &dyn Progress,
+) -> Result<Vec<String>, SweepError> {
+    let (m, opts) = (&plan.m, &plan.opts);
+    let (probes, mut notes) = probes_for(&plan.device, opts)?;
+    progress.begin(
+        Phase::Bandwidth,
+        (opts.rounds * probes.len() * rows.len()) as u64,
+    );
+    let measured = measure_bandwidth(rows, probes, m, opts, |label| {
+        progress.step(Phase::Bandwidth, label)
+    });
+    progress.end(Phase::Bandwidth);
+    notes.extend(measured?);
+    match &opts.attention {
+        Some(a) if rows.iter().any(|r| r.attention_gbps.is_some()) => notes.push(format!(
+            "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
+            m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
+        )),
+        _ => notes
+            .push("attention not measured (column -): the proxy uses the read-only gather".into()),
+    }
+    Ok(notes)
+}
+
+/// What the end-to-end runs bring to the report (nothing when they are off).
+#[derive(Default)]
+struct EndToEndPart {
+    runs: Vec<end_to_end::EndToEnd>,
+    settings: Option<end_to_end::Setup>,
+    setup: Option<String>,
+    step_choice: Option<Choice>,
+}
+
+/// The end-to-end phase: the simulated engine at every block size (the trace's rate and the
+/// SLO capacity searches); its figures join the rows.
+fn end_to_end_phase(
+    plan: &SweepPlan,
+    rows: &mut [SweepRow],
+    noise: f64,
+    progress: &dyn Progress,
+) -> Result<EndToEndPart, SweepError> {
+    let (config, m, search) = (&plan.config, &plan.m, &plan.search);
+    let profile = end_to_end::profile(rows, &plan.device.name());
+    let step_times = config.step_choice(m)?;
+    // Three searches and a run at the trace's rate per row, and two more there when no
+    // search finds a rate within the SLOs.
+    let bound = rows.len() * (3 * search.max_probes + 3);
+    progress.begin(Phase::EndToEnd, bound as u64);
+    let runs = end_to_end::run(
+        rows,
+        &plan.requests,
+        m,
+        config.gpus,
+        &profile,
+        &step_times,
+        noise,
+        &plan.slo,
+        search,
+        plan.window,
+        &|| progress.step(Phase::EndToEnd, ""),
+    );
+    progress.end(Phase::EndToEnd);
+    let (runs, s) = runs?;
+    apply_end_to_end(rows, &runs, s.base_rps);
+    let setup = format!(
+        "a simulated vLLM 0.33 engine (H200 online preset: max_num_seqs 1024, max_num_batched_tokens 8192, prefix caching, synchronous loop; {} GPU(s), step overhead {} ms); the pool above at each block size; {}; attention efficiency from {} ({}){}; each block size also run at efficiency × (1 ± its own noise over the rounds, at least {:.0}%)",
+        config.gpus.max(1),
+        end_to_end::STEP_OVERHEAD_S * 1e3,
+        step_times.line,
+        profile.device,
+        profile.source,
+        if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
+        100.0 * noise,
+    );
+    Ok(EndToEndPart {
+        runs,
+        settings: Some(s),
+        setup: Some(setup),
+        step_choice: Some(step_times),
+    })
+}
+
+/// One rule over one figure: the SLO capacity when end to end ran (the share within the SLOs
+/// at the trace's own rate when no block size meets them at any rate), else the proxy. Returns
+/// the figure's name, each row's figure with its band, and the rule's resolution.
+fn rule_figures(
+    rows: &[SweepRow],
+    e2e: &[end_to_end::EndToEnd],
+    noise: f64,
+    search: &SearchLimits,
+) -> (&'static str, Vec<recommend::Banded>, f64) {
+    if e2e.is_empty() {
+        (
+            "throughput proxy",
+            proxy_banded(rows, noise),
+            super::proxy::MIN_TIE_TOLERANCE,
+        )
+    } else if end_to_end::none_meets(e2e) {
+        let banded = e2e.iter().map(|e| e.attainment_banded()).collect();
+        (end_to_end::ATTAINMENT_BASIS, banded, search.resolution)
+    } else {
+        let banded = e2e.iter().map(|e| e.banded()).collect();
+        ("SLO capacity", banded, search.resolution)
+    }
 }

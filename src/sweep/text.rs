@@ -5,6 +5,7 @@
 use super::end_to_end::none_meets;
 use super::{limit_medians, SweepReport, SweepRow};
 use crate::report::Table;
+use crate::sim::engine::SloTargets;
 
 /// The width the default text report fits in.
 pub const WIDTH: usize = 100;
@@ -245,16 +246,35 @@ fn col(header: &str, key: &str, cell: impl Fn(&SweepRow) -> String + 'static) ->
 /// The table's columns: the default's carry the answer; `wide` adds every other figure.
 fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
     let e2e = !report.end_to_end.is_empty();
-    let bandwidth = report.rows.iter().any(|r| r.efficiency().is_some());
-    let what = if report
-        .rows
-        .iter()
-        .any(|r| r.attention_frac_of_stream.is_some())
-    {
-        "paged attention's"
-    } else {
-        "the read-only paged gather's"
-    };
+    let mut c = layout_columns(wide);
+    if wide {
+        memory_columns(report, &mut c);
+    }
+    if report.rows.iter().any(|r| r.efficiency().is_some()) {
+        c.push(efficiency_column(report));
+    }
+    if wide || !e2e {
+        c.push(col(
+            "proxy",
+            "throughput proxy: concurrent × min(1, attn), over the best row (supporting only)",
+            |r| format!("{:.3}", r.proxy),
+        ));
+    }
+    if e2e {
+        let slo = report
+            .end_to_end_settings
+            .as_ref()
+            .map(|s| s.slo.targets)
+            .unwrap_or_default();
+        natural_rate_columns(report, wide, slo, &mut c);
+        capacity_columns(wide, slo, &mut c);
+    }
+    c
+}
+
+/// The block layout's columns, exact from the trace: waste, and (`wide`) the pool, concurrency,
+/// prefix sharing and block table.
+fn layout_columns(wide: bool) -> Vec<Column> {
     let mut c = vec![col("block", "tokens per KV block", |r| {
         r.block_size.to_string()
     })];
@@ -295,165 +315,177 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
             "block table bytes per request (4-byte entries)",
             |r| format!("{:.0}", r.block_table_bytes_per_request),
         ));
-        let labels: Vec<String> = report
-            .rows
-            .first()
-            .map(|r| r.memory.iter().map(|m| m.memory.clone()).collect())
-            .unwrap_or_default();
-        type Figure = fn(&super::MemoryBandwidth) -> Option<f64>;
-        for (i, l) in labels.iter().enumerate() {
-            let at = move |r: &SweepRow, f: Figure| r.memory.get(i).and_then(f);
-            // Columns no row measured (`--quick` leaves the gathers out beside attention) go.
-            let any = |f: Figure| report.rows.iter().any(|r| at(r, f).is_some());
-            let gbps = move |f: Figure| move |r: &SweepRow| opt(at(r, f), 2);
-            let share = move |f: Figure| move |r: &SweepRow| pct(at(r, f));
-            c.push(col(
-                &format!("stream {l}"),
-                &format!("read-only stream limit measured next to this row's rates ({l}), GB/s"),
-                gbps(|m| Some(m.stream_gbps)),
-            ));
-            if any(|m| m.gather_gbps) {
-                c.push(col(
-                    &format!("gather {l}"),
-                    &format!("read-only paged gather, GB/s ({l})"),
-                    gbps(|m| m.gather_gbps),
-                ));
-                c.push(col(
-                    &format!("g/stream {l}"),
-                    "the gather over this row's stream limit",
-                    share(|m| m.gather_frac_of_stream),
-                ));
-            }
-            if any(|m| m.gather_copy_frac_of_copy) {
-                c.push(col(
-                    &format!("copy/copy {l}"),
-                    "paged gather copied out, over the copy limit (read + write) measured beside it",
-                    share(|m| m.gather_copy_frac_of_copy),
-                ));
-            }
-        }
-        c.push(col(
-            "attn GB/s",
-            "paged decode attention's KV read rate, GB/s",
-            |r| opt(r.attention_gbps, 2),
-        ));
-    }
-    if bandwidth {
-        c.push(col(
-            "attn ±noise",
-            &format!(
-                "{what} read rate as a share of the read-only stream limit measured beside it \
-                 on this device (median of the rounds), ± half its range over the rounds"
-            ),
-            |r| {
-                let e = r
-                    .efficiency()
-                    .map_or("-".into(), |e| format!("{:.0}%", 100.0 * e));
-                match r.efficiency_noise {
-                    Some(n) => format!("{e} ±{:.0}", 100.0 * n),
-                    None => e,
-                }
-            },
-        ));
-    }
-    if wide || !e2e {
-        c.push(col(
-            "proxy",
-            "throughput proxy: concurrent × min(1, attn), over the best row (supporting only)",
-            |r| format!("{:.3}", r.proxy),
-        ));
-    }
-    if e2e {
-        if wide {
-            c.push(col(
-                "nat tok/s",
-                "at the trace's own rate: output tokens/s",
-                |r| opt(r.e2e_output_tokens_per_s, 0),
-            ));
-            c.push(col(
-                "nat TTFT ms",
-                "at the trace's rate: p99 TTFT, ms",
-                |r| opt(r.e2e_p99_ttft_s.map(|x| 1e3 * x), 1),
-            ));
-            c.push(col(
-                "nat TPOT ms",
-                "at the trace's rate: p99 TPOT, ms",
-                |r| opt(r.e2e_p99_tpot_s.map(|x| 1e3 * x), 2),
-            ));
-            c.push(col(
-                "nat KV",
-                "at the trace's rate: peak share of the pool's blocks in use",
-                |r| pct(r.e2e_kv_peak),
-            ));
-        }
-        let slo = report
-            .end_to_end_settings
-            .as_ref()
-            .map(|s| s.slo.targets)
-            .unwrap_or_default();
-        if wide || none_meets(&report.end_to_end) {
-            c.push(col(
-                "nat SLO",
-                "at the trace's rate: share of all requests within the SLOs (the figure ranked when \
-                 no block size meets them at any rate)",
-                |r| pct(r.e2e_slo_attainment),
-            ));
-        }
-        if wide && slo.tbt_s.is_some() {
-            c.push(col(
-                "nat TBT ms",
-                "at the trace's rate: p99 of Mooncake's TBT (a request's mean of its longest 10% \
-                 of token intervals), ms",
-                |r| opt(r.e2e_p99_tbt_s.map(|x| 1e3 * x), 1),
-            ));
-        }
-        c.push(col(
-            "SLO req/s",
-            &format!(
-                "SLO capacity: the highest request rate the simulated engine sustains with {} \
-                 (rate-scale search, nominal efficiency)",
-                slo.describe()
-            ),
-            |r| r.slo_capacity_rps.map_or("-".into(), rps),
-        ));
-        if wide {
-            c.push(col(
-                "× rate",
-                "the capacity as a multiple of the trace's rate",
-                |r| {
-                    r.slo_capacity_rate_scale
-                        .map_or("-".into(), |x| format!("{x:.2}×"))
-                },
-            ));
-        }
-        c.push(col(
-            "band req/s",
-            "the capacity at efficiency × (1 − noise) and × (1 + noise): what the rule compares",
-            |r| match (r.slo_capacity_low_rps, r.slo_capacity_high_rps) {
-                (Some(a), Some(b)) => format!("{}–{}", rps(a), rps(b)),
-                _ => "-".into(),
-            },
-        ));
-        c.push(col(
-            "goodput",
-            "at the capacity: requests/s finished within the SLOs",
-            |r| r.goodput_at_capacity_rps.map_or("-".into(), rps),
-        ));
-        c.push(col(
-            "KV peak",
-            "at the capacity: peak share of the pool's blocks in use",
-            |r| pct(r.kv_peak_at_capacity),
-        ));
-        c.push(col(
-            "preempt",
-            "at the capacity: preemptions (recompute), count over the run",
-            |r| {
-                r.preemptions_at_capacity
-                    .map_or("-".into(), |x| x.to_string())
-            },
-        ));
     }
     c
+}
+
+/// The bandwidth measured beside each row, per memory: stream limit, gathers and their shares
+/// of it; then paged attention's read rate.
+fn memory_columns(report: &SweepReport, c: &mut Vec<Column>) {
+    let labels: Vec<String> = report
+        .rows
+        .first()
+        .map(|r| r.memory.iter().map(|m| m.memory.clone()).collect())
+        .unwrap_or_default();
+    type Figure = fn(&super::MemoryBandwidth) -> Option<f64>;
+    for (i, l) in labels.iter().enumerate() {
+        let at = move |r: &SweepRow, f: Figure| r.memory.get(i).and_then(f);
+        // Columns no row measured (`--quick` leaves the gathers out beside attention) go.
+        let any = |f: Figure| report.rows.iter().any(|r| at(r, f).is_some());
+        let gbps = move |f: Figure| move |r: &SweepRow| opt(at(r, f), 2);
+        let share = move |f: Figure| move |r: &SweepRow| pct(at(r, f));
+        c.push(col(
+            &format!("stream {l}"),
+            &format!("read-only stream limit measured next to this row's rates ({l}), GB/s"),
+            gbps(|m| Some(m.stream_gbps)),
+        ));
+        if any(|m| m.gather_gbps) {
+            c.push(col(
+                &format!("gather {l}"),
+                &format!("read-only paged gather, GB/s ({l})"),
+                gbps(|m| m.gather_gbps),
+            ));
+            c.push(col(
+                &format!("g/stream {l}"),
+                "the gather over this row's stream limit",
+                share(|m| m.gather_frac_of_stream),
+            ));
+        }
+        if any(|m| m.gather_copy_frac_of_copy) {
+            c.push(col(
+                &format!("copy/copy {l}"),
+                "paged gather copied out, over the copy limit (read + write) measured beside it",
+                share(|m| m.gather_copy_frac_of_copy),
+            ));
+        }
+    }
+    c.push(col(
+        "attn GB/s",
+        "paged decode attention's KV read rate, GB/s",
+        |r| opt(r.attention_gbps, 2),
+    ));
+}
+
+/// The answer's bandwidth figure: paged attention's (or the gather's) share of the stream
+/// limit, ± its noise.
+fn efficiency_column(report: &SweepReport) -> Column {
+    let what = if report
+        .rows
+        .iter()
+        .any(|r| r.attention_frac_of_stream.is_some())
+    {
+        "paged attention's"
+    } else {
+        "the read-only paged gather's"
+    };
+    col(
+        "attn ±noise",
+        &format!(
+            "{what} read rate as a share of the read-only stream limit measured beside it \
+             on this device (median of the rounds), ± half its range over the rounds"
+        ),
+        |r| {
+            let e = r
+                .efficiency()
+                .map_or("-".into(), |e| format!("{:.0}%", 100.0 * e));
+            match r.efficiency_noise {
+                Some(n) => format!("{e} ±{:.0}", 100.0 * n),
+                None => e,
+            }
+        },
+    )
+}
+
+/// The end-to-end run at the trace's own rate (`wide`), and its SLO attainment when no block
+/// size meets the SLOs.
+fn natural_rate_columns(report: &SweepReport, wide: bool, slo: SloTargets, c: &mut Vec<Column>) {
+    if wide {
+        c.push(col(
+            "nat tok/s",
+            "at the trace's own rate: output tokens/s",
+            |r| opt(r.e2e_output_tokens_per_s, 0),
+        ));
+        c.push(col(
+            "nat TTFT ms",
+            "at the trace's rate: p99 TTFT, ms",
+            |r| opt(r.e2e_p99_ttft_s.map(|x| 1e3 * x), 1),
+        ));
+        c.push(col(
+            "nat TPOT ms",
+            "at the trace's rate: p99 TPOT, ms",
+            |r| opt(r.e2e_p99_tpot_s.map(|x| 1e3 * x), 2),
+        ));
+        c.push(col(
+            "nat KV",
+            "at the trace's rate: peak share of the pool's blocks in use",
+            |r| pct(r.e2e_kv_peak),
+        ));
+    }
+    if wide || none_meets(&report.end_to_end) {
+        c.push(col(
+            "nat SLO",
+            "at the trace's rate: share of all requests within the SLOs (the figure ranked when \
+             no block size meets them at any rate)",
+            |r| pct(r.e2e_slo_attainment),
+        ));
+    }
+    if wide && slo.tbt_s.is_some() {
+        c.push(col(
+            "nat TBT ms",
+            "at the trace's rate: p99 of Mooncake's TBT (a request's mean of its longest 10% \
+             of token intervals), ms",
+            |r| opt(r.e2e_p99_tbt_s.map(|x| 1e3 * x), 1),
+        ));
+    }
+}
+
+/// The SLO capacity the rate-scale search finds, its band, and the figures at it.
+fn capacity_columns(wide: bool, slo: SloTargets, c: &mut Vec<Column>) {
+    c.push(col(
+        "SLO req/s",
+        &format!(
+            "SLO capacity: the highest request rate the simulated engine sustains with {} \
+             (rate-scale search, nominal efficiency)",
+            slo.describe()
+        ),
+        |r| r.slo_capacity_rps.map_or("-".into(), rps),
+    ));
+    if wide {
+        c.push(col(
+            "× rate",
+            "the capacity as a multiple of the trace's rate",
+            |r| {
+                r.slo_capacity_rate_scale
+                    .map_or("-".into(), |x| format!("{x:.2}×"))
+            },
+        ));
+    }
+    c.push(col(
+        "band req/s",
+        "the capacity at efficiency × (1 − noise) and × (1 + noise): what the rule compares",
+        |r| match (r.slo_capacity_low_rps, r.slo_capacity_high_rps) {
+            (Some(a), Some(b)) => format!("{}–{}", rps(a), rps(b)),
+            _ => "-".into(),
+        },
+    ));
+    c.push(col(
+        "goodput",
+        "at the capacity: requests/s finished within the SLOs",
+        |r| r.goodput_at_capacity_rps.map_or("-".into(), rps),
+    ));
+    c.push(col(
+        "KV peak",
+        "at the capacity: peak share of the pool's blocks in use",
+        |r| pct(r.kv_peak_at_capacity),
+    ));
+    c.push(col(
+        "preempt",
+        "at the capacity: preemptions (recompute), count over the run",
+        |r| {
+            r.preemptions_at_capacity
+                .map_or("-".into(), |x| x.to_string())
+        },
+    ));
 }
 
 /// The marker of a row: the recommended block size and vLLM's default.

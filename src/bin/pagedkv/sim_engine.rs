@@ -176,6 +176,35 @@ fn print_text(
     outcomes: &[Outcome],
     without_tier: &[Outcome],
 ) -> Result<(), crate::stdout::StdoutFailed> {
+    print_setting(resolved, name, requests)?;
+    let s = &resolved.settings;
+    let unit = outcomes[0].report.time_unit;
+    out!("{}", table(resolved, outcomes, unit))?;
+    for o in outcomes {
+        let r = &o.report;
+        outln!("{}", run_line(resolved, o, unit))?;
+        if let Some(plain) = without_tier.iter().find(|p| p.block_size == o.block_size) {
+            outln!(
+                "  {}",
+                crate::sim_tier_args::tier_line(
+                    r,
+                    o.tier.map(|t| t.stats).unwrap_or_default(),
+                    s.block_bytes(o.block_size),
+                    &plain.report
+                )
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The lines above the table: the engine, the model, the limits, the workload, the clients and
+/// the SLOs.
+fn print_setting(
+    resolved: &Resolved,
+    name: &str,
+    requests: &[ServingRequest],
+) -> Result<(), crate::stdout::StdoutFailed> {
     let s = &resolved.settings;
     let preset_name = &resolved.preset_name;
     let e = &s.engine;
@@ -202,7 +231,11 @@ fn print_text(
     if let Some(slo) = &resolved.slo {
         outln!("{}", slo.describe())?;
     }
-    let unit = outcomes[0].report.time_unit;
+    Ok(())
+}
+
+/// One row per block size: pool, efficiency, rates, latencies, preemptions, hits and KV use.
+fn table(resolved: &Resolved, outcomes: &[Outcome], unit: &str) -> Table {
     let (scale, lat) = latency_unit(unit);
     // Mooncake's TBT when an SLO judges it (the JSON always has it).
     let tbt = resolved
@@ -260,54 +293,45 @@ fn print_text(
         ]);
         t.row(cells);
     }
-    out!("{t}")?;
-    for o in outcomes {
-        let r = &o.report;
-        let mut line = format!(
-            "block {}: {} of {} requests in {:.2} {unit} ({} steps, busy {:.0}%), mean running {:.1}, waiting {:.1}, in the engine {:.1}",
-            o.block_size,
-            r.completed,
-            r.requests,
-            r.makespan,
-            r.steps,
-            100.0 * r.busy_fraction,
-            r.mean_running,
-            r.mean_waiting,
-            r.mean_in_system
-        );
-        if let Some(slo) = &resolved.slo {
-            line += &slo_clause(r, slo, unit);
-        }
-        if let Some(c) = &o.clients {
-            line += &crate::sim_client_args::clause(c, unit);
-        }
-        if r.swapped_out_tokens > 0 {
-            line += &format!(
-                ", swapped {} tokens out and {} back",
-                r.swapped_out_tokens, r.swapped_in_tokens
-            );
-        }
-        if r.rejected + r.shortened > 0 {
-            line += &format!(
-                ", under max_model_len {}: {} requests refused, {} shortened",
-                e.max_model_len, r.rejected, r.shortened
-            );
-        }
-        if let Some(h) = r.preempted_prefix_cache_hit_ratio {
-            line += &format!(", re-admissions hit {:.1}% in the prefix cache", 100.0 * h);
-        }
-        outln!("{line}")?;
-        if let Some(plain) = without_tier.iter().find(|p| p.block_size == o.block_size) {
-            outln!(
-                "  {}",
-                crate::sim_tier_args::tier_line(
-                    r,
-                    o.tier.map(|t| t.stats).unwrap_or_default(),
-                    s.block_bytes(o.block_size),
-                    &plain.report
-                )
-            )?;
-        }
+    t
+}
+
+/// A run's line under the table: counts, steps, occupancy, and what the table leaves out.
+fn run_line(resolved: &Resolved, o: &Outcome, unit: &str) -> String {
+    let e = &resolved.settings.engine;
+    let r = &o.report;
+    let mut line = format!(
+        "block {}: {} of {} requests in {:.2} {unit} ({} steps, busy {:.0}%), mean running {:.1}, waiting {:.1}, in the engine {:.1}",
+        o.block_size,
+        r.completed,
+        r.requests,
+        r.makespan,
+        r.steps,
+        100.0 * r.busy_fraction,
+        r.mean_running,
+        r.mean_waiting,
+        r.mean_in_system
+    );
+    if let Some(slo) = &resolved.slo {
+        line += &slo_clause(r, slo, unit);
     }
-    Ok(())
+    if let Some(c) = &o.clients {
+        line += &crate::sim_client_args::clause(c, unit);
+    }
+    if r.swapped_out_tokens > 0 {
+        line += &format!(
+            ", swapped {} tokens out and {} back",
+            r.swapped_out_tokens, r.swapped_in_tokens
+        );
+    }
+    if r.rejected + r.shortened > 0 {
+        line += &format!(
+            ", under max_model_len {}: {} requests refused, {} shortened",
+            e.max_model_len, r.rejected, r.shortened
+        );
+    }
+    if let Some(h) = r.preempted_prefix_cache_hit_ratio {
+        line += &format!(", re-admissions hit {:.1}% in the prefix cache", 100.0 * h);
+    }
+    line
 }

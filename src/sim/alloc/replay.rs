@@ -172,23 +172,7 @@ pub fn replay_observed(
 ) -> Result<AllocRow, ReplayError> {
     validate(requests, policy, cfg)?;
     let mut mem = Memory::new(policy, cfg.capacity);
-    let mut row = AllocRow {
-        policy: policy.name(),
-        page_size: policy.page_size(),
-        requests: requests.len() as u64,
-        served: 0,
-        rejected: 0,
-        rejected_fragmentation: 0,
-        too_long: 0,
-        preempted: 0,
-        data_share: 0.0,
-        reserved_share: 0.0,
-        internal_share: 0.0,
-        free_share: 0.0,
-        external_fragmentation: 0.0,
-        peak_running: 0,
-        steps: 0,
-    };
+    let mut row = empty_row(requests, policy);
     let mut running: Vec<Running> = Vec::new();
     let mut next = 0;
     let mut busy_steps = 0u64;
@@ -198,78 +182,13 @@ pub fn replay_observed(
         if running.is_empty() {
             step = step.max((requests[next].arrival_s / cfg.step_s).floor() as u64);
         }
-        running.retain_mut(|r| {
-            if r.len == r.final_len {
-                mem.release(r.handle);
-                row.served += 1;
-                return false;
-            }
-            if !mem.grow(r.handle) {
-                mem.release(r.handle);
-                row.preempted += 1;
-                return false;
-            }
-            r.len += 1;
-            true
-        });
+        decode_step(&mut mem, &mut running, &mut row);
         let step_end = (step + 1) as f64 * cfg.step_s;
         while next < requests.len() && requests[next].arrival_s < step_end {
-            let r = requests[next];
+            admit(&requests[next], &mut mem, &mut running, &mut row);
             next += 1;
-            let (prompt, final_len) = (
-                u64::from(r.prompt_tokens),
-                u64::from(r.prompt_tokens) + u64::from(r.output_tokens),
-            );
-            if final_len == 0 {
-                row.served += 1;
-                continue;
-            }
-            match mem.admit(prompt, final_len) {
-                Ok(handle) => running.push(Running {
-                    handle,
-                    len: prompt,
-                    final_len,
-                }),
-                Err(why) => {
-                    row.rejected += 1;
-                    match why {
-                        Reject::TooLong => row.too_long += 1,
-                        Reject::Fragmented => row.rejected_fragmentation += 1,
-                        Reject::OutOfMemory => {}
-                    }
-                }
-            }
         }
-        let mut s = Sample {
-            step,
-            running: running.len() as u64,
-            ..Sample::default()
-        };
-        let mut allocated = 0;
-        for r in &running {
-            let alloc = mem.allocated(r.handle);
-            let will_hold = alloc.min(r.final_len);
-            allocated += alloc;
-            s.data += r.len;
-            s.reserved += will_hold - r.len;
-            s.internal += alloc - will_hold;
-        }
-        s.free = cfg.capacity.saturating_sub(allocated);
-        s.free_reported = mem.free();
-        if cfg.check {
-            let broken = |what: String| ReplayError::Invariant { step, what };
-            if allocated > cfg.capacity {
-                return Err(broken(format!("{allocated} allocated of {}", cfg.capacity)));
-            }
-            if s.free != s.free_reported {
-                return Err(broken(format!(
-                    "holders leave {} free, memory reports {}",
-                    s.free, s.free_reported
-                )));
-            }
-            let live: Vec<Handle> = running.iter().map(|r| r.handle).collect();
-            mem.check(&live, s.data).map_err(broken)?;
-        }
+        let s = sample(step, &running, &mem, cfg)?;
         observe(&s);
         if !running.is_empty() {
             busy_steps += 1;
@@ -297,4 +216,112 @@ pub fn replay_observed(
         }
     }
     Ok(row)
+}
+
+/// The row before the replay: the policy and the request count, nothing counted yet.
+fn empty_row(requests: &[Request], policy: Policy) -> AllocRow {
+    AllocRow {
+        policy: policy.name(),
+        page_size: policy.page_size(),
+        requests: requests.len() as u64,
+        served: 0,
+        rejected: 0,
+        rejected_fragmentation: 0,
+        too_long: 0,
+        preempted: 0,
+        data_share: 0.0,
+        reserved_share: 0.0,
+        internal_share: 0.0,
+        free_share: 0.0,
+        external_fragmentation: 0.0,
+        peak_running: 0,
+        steps: 0,
+    }
+}
+
+/// One decode step: finished requests leave; every other writes a token, or is preempted when
+/// it finds no room to grow into.
+fn decode_step(mem: &mut Memory, running: &mut Vec<Running>, row: &mut AllocRow) {
+    running.retain_mut(|r| {
+        if r.len == r.final_len {
+            mem.release(r.handle);
+            row.served += 1;
+            return false;
+        }
+        if !mem.grow(r.handle) {
+            mem.release(r.handle);
+            row.preempted += 1;
+            return false;
+        }
+        r.len += 1;
+        true
+    });
+}
+
+/// An arrival, admitted with its prompt written, or rejected (and why).
+fn admit(r: &Request, mem: &mut Memory, running: &mut Vec<Running>, row: &mut AllocRow) {
+    let (prompt, final_len) = (
+        u64::from(r.prompt_tokens),
+        u64::from(r.prompt_tokens) + u64::from(r.output_tokens),
+    );
+    if final_len == 0 {
+        row.served += 1;
+        return;
+    }
+    match mem.admit(prompt, final_len) {
+        Ok(handle) => running.push(Running {
+            handle,
+            len: prompt,
+            final_len,
+        }),
+        Err(why) => {
+            row.rejected += 1;
+            match why {
+                Reject::TooLong => row.too_long += 1,
+                Reject::Fragmented => row.rejected_fragmentation += 1,
+                Reject::OutOfMemory => {}
+            }
+        }
+    }
+}
+
+/// The memory after `step`, counted from the holders; with `cfg.check`, the memory's own
+/// bookkeeping checked against it.
+fn sample(
+    step: u64,
+    running: &[Running],
+    mem: &Memory,
+    cfg: &ReplayConfig,
+) -> Result<Sample, ReplayError> {
+    let mut s = Sample {
+        step,
+        running: running.len() as u64,
+        ..Sample::default()
+    };
+    let mut allocated = 0;
+    for r in running {
+        let alloc = mem.allocated(r.handle);
+        let will_hold = alloc.min(r.final_len);
+        allocated += alloc;
+        s.data += r.len;
+        s.reserved += will_hold - r.len;
+        s.internal += alloc - will_hold;
+    }
+    s.free = cfg.capacity.saturating_sub(allocated);
+    s.free_reported = mem.free();
+    if cfg.check {
+        let broken = |what: String| ReplayError::Invariant { step, what };
+        if allocated > cfg.capacity {
+            return Err(broken(format!("{allocated} allocated of {}", cfg.capacity)));
+        }
+        if s.free != s.free_reported {
+            return Err(broken(format!(
+                "holders leave {} free, memory reports {}",
+                s.free, s.free_reported
+            )));
+        }
+        let live: Vec<Handle> = running.iter().map(|r| r.handle).collect();
+        mem.check(&live, s.data).map_err(broken)?;
+    }
+    Ok(s)
 }

@@ -273,110 +273,19 @@ impl Scheduler {
     pub fn schedule(&mut self, plan: &mut Plan, mut tier: Option<&mut HostTier>) {
         plan.clear();
         self.schedules += 1;
-        let cfg = &self.cfg;
-        let mut budget = cfg.max_num_batched_tokens as u64;
+        let mut budget = self.cfg.max_num_batched_tokens as u64;
         // The cap on a prefill chunk only applies when another request could use the budget.
         let threshold = if self.running.len() + self.waiting.len() > 1 {
-            cfg.long_prefill_token_threshold as u64
+            self.cfg.long_prefill_token_threshold as u64
         } else {
             0
         };
-        let ranked_victims = cfg.scheduling_policy != Policy::Fcfs;
-        let max_model_len = cfg.max_model_len as u64;
-
-        let mut idx = 0;
-        while idx < self.running.len() && budget > 0 {
-            let ri = self.running[idx];
-            let r = &self.reqs[ri as usize];
-            let (computed, placeholders) = (u64::from(r.num_computed), u64::from(r.placeholders));
-            // Async: the step in flight already reaches max_tokens; scheduling more is waste.
-            if placeholders > 0
-                && computed + 2 >= u64::from(r.prompt_len + r.max_tokens) + placeholders
-            {
-                idx += 1;
-                continue;
-            }
-            let mut n = u64::from(r.num_tokens()) + placeholders - computed;
-            if threshold > 0 && n > threshold {
-                n = threshold;
-            }
-            n = n
-                .min(budget)
-                .min(max_model_len.saturating_sub(computed + 1));
-            if n == 0 {
-                idx += 1;
-                continue;
-            }
-            let scheduled = loop {
-                let alloc = Alloc {
-                    new_tokens: n as u32,
-                    hit: &[],
-                    hit_tokens: 0,
-                    external_tokens: 0,
-                    delay_cache: false,
-                    reserved_blocks: 0,
-                    full_sequence_must_fit: false,
-                    has_scheduled_reqs: true,
-                };
-                let ok = self.kv.allocate_slots(&mut self.reqs[ri as usize], alloc);
-                self.store_evicted(&mut tier, plan);
-                if ok {
-                    break true;
-                }
-                let pos = self.victim();
-                let victim = self.running[pos];
-                if ranked_victims {
-                    self.running.remove(pos);
-                    if pos < idx {
-                        idx -= 1;
-                    }
-                    if let Some(p) = plan.scheduled.iter().position(|s| s.req == victim) {
-                        budget += u64::from(plan.scheduled.remove(p).tokens);
-                    }
-                } else {
-                    self.running.pop();
-                }
-                self.preempt(victim, plan);
-                if victim == ri {
-                    break false;
-                }
-            };
-            if !scheduled {
-                if ranked_victims && self.reqs[ri as usize].status == Status::Preempted {
-                    // It preempted itself; the requests after it rank higher and may still fit.
-                    continue;
-                }
-                break;
-            }
-            plan.scheduled.push(Scheduled {
-                req: ri,
-                tokens: n as u32,
-                context: computed as u32,
-                samples: false,
-            });
-            budget -= n;
-            idx += 1;
-        }
-
+        self.schedule_running(plan, &mut budget, threshold, &mut tier);
         if plan.preempted.is_empty() {
             self.admit(plan, &mut budget, threshold, &mut tier);
         }
-
         self.finished_unreported = false;
-        let async_scheduling = self.cfg.async_scheduling;
-        for s in &mut plan.scheduled {
-            let r = &mut self.reqs[s.req as usize];
-            r.num_computed += s.tokens;
-            r.in_flight += s.tokens;
-            r.scheduled_tokens += u64::from(s.tokens);
-            s.samples = r.num_computed >= r.num_tokens() + r.placeholders;
-            if async_scheduling && s.samples {
-                r.placeholders += 1;
-            }
-            if s.samples {
-                self.inflight.remove(&s.req);
-            }
-        }
+        self.update_after_schedule(plan);
         if let (Some(c), Some(t)) = (&mut self.offload, tier.and_then(HostTier::native)) {
             let reqs = &mut self.reqs;
             let scheduled: Vec<(u32, u32)> = plan
@@ -391,6 +300,130 @@ impl Scheduler {
                 t,
                 &mut plan.kv_stores,
             );
+        }
+    }
+
+    /// The running loop: each running request in order gets its tokens, preempting others (or
+    /// itself) when its blocks do not fit.
+    fn schedule_running(
+        &mut self,
+        plan: &mut Plan,
+        budget: &mut u64,
+        threshold: u64,
+        tier: &mut Option<&mut HostTier>,
+    ) {
+        let ranked_victims = self.cfg.scheduling_policy != Policy::Fcfs;
+        let mut idx = 0;
+        while idx < self.running.len() && *budget > 0 {
+            let ri = self.running[idx];
+            let n = self.running_tokens(ri, threshold, *budget);
+            if n == 0 {
+                idx += 1;
+                continue;
+            }
+            let computed = self.reqs[ri as usize].num_computed;
+            if !self.allocate_or_preempt(ri, n, &mut idx, budget, plan, tier) {
+                if ranked_victims && self.reqs[ri as usize].status == Status::Preempted {
+                    // It preempted itself; the requests after it rank higher and may still fit.
+                    continue;
+                }
+                break;
+            }
+            plan.scheduled.push(Scheduled {
+                req: ri,
+                tokens: n as u32,
+                context: computed,
+                samples: false,
+            });
+            *budget -= n;
+            idx += 1;
+        }
+    }
+
+    /// The tokens running request `ri` asks for this step: what is left of its sequence, at
+    /// most the long-prefill threshold, the budget and the model's length; 0 skips it.
+    fn running_tokens(&self, ri: u32, threshold: u64, budget: u64) -> u64 {
+        let max_model_len = self.cfg.max_model_len as u64;
+        let r = &self.reqs[ri as usize];
+        let (computed, placeholders) = (u64::from(r.num_computed), u64::from(r.placeholders));
+        // Async: the step in flight already reaches max_tokens; scheduling more is waste.
+        if placeholders > 0 && computed + 2 >= u64::from(r.prompt_len + r.max_tokens) + placeholders
+        {
+            return 0;
+        }
+        let mut n = u64::from(r.num_tokens()) + placeholders - computed;
+        if threshold > 0 && n > threshold {
+            n = threshold;
+        }
+        n.min(budget)
+            .min(max_model_len.saturating_sub(computed + 1))
+    }
+
+    /// Allocates `n` new tokens' blocks for running request `ri`, preempting victims until they
+    /// fit; false when `ri` itself was preempted. A ranked victim leaves the running list where
+    /// it stands (`idx` follows) and gives back the budget it was scheduled this step.
+    fn allocate_or_preempt(
+        &mut self,
+        ri: u32,
+        n: u64,
+        idx: &mut usize,
+        budget: &mut u64,
+        plan: &mut Plan,
+        tier: &mut Option<&mut HostTier>,
+    ) -> bool {
+        let ranked_victims = self.cfg.scheduling_policy != Policy::Fcfs;
+        loop {
+            let alloc = Alloc {
+                new_tokens: n as u32,
+                hit: &[],
+                hit_tokens: 0,
+                external_tokens: 0,
+                delay_cache: false,
+                reserved_blocks: 0,
+                full_sequence_must_fit: false,
+                has_scheduled_reqs: true,
+            };
+            let ok = self.kv.allocate_slots(&mut self.reqs[ri as usize], alloc);
+            self.store_evicted(tier, plan);
+            if ok {
+                return true;
+            }
+            let pos = self.victim();
+            let victim = self.running[pos];
+            if ranked_victims {
+                self.running.remove(pos);
+                if pos < *idx {
+                    *idx -= 1;
+                }
+                if let Some(p) = plan.scheduled.iter().position(|s| s.req == victim) {
+                    *budget += u64::from(plan.scheduled.remove(p).tokens);
+                }
+            } else {
+                self.running.pop();
+            }
+            self.preempt(victim, plan);
+            if victim == ri {
+                return false;
+            }
+        }
+    }
+
+    /// vLLM's `_update_after_schedule`: the scheduled tokens count as computed (and in flight);
+    /// a chunk that reaches the end of its sequence samples.
+    fn update_after_schedule(&mut self, plan: &mut Plan) {
+        let async_scheduling = self.cfg.async_scheduling;
+        for s in &mut plan.scheduled {
+            let r = &mut self.reqs[s.req as usize];
+            r.num_computed += s.tokens;
+            r.in_flight += s.tokens;
+            r.scheduled_tokens += u64::from(s.tokens);
+            s.samples = r.num_computed >= r.num_tokens() + r.placeholders;
+            if async_scheduling && s.samples {
+                r.placeholders += 1;
+            }
+            if s.samples {
+                self.inflight.remove(&s.req);
+            }
         }
     }
 

@@ -336,10 +336,30 @@ fn once<K: std::hash::Hash + Eq>(seen: &mut HashSet<K>, key: K, what: &str) -> R
     }
 }
 
+/// One table of the profile, by key, or the first fault found in it.
+type Keyed<K, V> = Result<Vec<(K, V)>, String>;
+
 fn build(doc: Document) -> Result<StepProfile, String> {
+    let block_size = doc.block_size as usize;
+    Ok(StepProfile {
+        gemm: gemm_curves(doc.gemm)?,
+        decode: decode_surfaces(doc.decode_attention, block_size)?,
+        prefill: prefill_tables(doc.prefill_attention)?,
+        allreduce: allreduce_curves(doc.allreduce)?,
+        elementwise: elementwise_curves(doc.elementwise)?,
+        gpu: crate::hw::gpu(&doc.gpu).expect("checked").name.to_string(),
+        label: doc.label,
+        source: doc.source,
+        framework: doc.framework,
+        block_size,
+    })
+}
+
+/// The GEMM times, one curve over m per (dtype class, n, k).
+fn gemm_curves(rows: Vec<GemmRow>) -> Keyed<(GemmClass, u64, u64), Curve> {
     let mut gemm = Vec::new();
     let mut seen = HashSet::new();
-    for (i, g) in doc.gemm.into_iter().enumerate() {
+    for (i, g) in rows.into_iter().enumerate() {
         let what = format!("gemm[{i}] ({} n={} k={})", g.dtype, g.n, g.k);
         let key = (
             gemm_class(&g.dtype).map_err(|e| format!("{what}: {e}"))?,
@@ -357,22 +377,33 @@ fn build(doc: Document) -> Result<StepProfile, String> {
             },
         ));
     }
-    let attention_key = |what: &str, kv: &str, h: u64, kvh: u64, d: u64| {
-        if h == 0 || kvh == 0 || d == 0 || !h.is_multiple_of(kvh) {
-            return Err(format!(
-                "{what}: heads {h}, kv_heads {kvh}, head_dim {d}: need positive sizes, heads a multiple of kv_heads"
-            ));
-        }
-        Ok(AttentionKey {
-            kv_dtype: kv_class(kv).map_err(|e| format!("{what}: {e}"))?,
-            heads: h,
-            kv_heads: kvh,
-            head_dim: d,
-        })
-    };
+    Ok(gemm)
+}
+
+/// An attention table's key, its sizes checked.
+fn attention_key(what: &str, kv: &str, h: u64, kvh: u64, d: u64) -> Result<AttentionKey, String> {
+    if h == 0 || kvh == 0 || d == 0 || !h.is_multiple_of(kvh) {
+        return Err(format!(
+            "{what}: heads {h}, kv_heads {kvh}, head_dim {d}: need positive sizes, heads a multiple of kv_heads"
+        ));
+    }
+    Ok(AttentionKey {
+        kv_dtype: kv_class(kv).map_err(|e| format!("{what}: {e}"))?,
+        heads: h,
+        kv_heads: kvh,
+        head_dim: d,
+    })
+}
+
+/// Decode attention's times, a surface over (batch, kv_len) per key and block size (`None`:
+/// the profile's own, `default_block`).
+fn decode_surfaces(
+    table: Vec<DecodeRow>,
+    default_block: usize,
+) -> Keyed<(AttentionKey, Option<usize>), Surface> {
     let mut decode = Vec::new();
     let mut seen = HashSet::new();
-    for (i, a) in doc.decode_attention.into_iter().enumerate() {
+    for (i, a) in table.into_iter().enumerate() {
         let what = format!(
             "decode_attention[{i}] ({} {}/{}/{}{})",
             a.kv_dtype,
@@ -390,7 +421,7 @@ fn build(doc: Document) -> Result<StepProfile, String> {
         let block = a
             .block_size
             .map(|b| b as usize)
-            .filter(|&b| b != doc.block_size as usize);
+            .filter(|&b| b != default_block);
         once(&mut seen, (key, block), &what)?;
         let b = axis(&format!("{what} batch"), a.batch, Beyond::Linear)?;
         let s = axis(&format!("{what} kv_len"), a.kv_len, Beyond::Linear)?;
@@ -409,9 +440,15 @@ fn build(doc: Document) -> Result<StepProfile, String> {
             },
         ));
     }
+    Ok(decode)
+}
+
+/// Prefill attention's times, a surface over (batch, tokens) above a fixed time, per key and
+/// qk_norm.
+fn prefill_tables(table: Vec<PrefillRow>) -> Keyed<(AttentionKey, bool), PrefillTable> {
     let mut prefill = Vec::new();
     let mut seen = HashSet::new();
-    for (i, a) in doc.prefill_attention.into_iter().enumerate() {
+    for (i, a) in table.into_iter().enumerate() {
         let what = format!(
             "prefill_attention[{i}] ({} {}/{}/{} qk_norm {})",
             a.kv_dtype, a.heads, a.kv_heads, a.head_dim, a.qk_norm
@@ -447,9 +484,14 @@ fn build(doc: Document) -> Result<StepProfile, String> {
             },
         ));
     }
+    Ok(prefill)
+}
+
+/// The all-reduce times, one curve over bytes per GPU count.
+fn allreduce_curves(rows: Vec<AllReduceRow>) -> Keyed<u64, Curve> {
     let mut allreduce = Vec::new();
     let mut seen = HashSet::new();
-    for (i, a) in doc.allreduce.into_iter().enumerate() {
+    for (i, a) in rows.into_iter().enumerate() {
         let what = format!("allreduce[{i}] ({} GPUs)", a.gpus);
         if a.gpus < 2 {
             return Err(format!("{what}: an all-reduce needs at least 2 GPUs"));
@@ -465,9 +507,14 @@ fn build(doc: Document) -> Result<StepProfile, String> {
             },
         ));
     }
+    Ok(allreduce)
+}
+
+/// The elementwise ops' times, one curve over tokens per (op, width).
+fn elementwise_curves(rows: Vec<ElementwiseRow>) -> Keyed<(Elementwise, u64), Curve> {
     let mut elementwise = Vec::new();
     let mut seen = HashSet::new();
-    for (i, e) in doc.elementwise.into_iter().enumerate() {
+    for (i, e) in rows.into_iter().enumerate() {
         let what = format!("elementwise[{i}] ({} width {})", e.op, e.width);
         let op = Elementwise::parse(&e.op).ok_or_else(|| {
             format!(
@@ -486,18 +533,7 @@ fn build(doc: Document) -> Result<StepProfile, String> {
             },
         ));
     }
-    Ok(StepProfile {
-        gpu: crate::hw::gpu(&doc.gpu).expect("checked").name.to_string(),
-        label: doc.label,
-        source: doc.source,
-        framework: doc.framework,
-        block_size: doc.block_size as usize,
-        gemm,
-        decode,
-        prefill,
-        allreduce,
-        elementwise,
-    })
+    Ok(elementwise)
 }
 
 #[cfg(test)]

@@ -56,6 +56,22 @@ struct Column<'a> {
     cell: Box<dyn Fn(&ClusterOutcome) -> String + 'a>,
 }
 
+fn col<'a>(
+    head: String,
+    key: &str,
+    default: bool,
+    cell: Box<dyn Fn(&ClusterOutcome) -> String + 'a>,
+) -> Column<'a> {
+    Column {
+        head,
+        key: key.to_string(),
+        default,
+        cell,
+    }
+}
+
+/// The table's columns: every run's, then the host tier's, disaggregation's and the KV pool's
+/// when some run has them.
 fn columns<'a>(
     unit: &str,
     lat: &str,
@@ -64,16 +80,23 @@ fn columns<'a>(
     pd: bool,
     pool: bool,
 ) -> Vec<Column<'a>> {
-    let col = |head: String,
-               key: &str,
-               default: bool,
-               cell: Box<dyn Fn(&ClusterOutcome) -> String>| Column {
-        head,
-        key: key.to_string(),
-        default,
-        cell,
-    };
-    let mut c = vec![
+    let mut c = run_columns(unit, lat, scale);
+    if tier {
+        c.push(tier_column());
+    }
+    if pd {
+        c.extend(disaggregation_columns());
+    }
+    if pool {
+        c.extend(pool_columns());
+    }
+    c
+}
+
+/// What every run has: its layout and router, rates, latencies, prefix cache, preemptions and
+/// the router's spread.
+fn run_columns<'a>(unit: &str, lat: &str, scale: f64) -> Vec<Column<'a>> {
+    vec![
         col(
             "layout".into(),
             "replicas, or P prefill + D decode instances",
@@ -145,17 +168,23 @@ fn columns<'a>(
                 )
             }),
         ),
-    ];
-    if tier {
-        c.push(col(
-            "host hit %".into(),
-            "prompt tokens loaded from the host KV tier",
-            true,
-            Box::new(|o| format!("{:.1}", 100.0 * o.total.offload_prompt_hit_ratio)),
-        ));
-    }
-    if pd {
-        c.push(col(
+    ]
+}
+
+/// The share of prompt tokens the host KV tier gave.
+fn tier_column<'a>() -> Column<'a> {
+    col(
+        "host hit %".into(),
+        "prompt tokens loaded from the host KV tier",
+        true,
+        Box::new(|o| format!("{:.1}", 100.0 * o.total.offload_prompt_hit_ratio)),
+    )
+}
+
+/// Prefill/decode disaggregation: the KV moved, its delay, waits for decode room, local prefills.
+fn disaggregation_columns<'a>() -> Vec<Column<'a>> {
+    vec![
+        col(
             "KV GB".into(),
             "KV bytes moved from prefill to decode instances, GB",
             true,
@@ -164,8 +193,8 @@ fn columns<'a>(
                     format!("{:.1}", d.stats.kv_bytes_moved as f64 / 1e9)
                 })
             }),
-        ));
-        c.push(col(
+        ),
+        col(
             "xfer p50/p99 ms".into(),
             "prefill end to KV arrival: what the move adds",
             false,
@@ -174,8 +203,8 @@ fn columns<'a>(
                     .as_ref()
                     .map_or("-".into(), |d| p50_p99(d.transfer_delay_seconds, 1e3, 1))
             }),
-        ));
-        c.push(col(
+        ),
+        col(
             "D wait".into(),
             "requests whose KV waited for room in a decode pool",
             false,
@@ -184,8 +213,8 @@ fn columns<'a>(
                     .as_ref()
                     .map_or("-".into(), |d| d.stats.waited_for_decode.to_string())
             }),
-        ));
-        c.push(col(
+        ),
+        col(
             "local".into(),
             "requests prefilled on their decode instance (conditional disaggregation)",
             false,
@@ -194,17 +223,21 @@ fn columns<'a>(
                     .as_ref()
                     .map_or("-".into(), |d| d.stats.local_prefills.to_string())
             }),
-        ));
-    }
-    if pool {
-        let hits = |o: &ClusterOutcome| o.disagg.as_ref().map(|d| d.tier_hits);
-        c.push(col(
+        ),
+    ]
+}
+
+/// The KV pool across prefill nodes' host tiers: its hits and the bytes its fetches moved.
+fn pool_columns<'a>() -> Vec<Column<'a>> {
+    let hits = |o: &ClusterOutcome| o.disagg.as_ref().map(|d| d.tier_hits);
+    vec![
+        col(
             "pool hit %".into(),
             "prompt tokens fetched from other prefill nodes' host tiers (the KV pool)",
             false,
             Box::new(move |o| pct(hits(o).and_then(|h| h.remote_ratio()))),
-        ));
-        c.push(col(
+        ),
+        col(
             "pool GB".into(),
             "bytes the pool's fetches moved over the link, GB (apart from the KV to decode)",
             false,
@@ -213,9 +246,8 @@ fn columns<'a>(
                     format!("{:.1}", h.pool_bytes_moved as f64 / 1e9)
                 })
             }),
-        ));
-    }
-    c
+        ),
+    ]
 }
 
 pub fn print(
@@ -360,81 +392,108 @@ fn run_lines(
         line += &crate::sim_client_args::clause(c, unit);
     }
     outln!("{line}")?;
-    if let Some(d) = &o.disagg {
+    disaggregation_lines(resolved, o)?;
+    starved_line(o)?;
+    host_tier_line(resolved, o, without_tier)
+}
+
+/// A disaggregated run's layout and link, the Conductor's rejections, where prompt tokens were
+/// found, and the transfer times.
+fn disaggregation_lines(resolved: &Resolved, o: &ClusterOutcome) -> Result<(), BoxError> {
+    let Some(d) = &o.disagg else {
+        return Ok(());
+    };
+    let e = &resolved.settings.engine;
+    outln!(
+        "  prefill on {} × TP{} ({} blocks each), decode on {} × TP{} ({} blocks each); KV {} over {} GB/s: {} requests moved {:.2} GB ({} B a token), {} waited for a decode pool, {} prefilled locally",
+        d.prefill_replicas,
+        d.prefill_tp,
+        d.prefill_gpu_blocks,
+        d.decode_replicas,
+        d.decode_tp,
+        d.decode_gpu_blocks,
+        d.transfer,
+        d.link_gbps,
+        d.stats.moved,
+        d.stats.kv_bytes_moved as f64 / 1e9,
+        d.kv_bytes_per_token,
+        d.stats.waited_for_decode,
+        d.stats.local_prefills,
+    )?;
+    if d.stats.rejected() > 0 {
         outln!(
-            "  prefill on {} × TP{} ({} blocks each), decode on {} × TP{} ({} blocks each); KV {} over {} GB/s: {} requests moved {:.2} GB ({} B a token), {} waited for a decode pool, {} prefilled locally",
-            d.prefill_replicas,
-            d.prefill_tp,
-            d.prefill_gpu_blocks,
-            d.decode_replicas,
-            d.decode_tp,
-            d.decode_gpu_blocks,
-            d.transfer,
-            d.link_gbps,
-            d.stats.moved,
-            d.stats.kv_bytes_moved as f64 / 1e9,
-            d.kv_bytes_per_token,
-            d.stats.waited_for_decode,
-            d.stats.local_prefills,
+            "  the Conductor rejected {} requests early ({} over the TTFT SLO by its estimate, {} over the TBT SLO); they count among the requests and against SLO attainment",
+            d.stats.rejected(),
+            d.stats.rejected_ttft,
+            d.stats.rejected_tbt,
         )?;
-        if d.stats.rejected() > 0 {
-            outln!(
-                "  the Conductor rejected {} requests early ({} over the TTFT SLO by its estimate, {} over the TBT SLO); they count among the requests and against SLO attainment",
-                d.stats.rejected(),
-                d.stats.rejected_ttft,
-                d.stats.rejected_tbt,
-            )?;
-        }
-        let h = &d.tier_hits;
-        if e.cpu_offload.is_some() {
-            let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
-            let mut line = format!(
-                "  prompt tokens found: GPU {}, own host tier {}, remote pool {} (all {})",
-                pct(h.gpu_ratio()),
-                pct(h.local_host_ratio()),
-                pct(h.remote_ratio()),
-                pct(h.hit_ratio()),
+    }
+    let h = &d.tier_hits;
+    if e.cpu_offload.is_some() {
+        let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
+        let mut line = format!(
+            "  prompt tokens found: GPU {}, own host tier {}, remote pool {} (all {})",
+            pct(h.gpu_ratio()),
+            pct(h.local_host_ratio()),
+            pct(h.remote_ratio()),
+            pct(h.hit_ratio()),
+        );
+        if let (Some(p), Some(chunks)) = (d.pool, d.pool_node_chunks) {
+            line += &format!(
+                "; the pool: {} nodes × {chunks} chunks, balancing threshold {}: {} fetches moved {} tokens, {:.2} GB over the link (apart from the KV to decode){}",
+                d.prefill_replicas,
+                p.threshold,
+                h.fetches,
+                h.fetched_tokens,
+                h.pool_bytes_moved as f64 / 1e9,
+                if h.store_failures > 0 {
+                    format!(", {} refused by a full tier", h.store_failures)
+                } else {
+                    String::new()
+                }
             );
-            if let (Some(p), Some(chunks)) = (d.pool, d.pool_node_chunks) {
-                line += &format!(
-                    "; the pool: {} nodes × {chunks} chunks, balancing threshold {}: {} fetches moved {} tokens, {:.2} GB over the link (apart from the KV to decode){}",
-                    d.prefill_replicas,
-                    p.threshold,
-                    h.fetches,
-                    h.fetched_tokens,
-                    h.pool_bytes_moved as f64 / 1e9,
-                    if h.store_failures > 0 {
-                        format!(", {} refused by a full tier", h.store_failures)
-                    } else {
-                        String::new()
-                    }
-                );
-            }
-            outln!("{line}")?;
         }
-        if let (Some(x), Some(a)) = (d.transfer_seconds, d.transfer_delay_seconds) {
-            outln!(
-                "  transfer (reservation to arrival) p50/p99 {:.2}/{:.2} ms; after the prefill's end p50/p99 {:.2}/{:.2} ms",
-                x.p50 * 1e3,
-                x.p99 * 1e3,
-                a.p50 * 1e3,
-                a.p99 * 1e3
-            )?;
-        }
+        outln!("{line}")?;
     }
-    if !o.starved_replicas.is_empty() {
-        let per = &o.router_stats.per_replica;
-        let mean = r.requests as f64 / per.len() as f64;
-        let got: Vec<String> = o
-            .starved_replicas
-            .iter()
-            .map(|&i| format!("{i} ({})", per[i]))
-            .collect();
+    if let (Some(x), Some(a)) = (d.transfer_seconds, d.transfer_delay_seconds) {
         outln!(
-            "  the router leaves replicas nearly idle: {} got under a quarter of the mean {mean:.0} requests",
-            got.join(", ")
+            "  transfer (reservation to arrival) p50/p99 {:.2}/{:.2} ms; after the prefill's end p50/p99 {:.2}/{:.2} ms",
+            x.p50 * 1e3,
+            x.p99 * 1e3,
+            a.p50 * 1e3,
+            a.p99 * 1e3
         )?;
     }
+    Ok(())
+}
+
+/// The replicas the router left nearly idle, if any.
+fn starved_line(o: &ClusterOutcome) -> Result<(), BoxError> {
+    if o.starved_replicas.is_empty() {
+        return Ok(());
+    }
+    let r = &o.total;
+    let per = &o.router_stats.per_replica;
+    let mean = r.requests as f64 / per.len() as f64;
+    let got: Vec<String> = o
+        .starved_replicas
+        .iter()
+        .map(|&i| format!("{i} ({})", per[i]))
+        .collect();
+    outln!(
+        "  the router leaves replicas nearly idle: {} got under a quarter of the mean {mean:.0} requests",
+        got.join(", ")
+    )?;
+    Ok(())
+}
+
+/// The host tier's line: what it did against the same run without it.
+fn host_tier_line(
+    resolved: &Resolved,
+    o: &ClusterOutcome,
+    without_tier: &[ClusterOutcome],
+) -> Result<(), BoxError> {
+    let r = &o.total;
     if let Some(plain) = without_tier
         .iter()
         .find(|p| p.router == o.router && p.replicas == o.replicas)

@@ -15,6 +15,15 @@ struct Skipped {
     waiting: Vec<u32>,
 }
 
+/// A first admission's lookups: the prefix cache's hit and what the host tier adds (tokens
+/// the native tier loads, blocks the store-on-evict tier loads).
+#[derive(Debug, Default, Clone, Copy)]
+struct Found {
+    hit_tokens: u32,
+    external: u32,
+    host_blocks: u32,
+}
+
 impl Scheduler {
     /// The waiting loop: admit from the head of the queues (requests holding blocks first) while
     /// budget, seats and blocks last; requests that cannot go yet are skipped, in place.
@@ -25,7 +34,6 @@ impl Scheduler {
         threshold: u64,
         tier: &mut Option<&mut HostTier>,
     ) {
-        let caching = self.cfg.enable_prefix_caching;
         let bs = self.kv.block_size();
         let mut skipped = Skipped::default();
         while *budget > 0 {
@@ -49,29 +57,24 @@ impl Scheduler {
             }
             let mut hit = std::mem::take(&mut self.hit);
             hit.clear();
-            let r = &mut self.reqs[wi as usize];
+            let r = &self.reqs[wi as usize];
             let num_tokens = r.num_tokens();
             let lookup = r.num_computed == 0;
-            let (mut hit_tokens, mut external, mut host_blocks) = (0, 0, 0);
+            let mut found = Found::default();
             if lookup {
-                debug_assert!(r.status != Status::Running);
-                hit_tokens = self.kv.get_computed_blocks(r, &mut hit);
-                match (&mut self.offload, tier.as_deref_mut()) {
-                    (Some(c), Some(HostTier::Native(t))) => match c.lookup(wi, r, hit_tokens, t) {
-                        Some(e) => external = e,
-                        None => {
-                            self.hit = hit;
-                            self.skip(from_holding, &mut skipped);
-                            continue;
-                        }
-                    },
-                    // Store-on-evict: the blocks right after the hit load in this step.
-                    (_, Some(HostTier::StoreOnEvict(t))) if caching => {
-                        host_blocks = hit_blocks(t, r, hit.len() as u32, bs);
-                    }
-                    _ => {}
-                }
+                let Some(f) = self.look_up(wi, &mut hit, tier) else {
+                    self.hit = hit;
+                    self.skip(from_holding, &mut skipped);
+                    continue;
+                };
+                found = f;
             }
+            let Found {
+                hit_tokens,
+                external,
+                host_blocks,
+            } = found;
+            let r = &self.reqs[wi as usize];
             let loaded = host_blocks * bs;
             // Swap preemption: what the host holds beyond the hit comes back without compute.
             let restored = r
@@ -86,15 +89,11 @@ impl Scheduler {
             let load_async = external > 0;
             let mut n = 0;
             if !load_async {
-                n = u64::from(num_tokens - computed);
-                if threshold > 0 && n > threshold {
-                    n = threshold;
-                }
-                if !self.cfg.enable_chunked_prefill && n > *budget {
+                let Some(fits) = self.new_tokens(num_tokens - computed, threshold, *budget) else {
                     self.hit = hit;
                     break;
-                }
-                n = n.min(*budget);
+                };
+                n = fits;
             }
             let alloc = Alloc {
                 new_tokens: loaded + restored + n as u32,
@@ -117,73 +116,18 @@ impl Scheduler {
             if !ok {
                 break;
             }
-            let r = &mut self.reqs[wi as usize];
             if lookup {
-                if caching && r.preemptions > 0 {
-                    self.stats.preempted_prefix_queries += u64::from(num_tokens);
-                    self.stats.preempted_prefix_hits += u64::from(hit_tokens);
-                } else if caching {
-                    self.stats.prefix_queries += u64::from(num_tokens);
-                    self.stats.prefix_hits += u64::from(hit_tokens);
-                }
-                r.first_hit.get_or_insert(hit_tokens);
-                r.first_offload_hit.get_or_insert(loaded + external);
-                if self.offload.is_some() && num_tokens > hit_tokens {
-                    // vLLM's connector prefix-cache stats (`connector_prefix_cache_stats`).
-                    let q = u64::from(num_tokens - hit_tokens);
-                    if r.preemptions > 0 {
-                        self.stats.preempted_external_queries += q;
-                        self.stats.preempted_external_hits += u64::from(external);
-                    } else {
-                        self.stats.external_queries += q;
-                        self.stats.external_hits += u64::from(external);
-                    }
-                }
-                self.stats.offload_hits += u64::from(loaded + external);
+                self.count_lookup(wi, num_tokens, found, loaded);
             }
-            if let (Some(t), true) = (
-                tier.as_deref_mut().and_then(HostTier::store_on_evict),
-                loaded > 0,
-            ) {
-                load_blocks(t, r, hit_tokens / bs, host_blocks, bs);
-                plan.offload_load_tokens += u64::from(loaded);
+            if loaded > 0 {
+                self.load_host_blocks(wi, found, tier, plan);
             }
             if load_async {
-                // Holds its blocks and waits, without budget, until the load is reported.
-                let (c, t) = (self.offload.as_mut(), tier.as_deref_mut());
-                let (Some(c), Some(HostTier::Native(t))) = (c, t) else {
-                    unreachable!("an async load comes from the native tier")
-                };
-                c.start_load(wi, hit_tokens, external, self.schedules, t);
-                r.status = Status::LoadingKv;
-                r.num_computed = hit_tokens + external;
-                self.inflight.insert(wi);
-                plan.kv_loads.push((wi, external));
+                self.start_async_load(wi, hit_tokens, external, tier, plan);
                 self.skip(from_holding, &mut skipped);
                 continue;
             }
-            r.status = Status::Running;
-            r.num_computed = computed;
-            if r.swapped_tokens > 0 {
-                plan.swap_in_tokens += u64::from(restored);
-                self.stats.swapped_in_tokens += u64::from(restored);
-                self.release_host(wi);
-            }
-            if from_holding {
-                self.holding.pop();
-            } else {
-                self.waiting.pop();
-            }
-            if self.offload.is_some() && u64::from(computed) + n < u64::from(num_tokens) {
-                self.inflight.insert(wi);
-            }
-            self.running.push(wi);
-            plan.scheduled.push(Scheduled {
-                req: wi,
-                tokens: n as u32,
-                context: computed,
-                samples: false,
-            });
+            self.start_running(wi, from_holding, computed, restored, n, plan);
             // What vLLM's recordings observe: tokens computed before the first scheduled one.
             let before = if lookup && self.offload.is_none() {
                 hit_tokens
@@ -193,7 +137,160 @@ impl Scheduler {
             plan.admitted.push((wi, before));
             *budget -= n;
         }
-        // Back to the front of their queues, in the order skipped (vLLM's `prepend_requests`).
+        self.return_skipped(&skipped);
+    }
+
+    /// A first admission's lookups: the prefix cache's hit into `hit`, then the host tier's;
+    /// `None` while the native tier's lookup is not done (the request is skipped).
+    fn look_up(
+        &mut self,
+        wi: u32,
+        hit: &mut Vec<u32>,
+        tier: &mut Option<&mut HostTier>,
+    ) -> Option<Found> {
+        let caching = self.cfg.enable_prefix_caching;
+        let bs = self.kv.block_size();
+        let r = &mut self.reqs[wi as usize];
+        debug_assert!(r.status != Status::Running);
+        let hit_tokens = self.kv.get_computed_blocks(r, hit);
+        let mut found = Found {
+            hit_tokens,
+            ..Found::default()
+        };
+        match (&mut self.offload, tier.as_deref_mut()) {
+            (Some(c), Some(HostTier::Native(t))) => {
+                found.external = c.lookup(wi, r, hit_tokens, t)?
+            }
+            // Store-on-evict: the blocks right after the hit load in this step.
+            (_, Some(HostTier::StoreOnEvict(t))) if caching => {
+                found.host_blocks = hit_blocks(t, r, hit.len() as u32, bs);
+            }
+            _ => {}
+        }
+        Some(found)
+    }
+
+    /// The tokens to compute this step of the `left` uncomputed: at most the long-prefill
+    /// threshold and the budget; `None` when they do not fit and chunked prefill is off.
+    fn new_tokens(&self, left: u32, threshold: u64, budget: u64) -> Option<u64> {
+        let mut n = u64::from(left);
+        if threshold > 0 && n > threshold {
+            n = threshold;
+        }
+        if !self.cfg.enable_chunked_prefill && n > budget {
+            return None;
+        }
+        Some(n.min(budget))
+    }
+
+    /// An admitted request's first lookups in the statistics: prefix-cache queries and hits
+    /// (preempted requests' apart), the connector's, and its first hits.
+    fn count_lookup(&mut self, wi: u32, num_tokens: u32, found: Found, loaded: u32) {
+        let caching = self.cfg.enable_prefix_caching;
+        let Found {
+            hit_tokens,
+            external,
+            ..
+        } = found;
+        let r = &mut self.reqs[wi as usize];
+        if caching && r.preemptions > 0 {
+            self.stats.preempted_prefix_queries += u64::from(num_tokens);
+            self.stats.preempted_prefix_hits += u64::from(hit_tokens);
+        } else if caching {
+            self.stats.prefix_queries += u64::from(num_tokens);
+            self.stats.prefix_hits += u64::from(hit_tokens);
+        }
+        r.first_hit.get_or_insert(hit_tokens);
+        r.first_offload_hit.get_or_insert(loaded + external);
+        if self.offload.is_some() && num_tokens > hit_tokens {
+            // vLLM's connector prefix-cache stats (`connector_prefix_cache_stats`).
+            let q = u64::from(num_tokens - hit_tokens);
+            if r.preemptions > 0 {
+                self.stats.preempted_external_queries += q;
+                self.stats.preempted_external_hits += u64::from(external);
+            } else {
+                self.stats.external_queries += q;
+                self.stats.external_hits += u64::from(external);
+            }
+        }
+        self.stats.offload_hits += u64::from(loaded + external);
+    }
+
+    /// Store-on-evict: the host blocks right after the hit load back into the request's blocks.
+    fn load_host_blocks(
+        &mut self,
+        wi: u32,
+        found: Found,
+        tier: &mut Option<&mut HostTier>,
+        plan: &mut Plan,
+    ) {
+        let bs = self.kv.block_size();
+        let r = &mut self.reqs[wi as usize];
+        if let Some(t) = tier.as_deref_mut().and_then(HostTier::store_on_evict) {
+            load_blocks(t, r, found.hit_tokens / bs, found.host_blocks, bs);
+            plan.offload_load_tokens += u64::from(found.host_blocks * bs);
+        }
+    }
+
+    /// Holds its blocks and waits, without budget, until the load is reported.
+    fn start_async_load(
+        &mut self,
+        wi: u32,
+        hit_tokens: u32,
+        external: u32,
+        tier: &mut Option<&mut HostTier>,
+        plan: &mut Plan,
+    ) {
+        let (c, t) = (self.offload.as_mut(), tier.as_deref_mut());
+        let (Some(c), Some(HostTier::Native(t))) = (c, t) else {
+            unreachable!("an async load comes from the native tier")
+        };
+        c.start_load(wi, hit_tokens, external, self.schedules, t);
+        let r = &mut self.reqs[wi as usize];
+        r.status = Status::LoadingKv;
+        r.num_computed = hit_tokens + external;
+        self.inflight.insert(wi);
+        plan.kv_loads.push((wi, external));
+    }
+
+    /// The admitted request leaves its queue and runs `n` new tokens after `computed`.
+    fn start_running(
+        &mut self,
+        wi: u32,
+        from_holding: bool,
+        computed: u32,
+        restored: u32,
+        n: u64,
+        plan: &mut Plan,
+    ) {
+        let r = &mut self.reqs[wi as usize];
+        let num_tokens = r.num_tokens();
+        r.status = Status::Running;
+        r.num_computed = computed;
+        if r.swapped_tokens > 0 {
+            plan.swap_in_tokens += u64::from(restored);
+            self.stats.swapped_in_tokens += u64::from(restored);
+            self.release_host(wi);
+        }
+        if from_holding {
+            self.holding.pop();
+        } else {
+            self.waiting.pop();
+        }
+        if self.offload.is_some() && u64::from(computed) + n < u64::from(num_tokens) {
+            self.inflight.insert(wi);
+        }
+        self.running.push(wi);
+        plan.scheduled.push(Scheduled {
+            req: wi,
+            tokens: n as u32,
+            context: computed,
+            samples: false,
+        });
+    }
+
+    /// Back to the front of their queues, in the order skipped (vLLM's `prepend_requests`).
+    fn return_skipped(&mut self, skipped: &Skipped) {
         for (queue, list) in [
             (&mut self.holding, &skipped.holding),
             (&mut self.waiting, &skipped.waiting),
