@@ -187,6 +187,71 @@ pub fn profile(rows: &[SweepRow], device: &str) -> Profile {
     }
 }
 
+/// A capacity search's result or the natural-rate run, one job of [`run`] each.
+enum Done {
+    Search(Capacity),
+    Natural(Box<crate::sim::engine::Outcome>),
+}
+
+/// The engine every row runs: the sweep's preset on `gpus` GPUs, the pool set per row.
+fn base_settings(
+    model: &ModelShape,
+    gpus: usize,
+    profile: &Profile,
+    step_times: &Choice,
+    slo: &SloTargets,
+) -> RunSettings {
+    let p = preset(PRESET).expect("built-in preset");
+    RunSettings {
+        engine: EngineConfig {
+            max_num_seqs: p.max_num_seqs,
+            max_num_batched_tokens: p.max_num_batched_tokens,
+            ..EngineConfig::default()
+        },
+        num_gpu_blocks_override: None,
+        gpu_memory_utilization: p.gpu_memory_utilization,
+        model: model.clone(),
+        gpu: gpu(p.gpu).expect("built-in GPU"),
+        tp: gpus.max(1),
+        profile: profile.clone(),
+        efficiency_scale: 1.0,
+        step_times: step_times.clone(),
+        cpu_overhead_s: STEP_OVERHEAD_S,
+        swap_gbps: None,
+        clock_steps: false,
+        slo: slo.slo(),
+        clients: Default::default(),
+    }
+}
+
+/// Each row's four jobs (three searches, the natural-rate run) as the row's result.
+fn gather(done: &[Done], band: &dyn Fn(usize) -> f64, slo: &SloTargets) -> Vec<EndToEnd> {
+    done.chunks(4)
+        .enumerate()
+        .map(|(r, c)| {
+            let cap = |i: usize| match &c[i] {
+                Done::Search(x) => x.clone(),
+                Done::Natural(_) => unreachable!("jobs 0..3 are searches"),
+            };
+            let Done::Natural(o) = &c[3] else {
+                unreachable!("job 3 is the natural-rate run")
+            };
+            EndToEnd {
+                block_size: o.block_size,
+                num_gpu_blocks: o.num_gpu_blocks,
+                efficiency: o.efficiency,
+                noise: band(r),
+                natural: NaturalRate::of(&o.report, slo),
+                capacity: cap(0),
+                capacity_low: cap(1),
+                capacity_high: cap(2),
+                natural_attainment_low: None,
+                natural_attainment_high: None,
+            }
+        })
+        .collect()
+}
+
 /// Runs `requests` at every row's block size and pool: once at the trace's own rate, and the three
 /// SLO capacity searches (nominal, low and high efficiency) over its first `capacity_requests`,
 /// all in parallel; `gpus` is the tensor parallelism. When no search finds a rate within the SLOs,
@@ -207,30 +272,10 @@ pub fn run(
     progress: &(dyn Fn() + Sync),
 ) -> Result<(Vec<EndToEnd>, Setup), EngineError> {
     let slo = &resolved.targets;
-    let p = preset(PRESET).expect("built-in preset");
     let (all, _, _) = serving_requests(requests);
     let window = capacity_requests.clamp(1, requests.len().max(1));
     let (reqs, base_rps, spaced) = serving_requests(&requests[..window.min(requests.len())]);
-    let base = RunSettings {
-        engine: EngineConfig {
-            max_num_seqs: p.max_num_seqs,
-            max_num_batched_tokens: p.max_num_batched_tokens,
-            ..EngineConfig::default()
-        },
-        num_gpu_blocks_override: None,
-        gpu_memory_utilization: p.gpu_memory_utilization,
-        model: model.clone(),
-        gpu: gpu(p.gpu).expect("built-in GPU"),
-        tp: gpus.max(1),
-        profile: profile.clone(),
-        efficiency_scale: 1.0,
-        step_times: step_times.clone(),
-        cpu_overhead_s: STEP_OVERHEAD_S,
-        swap_gbps: None,
-        clock_steps: false,
-        slo: slo.slo(),
-        clients: Default::default(),
-    };
+    let base = base_settings(model, gpus, profile, step_times, slo);
     let band = |r: usize| noise.max(rows[r].efficiency_noise.unwrap_or(0.0));
     let scales = |r: usize| [1.0, 1.0 - band(r), 1.0 + band(r)];
     let settings = |r: usize, s: usize| RunSettings {
@@ -254,10 +299,6 @@ pub fn run(
     let jobs: Vec<(usize, usize)> = (0..rows.len())
         .flat_map(|r| (0..4).map(move |s| (r, s)))
         .collect();
-    enum Done {
-        Search(Capacity),
-        Natural(Box<crate::sim::engine::Outcome>),
-    }
     let done = jobs
         .par_iter()
         .map(|&(r, s)| {
@@ -270,31 +311,7 @@ pub fn run(
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    let mut rows_out: Vec<EndToEnd> = done
-        .chunks(4)
-        .enumerate()
-        .map(|(r, c)| {
-            let cap = |i: usize| match &c[i] {
-                Done::Search(x) => x.clone(),
-                Done::Natural(_) => unreachable!("jobs 0..3 are searches"),
-            };
-            let Done::Natural(o) = &c[3] else {
-                unreachable!("job 3 is the natural-rate run")
-            };
-            EndToEnd {
-                block_size: o.block_size,
-                num_gpu_blocks: o.num_gpu_blocks,
-                efficiency: o.efficiency,
-                noise: band(r),
-                natural: NaturalRate::of(&o.report, slo),
-                capacity: cap(0),
-                capacity_low: cap(1),
-                capacity_high: cap(2),
-                natural_attainment_low: None,
-                natural_attainment_high: None,
-            }
-        })
-        .collect();
+    let mut rows_out = gather(&done, &band, slo);
     if none_meets(&rows_out) {
         // The ranking falls back on the trace's own rate: its band as the capacity's.
         let ends = (0..rows.len())

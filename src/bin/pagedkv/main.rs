@@ -16,6 +16,7 @@ mod lab_overcommit;
 mod lab_report;
 mod lab_switch;
 mod lab_tlb;
+mod latency_unit;
 mod llmd_report;
 mod router_args;
 mod serve;

@@ -10,13 +10,16 @@ mod text;
 use crate::count;
 use crate::llmd_report::{self, ReportFormat};
 use crate::router_args::RouterArgs;
-use crate::sim_engine_args::{settings, workload, EngineArgs, WorkloadArgs};
+use crate::sim_engine_args::{settings, workload, BoxError, EngineArgs, Resolved, WorkloadArgs};
 use crate::CmdResult;
 use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
+use pagedkv::sim::cluster::pd::Disagg;
 use pagedkv::sim::cluster::request_line::write_request_log;
-use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterKind};
+use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterConfig, RouterKind};
 use pagedkv::sim::engine::EngineConfig;
+use pagedkv::sim::engine::RunSettings;
+use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -123,6 +126,92 @@ fn create(path: &PathBuf) -> Result<std::io::BufWriter<std::fs::File>, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// The clusters to run: one per prefill router under P/D, else one per replica count and router.
+fn cluster_specs(
+    args: &Args,
+    disagg: Option<Disagg>,
+    router_cfg: RouterConfig,
+) -> Result<Vec<ClusterSpec>, BoxError> {
+    let mut routers = match disagg {
+        Some(_) if !args.pd.prefill_routers().is_empty() => args.pd.prefill_routers().to_vec(),
+        _ => args.router.clone(),
+    };
+    routers.dedup();
+    Ok(match disagg {
+        Some(d) => (routers.iter())
+            .map(|&router| ClusterSpec::disaggregated(d, router, router_cfg))
+            .collect(),
+        None => (args.replicas.iter())
+            .flat_map(|&n| routers.iter().map(move |&r| (n, r)))
+            .map(|(n, router)| ClusterSpec::colocated(n, router, router_cfg))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// One cluster run, its step log and request log written where asked.
+fn run_logged(
+    args: &Args,
+    s: &RunSettings,
+    bs: usize,
+    spec: &ClusterSpec,
+    requests: &[ServingRequest],
+    timeline: bool,
+    bar: &Bar,
+) -> Result<ClusterOutcome, BoxError> {
+    let mut file = args.step_log.as_ref().map(create).transpose()?;
+    let log = file.as_mut().map(|f| f as &mut dyn Write);
+    let o = pagedkv::sim::cluster::run(s, bs, spec, requests, timeline, log, |d, _| {
+        bar.set_position(d as u64)
+    })?;
+    if let Some(mut f) = file {
+        f.flush()?;
+    }
+    if let Some(path) = &args.request_log {
+        let mut f = create(path)?;
+        write_request_log(&mut f, &o.requests)
+            .and_then(|()| f.flush())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(o)
+}
+
+/// llm-d's benchmark report of the one run.
+fn print_llmd(
+    args: &Args,
+    resolved: &Resolved,
+    name: &str,
+    requests: &[ServingRequest],
+    outcomes: &[ClusterOutcome],
+) -> CmdResult {
+    let bs = resolved.block_size;
+    let [o] = &outcomes[..] else {
+        return Err(
+            "--report-format llmd reports one run: give one router and one replica count".into(),
+        );
+    };
+    let replicas = (o.per_replica.iter().enumerate())
+        .map(|(i, r)| llmd_report::replica_state(i.to_string(), r))
+        .collect();
+    let router = (
+        "pagedkv-router".to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+        serde_json::json!({"router": o.router, "stats": o.router_stats}),
+    );
+    let run = llmd_report::run(
+        format!("pagedkv sim cluster: {name}"),
+        llmd_report::engine_stack(resolved, bs, o.replicas),
+        Some(router),
+        llmd_report::workload(&args.workload, name, requests),
+        &o.total,
+        replicas,
+    )?;
+    outln!(
+        "{}",
+        serde_json::to_string_pretty(&pagedkv::report::llmd::benchmark_report(&run))?
+    )?;
+    Ok(())
+}
+
 pub fn run(args: Args) -> CmdResult {
     if args.search_capacity {
         return capacity::run(args, DEFAULT_TRACE);
@@ -137,20 +226,7 @@ pub fn run(args: Args) -> CmdResult {
     if disagg.is_some_and(|d| d.balancing_threshold.is_some()) && !pooled {
         return Err(pagedkv::sim::cluster::pd::pool::NEEDS_POOL.into());
     }
-    let mut routers = match disagg {
-        Some(_) if !args.pd.prefill_routers().is_empty() => args.pd.prefill_routers().to_vec(),
-        _ => args.router.clone(),
-    };
-    routers.dedup();
-    let specs: Vec<ClusterSpec> = match disagg {
-        Some(d) => (routers.iter())
-            .map(|&router| ClusterSpec::disaggregated(d, router, router_cfg))
-            .collect(),
-        None => (args.replicas.iter())
-            .flat_map(|&n| routers.iter().map(move |&r| (n, r)))
-            .map(|(n, router)| ClusterSpec::colocated(n, router, router_cfg))
-            .collect::<Result<_, _>>()?,
-    };
+    let specs = cluster_specs(&args, disagg, router_cfg)?;
     let single = specs.len() == 1;
     if !single && (args.step_log.is_some() || args.request_log.is_some()) {
         return Err("--step-log and --request-log need one router and one replica count".into());
@@ -165,21 +241,9 @@ pub fn run(args: Args) -> CmdResult {
     );
     let timeline = args.out.is_some();
     let outcomes = if single {
-        let mut file = args.step_log.as_ref().map(create).transpose()?;
-        let log = file.as_mut().map(|f| f as &mut dyn Write);
-        let o = pagedkv::sim::cluster::run(s, bs, &specs[0], &requests, timeline, log, |d, _| {
-            bar.set_position(d as u64)
-        })?;
-        if let Some(mut f) = file {
-            f.flush()?;
-        }
-        if let Some(path) = &args.request_log {
-            let mut f = create(path)?;
-            write_request_log(&mut f, &o.requests)
-                .and_then(|()| f.flush())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-        }
-        vec![o]
+        vec![run_logged(
+            &args, s, bs, &specs[0], &requests, timeline, &bar,
+        )?]
     } else {
         pagedkv::sim::cluster::run_all(s, bs, &specs, &requests, timeline, &|n| bar.inc(n as u64))?
     };
@@ -213,32 +277,7 @@ pub fn run(args: Args) -> CmdResult {
         output::write_all(dir, &json, &outcomes)?;
     }
     if args.report_format == ReportFormat::Llmd {
-        let [o] = &outcomes[..] else {
-            return Err(
-                "--report-format llmd reports one run: give one router and one replica count"
-                    .into(),
-            );
-        };
-        let replicas = (o.per_replica.iter().enumerate())
-            .map(|(i, r)| llmd_report::replica_state(i.to_string(), r))
-            .collect();
-        let router = (
-            "pagedkv-router".to_string(),
-            env!("CARGO_PKG_VERSION").to_string(),
-            serde_json::json!({"router": o.router, "stats": o.router_stats}),
-        );
-        let run = llmd_report::run(
-            format!("pagedkv sim cluster: {name}"),
-            llmd_report::engine_stack(&resolved, bs, o.replicas),
-            Some(router),
-            llmd_report::workload(&args.workload, &name, &requests),
-            &o.total,
-            replicas,
-        )?;
-        outln!(
-            "{}",
-            serde_json::to_string_pretty(&pagedkv::report::llmd::benchmark_report(&run))?
-        )?;
+        print_llmd(&args, &resolved, &name, &requests, &outcomes)?;
     } else if args.json {
         outln!("{}", serde_json::to_string_pretty(&json)?)?;
     } else {

@@ -1,6 +1,7 @@
 //! The flags `sim engine` and `sim cluster` share: where the requests come from, and the engine
 //! every replica runs (vLLM's settings, the model and GPU, the host tier).
 
+pub use crate::latency_unit::latency_unit;
 use crate::{count, count_u64};
 use pagedkv::hw::{gpu, Gpu};
 use pagedkv::kv::model::{self, ModelShape, Weights};
@@ -393,6 +394,75 @@ pub struct Resolved {
     pub slo: Option<ResolvedSlo>,
 }
 
+/// vLLM's flags over the preset's and the scenario's engine settings.
+fn apply_flags(e: &mut EngineConfig, args: &EngineArgs, seed: u64) -> Result<(), String> {
+    if let Some(v) = args.max_num_seqs {
+        e.max_num_seqs = v;
+    }
+    if let Some(v) = args.max_num_batched_tokens {
+        e.max_num_batched_tokens = v;
+    }
+    if args.enable_prefix_caching {
+        e.enable_prefix_caching = true;
+    }
+    if args.no_enable_prefix_caching {
+        e.enable_prefix_caching = false;
+    }
+    if args.enable_chunked_prefill {
+        e.enable_chunked_prefill = true;
+    }
+    if args.no_enable_chunked_prefill {
+        e.enable_chunked_prefill = false;
+    }
+    if let Some(v) = args.long_prefill_token_threshold {
+        e.long_prefill_token_threshold = v;
+    }
+    if let Some(v) = args.scheduling_policy {
+        e.scheduling_policy = v;
+    }
+    if let Some(v) = args.watermark {
+        e.watermark = v;
+    }
+    e.async_scheduling = args.async_scheduling;
+    e.prediction = Prediction {
+        sigma: args.predict_sigma,
+        seed,
+    };
+    e.aging_delay = args.aging_delay;
+    if args.swap_preemption {
+        let gib = args.swap_space_gib;
+        if !(gib.is_finite() && gib >= 0.0) {
+            return Err(format!("--swap-space-gib must be >= 0, got {gib}"));
+        }
+        e.preemption = Preemption::Swap {
+            gbps: args.swap_gbps,
+            host_bytes: (gib * (1u64 << 30) as f64) as u64,
+        };
+    }
+    Ok(())
+}
+
+/// The longest request the engine takes, and where that figure comes from: a scenario's own
+/// length stands unless the flag overrides it; else the model's context.
+fn max_model_len(
+    e: &mut EngineConfig,
+    args: &EngineArgs,
+    fields: Option<&EngineFields>,
+    model: &ModelShape,
+) -> String {
+    if let Some(v) = args.max_model_len {
+        e.max_model_len = v;
+        "--max-model-len".to_string()
+    } else if fields.is_some_and(|f| f.max_model_len.is_some()) {
+        "the scenario".to_string()
+    } else if fields.is_some() {
+        "unlimited (a scenario without max_model_len)".to_string()
+    } else {
+        e.max_model_len = model.context_len;
+        format!("{}'s context length", model.name)
+    }
+}
+
 /// Preset, then the scenario's engine settings, then the flags; checked as vLLM checks them.
 /// `seed` seeds predicted output lengths.
 pub fn settings(
@@ -426,61 +496,8 @@ pub fn settings(
     }
     let fixed_block = fields.and_then(|f| f.block_size).map(|_| e.block_size);
     override_blocks = args.num_gpu_blocks_override.or(override_blocks);
-    if let Some(v) = args.max_num_seqs {
-        e.max_num_seqs = v;
-    }
-    if let Some(v) = args.max_num_batched_tokens {
-        e.max_num_batched_tokens = v;
-    }
-    if args.enable_prefix_caching {
-        e.enable_prefix_caching = true;
-    }
-    if args.no_enable_prefix_caching {
-        e.enable_prefix_caching = false;
-    }
-    if args.enable_chunked_prefill {
-        e.enable_chunked_prefill = true;
-    }
-    if args.no_enable_chunked_prefill {
-        e.enable_chunked_prefill = false;
-    }
-    if let Some(v) = args.long_prefill_token_threshold {
-        e.long_prefill_token_threshold = v;
-    }
-    if let Some(v) = args.scheduling_policy {
-        e.scheduling_policy = v;
-    }
-    // A scenario's own length stands unless the flag overrides it; else the model's context.
-    let max_model_len_source = if let Some(v) = args.max_model_len {
-        e.max_model_len = v;
-        "--max-model-len".to_string()
-    } else if fields.is_some_and(|f| f.max_model_len.is_some()) {
-        "the scenario".to_string()
-    } else if fields.is_some() {
-        "unlimited (a scenario without max_model_len)".to_string()
-    } else {
-        e.max_model_len = model.context_len;
-        format!("{}'s context length", model.name)
-    };
-    if let Some(v) = args.watermark {
-        e.watermark = v;
-    }
-    e.async_scheduling = args.async_scheduling;
-    e.prediction = Prediction {
-        sigma: args.predict_sigma,
-        seed,
-    };
-    e.aging_delay = args.aging_delay;
-    if args.swap_preemption {
-        let gib = args.swap_space_gib;
-        if !(gib.is_finite() && gib >= 0.0) {
-            return Err(format!("--swap-space-gib must be >= 0, got {gib}").into());
-        }
-        e.preemption = Preemption::Swap {
-            gbps: args.swap_gbps,
-            host_bytes: (gib * (1u64 << 30) as f64) as u64,
-        };
-    }
+    apply_flags(&mut e, args, seed)?;
+    let max_model_len_source = max_model_len(&mut e, args, fields, &model);
     let block_size = args.block_size.or(fixed_block).unwrap_or(p.block_size);
     if block_size == 0 {
         return Err("block sizes must be at least 1".into());
@@ -620,13 +637,4 @@ pub fn workload_line(name: &str, requests: &[ServingRequest]) -> String {
         mean(&|r| f64::from(r.output_len)),
         requests.iter().map(|r| r.arrival).fold(0.0, f64::max)
     )
-}
-
-/// Latencies in milliseconds when the clock counts seconds, else in steps: (scale, unit).
-pub fn latency_unit(time_unit: &str) -> (f64, &'static str) {
-    if time_unit == "s" {
-        (1e3, "ms")
-    } else {
-        (1.0, "steps")
-    }
 }

@@ -250,7 +250,7 @@ pub fn tier_line(
     block_bytes: u64,
     without: &EngineReport,
 ) -> String {
-    let (scale, unit) = crate::sim_engine_args::latency_unit(with.time_unit);
+    let (scale, unit) = crate::latency_unit::latency_unit(with.time_unit);
     let ttft = |r: &EngineReport| {
         r.ttft.map_or("-".into(), |d| {
             format!("{:.1}/{:.1}", d.p50 * scale, d.p99 * scale)

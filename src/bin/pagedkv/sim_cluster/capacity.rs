@@ -268,6 +268,20 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |h| format!("{:.1}", 100.0 * h))
 }
 
+fn col<'a>(
+    head: &str,
+    key: &str,
+    default: bool,
+    cell: Box<dyn Fn(&LayoutCapacity) -> String + 'a>,
+) -> Column<'a> {
+    Column {
+        head: head.into(),
+        key: key.into(),
+        default,
+        cell,
+    }
+}
+
 fn columns<'a>(
     slo: &'a ResolvedSlo,
     routers: bool,
@@ -276,19 +290,18 @@ fn columns<'a>(
     lat: &'a str,
     scale: f64,
 ) -> Vec<Column<'a>> {
-    let col = |head: &str,
-               key: &str,
-               default: bool,
-               cell: Box<dyn Fn(&LayoutCapacity) -> String + 'a>| {
-        Column {
-            head: head.into(),
-            key: key.into(),
-            default,
-            cell,
-        }
-    };
+    let mut c = layout_columns(routers);
+    c.extend(latency_columns(slo, lat, scale));
+    c.extend(cache_columns(tier));
+    if split {
+        c.extend(pd_columns());
+    }
+    c
+}
+
+/// The layout and the answer: its rate within the SLOs, and how the search found it.
+fn layout_columns<'a>(routers: bool) -> Vec<Column<'a>> {
     // The rate cells: "≥" when the search still held at its highest scale.
-    let tbt = slo.targets.tbt_s.is_some();
     let mut c = vec![col(
         "layout",
         "N colocated replicas, or P:D prefill and decode instances",
@@ -347,6 +360,13 @@ fn columns<'a>(
             Box::new(|l| l.probes.to_string()),
         ),
     ]);
+    c
+}
+
+/// Latencies and SLO attainment at the rate found.
+fn latency_columns<'a>(slo: &'a ResolvedSlo, lat: &'a str, scale: f64) -> Vec<Column<'a>> {
+    let tbt = slo.targets.tbt_s.is_some();
+    let mut c = Vec::new();
     let ms = move |d: Option<pagedkv::sim::engine::Distribution>, p99_only: bool| {
         d.map_or("-".into(), |d| {
             if p99_only {
@@ -387,6 +407,12 @@ fn columns<'a>(
             }),
         ),
     ]);
+    c
+}
+
+/// Prefix hits (GPU, and host with a tier) and preemptions at the rate found.
+fn cache_columns<'a>(tier: bool) -> Vec<Column<'a>> {
+    let mut c = Vec::new();
     // Hits per tier in one cell with a host tier, to keep the table in 100 columns.
     let gpu_hit = |l: &LayoutCapacity| {
         l.at.as_ref()
@@ -420,30 +446,34 @@ fn columns<'a>(
                 .map_or("-".into(), |o| o.total.preemptions.to_string())
         }),
     ));
-    if split {
-        c.push(col(
-            "KV GB",
-            "KV bytes moved from prefill to decode instances at that rate, GB",
-            true,
-            Box::new(|l| {
-                l.at.as_ref()
-                    .and_then(|o| o.disagg.as_ref())
-                    .map_or("-".into(), |d| {
-                        format!("{:.1}", d.stats.kv_bytes_moved as f64 / 1e9)
-                    })
-            }),
-        ));
-        c.push(col(
-            "rejected",
-            "requests the Conductor rejected early at that rate",
-            false,
-            Box::new(|l| {
-                l.at.as_ref()
-                    .and_then(|o| o.disagg.as_ref())
-                    .map_or("-".into(), |d| d.stats.rejected().to_string())
-            }),
-        ));
-    }
+    c
+}
+
+/// What only P/D has: KV moved between instances, the Conductor's early rejections.
+fn pd_columns<'a>() -> Vec<Column<'a>> {
+    let mut c = Vec::new();
+    c.push(col(
+        "KV GB",
+        "KV bytes moved from prefill to decode instances at that rate, GB",
+        true,
+        Box::new(|l| {
+            l.at.as_ref()
+                .and_then(|o| o.disagg.as_ref())
+                .map_or("-".into(), |d| {
+                    format!("{:.1}", d.stats.kv_bytes_moved as f64 / 1e9)
+                })
+        }),
+    ));
+    c.push(col(
+        "rejected",
+        "requests the Conductor rejected early at that rate",
+        false,
+        Box::new(|l| {
+            l.at.as_ref()
+                .and_then(|o| o.disagg.as_ref())
+                .map_or("-".into(), |d| d.stats.rejected().to_string())
+        }),
+    ));
     c
 }
 
