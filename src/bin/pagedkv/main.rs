@@ -15,6 +15,7 @@ mod lab_mmap_share;
 mod lab_overcommit;
 mod lab_switch;
 mod lab_tlb;
+mod latency_unit;
 mod llmd_report;
 mod router_args;
 mod serve;

@@ -2,12 +2,12 @@
 //! key under it, each replica's row for a single run, and a line per run with what the table
 //! leaves out (the router's decisions, the KV link, the host tier).
 
-use crate::sim_engine_args::{
-    describe_limits, latency_unit, model_lines, workload_line, BoxError, Resolved,
-};
+use crate::latency_unit::latency_unit;
+use crate::sim_engine_args::{describe_limits, model_lines, workload_line, BoxError};
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::ClusterOutcome;
 use pagedkv::sim::engine::{Distribution, EngineReport};
+use pagedkv::sim::run_spec::ResolvedRun;
 use pagedkv::workload::serving::ServingRequest;
 
 fn p50_p90_p99(d: Option<Distribution>, scale: f64) -> String {
@@ -219,7 +219,7 @@ fn columns<'a>(
 }
 
 pub fn print(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     name: &str,
     requests: &[ServingRequest],
     outcomes: &[ClusterOutcome],
@@ -332,7 +332,7 @@ fn per_replica(o: &ClusterOutcome, scale: f64, lat: &str) -> Result<(), BoxError
 
 /// What a run's row leaves out: its counts, the KV link, starved replicas, the host tier.
 fn run_lines(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     o: &ClusterOutcome,
     without_tier: &[ClusterOutcome],
     unit: &str,
