@@ -36,6 +36,22 @@ pub fn parse<E: ValueEnum>(s: &str, what: &str) -> Result<E, String> {
         .map_err(|_| format!("unknown {what} {s:?} (one of {})", names::<E>().join(", ")))
 }
 
+/// Serde's `deserialize_with` for a value read by its command-line name, so a file that spells
+/// a run (`sim::run_spec`) takes the flags' spellings; an unknown name is [`parse`]'s message.
+pub fn from_name<'de, D: serde::Deserializer<'de>, E: ValueEnum>(d: D) -> Result<E, D::Error> {
+    let s = <String as serde::Deserialize>::deserialize(d)?;
+    parse(&s, "value").map_err(serde::de::Error::custom)
+}
+
+/// [`from_name`] for a value that may be absent (null).
+pub fn from_maybe_name<'de, D: serde::Deserializer<'de>, E: ValueEnum>(
+    d: D,
+) -> Result<Option<E>, D::Error> {
+    <Option<String> as serde::Deserialize>::deserialize(d)?
+        .map(|s| parse(&s, "value").map_err(serde::de::Error::custom))
+        .transpose()
+}
+
 /// Parses a comma-separated list of names (spaces allowed) or `all`, as on the command line
 /// (case matters): the values in declaration order, each once.
 pub fn parse_list<E: ValueEnum + PartialEq>(s: &str, what: &str) -> Result<Vec<E>, String> {

@@ -13,7 +13,7 @@ use pagedkv::hw::gpu;
 use pagedkv::kv::model::preset;
 use pagedkv::sim::cluster::pd::{Disagg, KvTransfer, DEFAULT_KV_LINK_GBPS};
 use pagedkv::sim::cluster::{ClusterSpec, RouterConfig, RouterKind};
-use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::sim::engine::{EngineConfig, RunSettings};
 use pagedkv::sim::latency::{choose, Choice, StepTimes};
 use pagedkv::workload::trace::read_trace;
 use std::hint::black_box;
@@ -30,19 +30,11 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
             max_model_len: model.context_len,
             ..EngineConfig::default()
         },
-        num_gpu_blocks_override: None,
-        gpu_memory_utilization: 0.92,
-        model,
-        gpu: gpu("h200").expect("preset"),
-        tp: 1,
-        profile: Profile::h200_assumed(),
-        efficiency_scale: 1.0,
-        step_times: Choice::roofline("bench"),
-        cpu_overhead_s: 5e-4,
-        swap_gbps: None,
-        clock_steps: false,
-        slo: Slo::default(),
-        clients: Default::default(),
+        ..RunSettings::new(
+            model,
+            gpu("h200").expect("preset"),
+            Choice::roofline("bench"),
+        )
     };
     let mut group = c.benchmark_group("cluster_cpu_mooncake_conv_16_replicas");
     group.sample_size(10);

@@ -12,7 +12,7 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pagedkv::hw::gpu;
 use pagedkv::kv::model::preset;
-use pagedkv::sim::engine::{EngineConfig, Profile, RunSettings, Slo};
+use pagedkv::sim::engine::RunSettings;
 use pagedkv::sim::latency::{choose, Choice, StepTimes};
 use pagedkv::workload::azure::read_azure_csv;
 use pagedkv::workload::serving::from_trace;
@@ -29,22 +29,11 @@ pub fn azure_trace_thread_cpu(c: &mut Criterion<ThreadCpuTime>) {
 fn on_azure_trace<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/azure_llm_2023_conv.csv");
     let (requests, _) = from_trace(&read_azure_csv(path).expect("the trace in data/"));
-    let settings = RunSettings {
-        engine: EngineConfig::default(),
-        num_gpu_blocks_override: None,
-        gpu_memory_utilization: 0.92,
-        model: preset("llama-3-8b").expect("preset"),
-        gpu: gpu("h200").expect("preset"),
-        tp: 1,
-        profile: Profile::h200_assumed(),
-        efficiency_scale: 1.0,
-        step_times: Choice::roofline("bench"),
-        cpu_overhead_s: 5e-4,
-        swap_gbps: None,
-        clock_steps: false,
-        slo: Slo::default(),
-        clients: Default::default(),
-    };
+    let settings = RunSettings::new(
+        preset("llama-3-8b").expect("preset"),
+        gpu("h200").expect("preset"),
+        Choice::roofline("bench"),
+    );
     let mut group = c.benchmark_group(format!("engine_{clock}_azure_conv_trace"));
     group.sample_size(10);
     group.throughput(Throughput::Elements(requests.len() as u64));

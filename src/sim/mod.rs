@@ -9,6 +9,7 @@ pub mod engine;
 pub mod goodput;
 pub mod latency;
 pub mod radix;
+pub mod run_spec;
 pub mod sched;
 pub mod thrash;
 pub mod translate;

@@ -35,7 +35,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 /// CPU time per step of the simulated engine (an assumption, as `sim engine`'s default).
-pub const STEP_OVERHEAD_S: f64 = 5e-4;
+pub const STEP_OVERHEAD_S: f64 = crate::sim::engine::run::STEP_OVERHEAD_MS / 1e3;
 
 /// The vLLM preset the runs use (its GPU sizes the engine's step times).
 pub const PRESET: &str = "h200";
@@ -208,19 +208,16 @@ fn base_settings(
             max_num_batched_tokens: p.max_num_batched_tokens,
             ..EngineConfig::default()
         },
-        num_gpu_blocks_override: None,
         gpu_memory_utilization: p.gpu_memory_utilization,
-        model: model.clone(),
-        gpu: gpu(p.gpu).expect("built-in GPU"),
         tp: gpus.max(1),
         profile: profile.clone(),
-        efficiency_scale: 1.0,
-        step_times: step_times.clone(),
         cpu_overhead_s: STEP_OVERHEAD_S,
-        swap_gbps: None,
-        clock_steps: false,
         slo: slo.slo(),
-        clients: Default::default(),
+        ..RunSettings::new(
+            model.clone(),
+            gpu(p.gpu).expect("built-in GPU"),
+            step_times.clone(),
+        )
     }
 }
 

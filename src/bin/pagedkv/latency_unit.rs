@@ -1,4 +1,4 @@
-//! How the reports print latencies: the one rule every text report follows.
+//! The unit the simulators' text reports give latencies in.
 
 /// Latencies in milliseconds when the clock counts seconds, else in steps: (scale, unit).
 pub fn latency_unit(time_unit: &str) -> (f64, &'static str) {

@@ -2,10 +2,11 @@
 //! (schema v0.2.1, [`pagedkv::report::llmd`]), from the run's [`EngineReport`], its settings and
 //! its workload.
 
-use crate::sim_engine_args::{Resolved, WorkloadArgs};
+use crate::sim_engine_args::WorkloadArgs;
 use pagedkv::report::llmd::{EngineStack, ReplicaState, Run, Summary, Workload};
 use pagedkv::sim::engine::metrics::Distribution;
 use pagedkv::sim::engine::{EngineReport, RunSettings};
+use pagedkv::sim::run_spec::ResolvedRun;
 use pagedkv::workload::serving::ServingRequest;
 use serde_json::{json, Map, Value};
 
@@ -71,7 +72,7 @@ pub fn workload(args: &WorkloadArgs, name: &str, requests: &[ServingRequest]) ->
 }
 
 /// The engine as the report's stack describes it.
-pub fn engine_stack(resolved: &Resolved, block_size: usize, replicas: usize) -> EngineStack {
+pub fn engine_stack(resolved: &ResolvedRun, block_size: usize, replicas: usize) -> EngineStack {
     let s: &RunSettings = &resolved.settings;
     EngineStack {
         tool: "vllm".into(),

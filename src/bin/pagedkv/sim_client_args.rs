@@ -40,7 +40,7 @@ pub fn describe(c: Clients) -> Option<String> {
 /// (not when every request was ready at 0: the wait is then the send time itself, and vLLM too
 /// leaves the queue out of its end-to-end figures at rate inf).
 pub fn clause(c: &ClientReport, unit: &str) -> String {
-    let (scale, lat) = crate::sim_engine_args::latency_unit(unit);
+    let (scale, lat) = crate::latency_unit::latency_unit(unit);
     let n = c.max_concurrency;
     let mut s = format!(
         ", {n} client{}{}: in flight peak {}, mean {:.1}",

@@ -10,15 +10,15 @@ mod text;
 use crate::count;
 use crate::llmd_report::{self, ReportFormat};
 use crate::router_args::RouterArgs;
-use crate::sim_engine_args::{settings, workload, BoxError, EngineArgs, Resolved, WorkloadArgs};
+use crate::sim_engine_args::{settings, workload, BoxError, EngineArgs, WorkloadArgs};
 use crate::CmdResult;
-use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
 use pagedkv::sim::cluster::pd::Disagg;
 use pagedkv::sim::cluster::request_line::write_request_log;
 use pagedkv::sim::cluster::{output, ClusterOutcome, ClusterSpec, RouterConfig, RouterKind};
-use pagedkv::sim::engine::EngineConfig;
 use pagedkv::sim::engine::RunSettings;
+use pagedkv::sim::run_spec::ReportHeader;
+use pagedkv::sim::run_spec::ResolvedRun;
 use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::io::Write;
@@ -96,20 +96,8 @@ pub struct Args {
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
-    workload: &'a str,
-    preset: &'a str,
-    model: &'a ModelShape,
-    gpu: &'a str,
-    tp: usize,
-    profile_source: String,
-    /// The step-time model (measured tables or the roofline) and why.
-    step_times: &'a pagedkv::sim::latency::Choice,
-    profile_measured: bool,
-    max_model_len_source: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    offload_bandwidth_source: Option<&'a str>,
-    engine: &'a EngineConfig,
-    block_size: usize,
+    #[serde(flatten)]
+    header: ReportHeader<'a>,
     /// Closed-loop clients (`--max-concurrency`), one pool over every replica; each run's
     /// `clients` says what they saw.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,7 +166,7 @@ fn run_logged(
 /// llm-d's benchmark report of the one run.
 fn print_llmd(
     args: &Args,
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     name: &str,
     requests: &[ServingRequest],
     outcomes: &[ClusterOutcome],
@@ -257,18 +245,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     drop(bar);
     let json = JsonReport {
-        workload: &name,
-        preset: &resolved.preset_name,
-        model: &s.model,
-        gpu: s.gpu.name,
-        tp: s.tp,
-        profile_source: format!("{}: {}", s.profile.device, s.profile.source),
-        step_times: &s.step_times,
-        profile_measured: s.profile.measured,
-        max_model_len_source: &resolved.max_model_len_source,
-        offload_bandwidth_source: resolved.offload_source.as_deref(),
-        engine: &s.engine,
-        block_size: bs,
+        header: resolved.header(&name).at_block_size(bs),
         max_concurrency: args.clients.max_concurrency,
         runs: &outcomes,
         without_tier: &without_tier,

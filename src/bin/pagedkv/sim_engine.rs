@@ -2,19 +2,20 @@
 //! manager, prefix caching) on a trace, a generated workload or a scenario file, with step times
 //! from a roofline fed by this harness's attention efficiency; one block size or several.
 
+use crate::latency_unit::latency_unit;
 use crate::llmd_report::{self, ReportFormat};
 use crate::sim_engine_args::{
-    describe_limits, latency_unit, model_lines, settings, slo_clause, workload, workload_line,
-    EngineArgs, Resolved, WorkloadArgs,
+    describe_limits, model_lines, settings, slo_clause, workload, workload_line, EngineArgs,
+    WorkloadArgs,
 };
 use crate::{count, CmdResult};
-use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
 use pagedkv::report::llmd::benchmark_report;
 use pagedkv::report::Table;
 use pagedkv::sim::engine::config::Preemption;
 use pagedkv::sim::engine::output;
-use pagedkv::sim::engine::{EngineConfig, EngineReport, Outcome, ResolvedSlo};
+use pagedkv::sim::engine::{EngineReport, Outcome, ResolvedSlo};
+use pagedkv::sim::run_spec::{ReportHeader, ResolvedRun};
 use pagedkv::workload::serving::ServingRequest;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -47,19 +48,8 @@ pub struct Args {
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
-    workload: &'a str,
-    preset: &'a str,
-    model: &'a ModelShape,
-    gpu: &'a str,
-    tp: usize,
-    profile_source: String,
-    /// The step-time model (measured tables or the roofline) and why.
-    step_times: &'a pagedkv::sim::latency::Choice,
-    profile_measured: bool,
-    max_model_len_source: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    offload_bandwidth_source: Option<&'a str>,
-    engine: &'a EngineConfig,
+    #[serde(flatten)]
+    header: ReportHeader<'a>,
     /// The SLOs (preset, values, source, overrides), when any.
     #[serde(skip_serializing_if = "Option::is_none")]
     slo: Option<&'a ResolvedSlo>,
@@ -118,17 +108,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     drop(bar);
     let json = JsonReport {
-        workload: &name,
-        preset: &resolved.preset_name,
-        model: &s.model,
-        gpu: s.gpu.name,
-        tp: s.tp,
-        profile_source: format!("{}: {}", s.profile.device, s.profile.source),
-        step_times: &s.step_times,
-        profile_measured: s.profile.measured,
-        max_model_len_source: &resolved.max_model_len_source,
-        offload_bandwidth_source: resolved.offload_source.as_deref(),
-        engine: &s.engine,
+        header: resolved.header(&name),
         slo: resolved.slo.as_ref(),
         max_concurrency: args.clients.max_concurrency,
         runs: &outcomes,
@@ -170,7 +150,7 @@ fn dist(d: Option<pagedkv::sim::engine::Distribution>, scale: f64) -> [String; 3
 }
 
 fn print_text(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     name: &str,
     requests: &[ServingRequest],
     outcomes: &[Outcome],
@@ -201,7 +181,7 @@ fn print_text(
 /// The lines above the table: the engine, the model, the limits, the workload, the clients and
 /// the SLOs.
 fn print_setting(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     name: &str,
     requests: &[ServingRequest],
 ) -> Result<(), crate::stdout::StdoutFailed> {
@@ -235,7 +215,7 @@ fn print_setting(
 }
 
 /// One row per block size: pool, efficiency, rates, latencies, preemptions, hits and KV use.
-fn table(resolved: &Resolved, outcomes: &[Outcome], unit: &str) -> Table {
+fn table(resolved: &ResolvedRun, outcomes: &[Outcome], unit: &str) -> Table {
     let (scale, lat) = latency_unit(unit);
     // Mooncake's TBT when an SLO judges it (the JSON always has it).
     let tbt = resolved
@@ -297,7 +277,7 @@ fn table(resolved: &Resolved, outcomes: &[Outcome], unit: &str) -> Table {
 }
 
 /// A run's line under the table: counts, steps, occupancy, and what the table leaves out.
-fn run_line(resolved: &Resolved, o: &Outcome, unit: &str) -> String {
+fn run_line(resolved: &ResolvedRun, o: &Outcome, unit: &str) -> String {
     let e = &resolved.settings.engine;
     let r = &o.report;
     let mut line = format!(

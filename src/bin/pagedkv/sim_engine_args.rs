@@ -1,18 +1,13 @@
 //! The flags `sim engine` and `sim cluster` share: where the requests come from, and the engine
 //! every replica runs (vLLM's settings, the model and GPU, the host tier).
 
-pub use crate::latency_unit::latency_unit;
 use crate::{count, count_u64};
-use pagedkv::hw::{gpu, Gpu};
-use pagedkv::kv::model::{self, ModelShape, Weights};
 use pagedkv::kv::Dtype;
-use pagedkv::sim::engine::config::{preset, preset_names, Policy, Prediction, Preemption};
-use pagedkv::sim::engine::{
-    load_profile, EngineConfig, EngineReport, Judged, Profile, ResolvedSlo, RunSettings, SloFlags,
-    SloPreset,
-};
-use pagedkv::sim::latency::{choose, Choice, StepProfile, StepTimes};
+use pagedkv::sim::engine::config::{Policy, UNLIMITED_MODEL_LEN};
+use pagedkv::sim::engine::{EngineReport, Judged, ResolvedSlo, SloFlags, SloPreset};
+use pagedkv::sim::latency::StepTimes;
 use pagedkv::sim::radix::workload::{multiturn, MultiTurnConfig};
+use pagedkv::sim::run_spec::{self, Clock, Quantization, ResolvedRun, RunSpec, SpecError};
 use pagedkv::workload::scenario::{read_scenario, EngineFields};
 use pagedkv::workload::serving::{
     all_at_once, from_prompts, from_trace, scale_rate, ServingRequest,
@@ -22,14 +17,6 @@ use pagedkv::workload::trace::read_trace;
 use std::path::PathBuf;
 
 pub type BoxError = Box<dyn std::error::Error>;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ClockArg {
-    /// Seconds from the step-time model; arrivals in seconds.
-    Seconds,
-    /// Every step one unit; arrivals are step indices (exact comparisons).
-    Steps,
-}
 
 #[derive(clap::Args)]
 pub struct WorkloadArgs {
@@ -71,17 +58,10 @@ pub struct WorkloadArgs {
     pub seed: u64,
 }
 
-/// vLLM's `--quantization` methods pagedkv models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Quantization {
-    /// fp8 weights with per-tensor scales (vLLM's `Fp8Config`): linear layers at 1 byte.
-    Fp8,
-}
-
 #[derive(clap::Args)]
 pub struct EngineArgs {
     /// vLLM's defaults for a GPU and usage.
-    #[arg(long, default_value = "h200")]
+    #[arg(long, default_value_t = RunSpec::default().preset)]
     pub preset: String,
     /// vLLM's --block-size.
     #[arg(long, value_parser = count(0..))]
@@ -131,7 +111,7 @@ pub struct EngineArgs {
     #[arg(long)]
     pub async_scheduling: bool,
     /// Tensor parallelism: weights and KV heads split over this many GPUs, the pool per GPU.
-    #[arg(long, default_value_t = 1, value_parser = count(1..=64))]
+    #[arg(long, default_value_t = RunSpec::default().tp, value_parser = count(1..=64))]
     pub tp: usize,
 
     /// Beyond vLLM: preempt by swapping KV to host memory and back instead of recomputing.
@@ -139,16 +119,16 @@ pub struct EngineArgs {
     pub swap_preemption: bool,
     /// Host link bandwidth for swaps, GB/s per GPU (an assumption unless measured with
     /// `pagedkv swap`).
-    #[arg(long, default_value_t = 25.0)]
+    #[arg(long, default_value_t = RunSpec::default().swap_gbps)]
     pub swap_gbps: f64,
     /// Host memory for swapped KV, GiB per GPU (vLLM's old --swap-space default).
-    #[arg(long, default_value_t = 4.0)]
+    #[arg(long, default_value_t = RunSpec::default().swap_space_gib)]
     pub swap_space_gib: f64,
     /// sjf/srpt: rank by predicted output lengths, true × e^N(0, sigma²) (0: true lengths).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = RunSpec::default().predict_sigma)]
     pub predict_sigma: f64,
     /// aging: seconds (steps) per priority level.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = RunSpec::default().aging_delay)]
     pub aging_delay: f64,
 
     #[command(flatten)]
@@ -156,7 +136,7 @@ pub struct EngineArgs {
 
     /// A model preset (data/models/), or a Hugging Face config.json (a file, or a folder holding
     /// one).
-    #[arg(long, default_value = "llama-3.1-8b")]
+    #[arg(long, default_value_t = RunSpec::default().model)]
     pub model: String,
     /// vLLM's --quantization: fp8 stores the linear layers' weights in fp8 (1 byte each, FP8
     /// GEMMs) [default: what the model's config.json says, else its bf16/f16 weights].
@@ -165,14 +145,14 @@ pub struct EngineArgs {
     /// How the KV cache stores K and V (vLLM's --kv-cache-dtype): f16/bf16 ("auto"), or
     /// fp8_e4m3 / fp8_e5m2 at one byte per element: twice the tokens in the same pool, half the
     /// KV bytes a step reads.
-    #[arg(long, value_enum, default_value_t = Dtype::F16)]
+    #[arg(long, value_enum, default_value_t = RunSpec::default().kv_cache_dtype)]
     pub kv_cache_dtype: Dtype,
     /// h200, h100, a100 [default: the preset's].
     #[arg(long)]
     pub gpu: Option<String>,
     /// Where step times come from: measured kernel tables where they cover the model, GPU,
     /// dtypes and tensor parallelism, else the roofline (auto); or one of them.
-    #[arg(long, value_enum, default_value_t = StepTimes::Auto)]
+    #[arg(long, value_enum, default_value_t = RunSpec::default().step_times)]
     pub step_times: StepTimes,
     /// Measured kernel tables of your own (a pagedkv step profile: docs/step-profiles.md)
     /// [default: the shipped ones, AIConfigurator 0.12.0's for H100 and H200].
@@ -184,10 +164,10 @@ pub struct EngineArgs {
     pub profile: Option<PathBuf>,
     /// CPU time per step (scheduling, output processing), milliseconds; hidden under async
     /// scheduling while the GPU is busier.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = RunSpec::default().step_overhead_ms)]
     pub step_overhead_ms: f64,
-    #[arg(long, value_enum, default_value_t = ClockArg::Seconds)]
-    pub clock: ClockArg,
+    #[arg(long, value_enum, default_value_t = RunSpec::default().clock)]
+    pub clock: Clock,
 
     #[command(flatten)]
     pub slo: SloArgs,
@@ -196,7 +176,7 @@ pub struct EngineArgs {
 /// The SLO flags of `sim engine`, `sim cluster` and `sweep` ([`pagedkv::sim::engine::slo`]).
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub struct SloArgs {
-    /// SLOs from a published preset (values below; sources in docs/sweep.md and the JSON report);
+    /// SLOs from a published preset (values below; sources in the README and the JSON report);
     /// a --slo-* flag overrides the preset's value and the report names it. Default: sim engine
     /// and sim cluster none (only the --slo-* flags given); sweep the preset that fits the
     /// workload (mooncake for Mooncake's traces, else custom).
@@ -228,22 +208,6 @@ impl SloArgs {
             tbt_s: self.slo_tbt,
             attainment: self.slo_attainment,
         }
-    }
-
-    /// `sim engine`'s and `sim cluster`'s SLOs: none without a flag; the --slo-* flags alone
-    /// without a preset.
-    pub fn resolve(&self, params_billion: f64) -> Result<Option<ResolvedSlo>, String> {
-        let flags = self.flags();
-        if flags.is_empty() {
-            return Ok(None);
-        }
-        flags
-            .resolve(
-                (SloPreset::Custom, "the --slo-* flags"),
-                params_billion,
-                false,
-            )
-            .map(Some)
     }
 }
 
@@ -360,214 +324,70 @@ pub fn workload(
     Ok((requests, name, fields))
 }
 
-/// The model `--model` names, with `--quantization` applied.
-pub fn model_shape(name: &str, quantization: Option<Quantization>) -> Result<ModelShape, String> {
-    let mut m = model::load(name).map_err(|e| e.to_string())?;
-    if quantization == Some(Quantization::Fp8) {
-        m.weights = Weights::Fp8;
-    }
-    Ok(m)
-}
-
-/// The step-time model for `model` on `gpu` over `tp` GPUs, as the flags ask.
-pub fn step_choice(args: &EngineArgs, model: &ModelShape, gpu: &Gpu) -> Result<Choice, String> {
-    let own = match &args.step_profile {
-        Some(path) => Some(std::sync::Arc::new(
-            StepProfile::read(path).map_err(|e| e.to_string())?,
-        )),
-        None => None,
-    };
-    choose(args.step_times, own, model, gpu, args.tp)
-}
-
-/// What the settings were resolved from, for the report.
-pub struct Resolved {
-    pub settings: RunSettings,
-    /// The block size the flags, the scenario or the preset give.
-    pub block_size: usize,
-    pub preset_name: String,
-    /// Where max_model_len comes from.
-    pub max_model_len_source: String,
-    /// Where the host tier's bandwidth comes from.
-    pub offload_source: Option<String>,
-    /// The SLOs the runs are judged by, when any.
-    pub slo: Option<ResolvedSlo>,
-}
-
-/// vLLM's flags over the preset's and the scenario's engine settings.
-fn apply_flags(e: &mut EngineConfig, args: &EngineArgs, seed: u64) -> Result<(), String> {
-    if let Some(v) = args.max_num_seqs {
-        e.max_num_seqs = v;
-    }
-    if let Some(v) = args.max_num_batched_tokens {
-        e.max_num_batched_tokens = v;
-    }
-    if args.enable_prefix_caching {
-        e.enable_prefix_caching = true;
-    }
-    if args.no_enable_prefix_caching {
-        e.enable_prefix_caching = false;
-    }
-    if args.enable_chunked_prefill {
-        e.enable_chunked_prefill = true;
-    }
-    if args.no_enable_chunked_prefill {
-        e.enable_chunked_prefill = false;
-    }
-    if let Some(v) = args.long_prefill_token_threshold {
-        e.long_prefill_token_threshold = v;
-    }
-    if let Some(v) = args.scheduling_policy {
-        e.scheduling_policy = v;
-    }
-    if let Some(v) = args.watermark {
-        e.watermark = v;
-    }
-    e.async_scheduling = args.async_scheduling;
-    e.prediction = Prediction {
-        sigma: args.predict_sigma,
-        seed,
-    };
-    e.aging_delay = args.aging_delay;
-    if args.swap_preemption {
-        let gib = args.swap_space_gib;
-        if !(gib.is_finite() && gib >= 0.0) {
-            return Err(format!("--swap-space-gib must be >= 0, got {gib}"));
-        }
-        e.preemption = Preemption::Swap {
-            gbps: args.swap_gbps,
-            host_bytes: (gib * (1u64 << 30) as f64) as u64,
+impl EngineArgs {
+    /// The run the flags ask for, as plain values.
+    pub fn spec(&self) -> RunSpec {
+        // The later of a flag and its `--no-` twin wins; clap keeps only the last given.
+        let either = |on: bool, off: bool| match (on, off) {
+            (_, true) => Some(false),
+            (true, false) => Some(true),
+            (false, false) => None,
         };
+        RunSpec {
+            preset: self.preset.clone(),
+            block_size: self.block_size,
+            num_gpu_blocks_override: self.num_gpu_blocks_override,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            enable_prefix_caching: either(
+                self.enable_prefix_caching,
+                self.no_enable_prefix_caching,
+            ),
+            enable_chunked_prefill: either(
+                self.enable_chunked_prefill,
+                self.no_enable_chunked_prefill,
+            ),
+            long_prefill_token_threshold: self.long_prefill_token_threshold,
+            scheduling_policy: self.scheduling_policy,
+            max_model_len: self.max_model_len,
+            watermark: self.watermark,
+            async_scheduling: self.async_scheduling,
+            tp: self.tp,
+            swap_preemption: self.swap_preemption,
+            swap_gbps: self.swap_gbps,
+            swap_space_gib: self.swap_space_gib,
+            predict_sigma: self.predict_sigma,
+            aging_delay: self.aging_delay,
+            tier: self.tier.spec(),
+            model: self.model.clone(),
+            quantization: self.quantization,
+            kv_cache_dtype: self.kv_cache_dtype,
+            gpu: self.gpu.clone(),
+            step_times: self.step_times,
+            step_profile: self.step_profile.clone(),
+            profile: self.profile.clone(),
+            step_overhead_ms: self.step_overhead_ms,
+            clock: self.clock,
+            slo: self.slo.flags(),
+        }
     }
-    Ok(())
 }
 
-/// The longest request the engine takes, and where that figure comes from: a scenario's own
-/// length stands unless the flag overrides it; else the model's context.
-fn max_model_len(
-    e: &mut EngineConfig,
-    args: &EngineArgs,
-    fields: Option<&EngineFields>,
-    model: &ModelShape,
-) -> String {
-    if let Some(v) = args.max_model_len {
-        e.max_model_len = v;
-        "--max-model-len".to_string()
-    } else if fields.is_some_and(|f| f.max_model_len.is_some()) {
-        "the scenario".to_string()
-    } else if fields.is_some() {
-        "unlimited (a scenario without max_model_len)".to_string()
-    } else {
-        e.max_model_len = model.context_len;
-        format!("{}'s context length", model.name)
-    }
-}
-
-/// Preset, then the scenario's engine settings, then the flags; checked as vLLM checks them.
-/// `seed` seeds predicted output lengths.
+/// The flags' run ([`run_spec::resolve`]): preset, then the scenario's engine settings, then the
+/// flags. `seed` seeds predicted output lengths.
 pub fn settings(
     args: &EngineArgs,
     fields: Option<&EngineFields>,
     seed: u64,
-) -> Result<Resolved, BoxError> {
-    let p = preset(&args.preset).ok_or_else(|| {
-        format!(
-            "unknown preset {:?} (one of {})",
-            args.preset,
-            preset_names().join(", ")
-        )
-    })?;
-    let model = ModelShape {
-        dtype: args.kv_cache_dtype,
-        ..model_shape(&args.model, args.quantization)?
-    };
-    model.check_tp(args.tp)?;
-    let mut e = EngineConfig {
-        max_num_seqs: p.max_num_seqs,
-        max_num_batched_tokens: p.max_num_batched_tokens,
-        ..EngineConfig::default()
-    };
-    let mut override_blocks = None;
-    if let Some(f) = fields {
-        e.apply(f)?;
-        if f.num_gpu_blocks.is_some() {
-            override_blocks = Some(e.num_gpu_blocks);
-        }
-    }
-    let fixed_block = fields.and_then(|f| f.block_size).map(|_| e.block_size);
-    override_blocks = args.num_gpu_blocks_override.or(override_blocks);
-    apply_flags(&mut e, args, seed)?;
-    let max_model_len_source = max_model_len(&mut e, args, fields, &model);
-    let block_size = args.block_size.or(fixed_block).unwrap_or(p.block_size);
-    if block_size == 0 {
-        return Err("block sizes must be at least 1".into());
-    }
-    let mut offload_source = None;
-    if let Some((o, source)) =
-        crate::sim_tier_args::resolve(&args.tier, &model, args.tp, block_size)?
-    {
-        e.cpu_offload = Some(o);
-        offload_source = Some(source);
-    }
-    e.validate()?;
-    e.check_as_vllm()?;
-    let util = args
-        .gpu_memory_utilization
-        .unwrap_or(p.gpu_memory_utilization);
-    if !(util > 0.0 && util <= 1.0) {
-        return Err(format!("--gpu-memory-utilization must be in (0, 1], got {util}").into());
-    }
-    let gpu_name = args.gpu.clone().unwrap_or_else(|| p.gpu.to_string());
-    let g = gpu(&gpu_name).ok_or_else(|| {
-        format!(
-            "unknown GPU {gpu_name:?} ({})",
-            pagedkv::hw::gpu_names().join(", ")
-        )
-    })?;
-    let step_times = if args.clock == ClockArg::Steps {
-        Choice::roofline("unused: --clock steps")
-    } else {
-        step_choice(args, &model, &g)?
-    };
-    let profile = match &args.profile {
-        Some(path) => load_profile(path)?,
-        None => Profile::h200_assumed(),
-    };
-    let overhead = args.step_overhead_ms;
-    if !(overhead.is_finite() && overhead >= 0.0) {
-        return Err(format!("--step-overhead-ms must be >= 0, got {overhead}").into());
-    }
-    let slo = args.slo.resolve(model.params_billion)?;
-    let settings = RunSettings {
-        engine: e,
-        num_gpu_blocks_override: override_blocks,
-        gpu_memory_utilization: util,
-        model,
-        gpu: g,
-        tp: args.tp,
-        profile,
-        efficiency_scale: 1.0,
-        step_times,
-        cpu_overhead_s: overhead / 1e3,
-        swap_gbps: args.swap_preemption.then_some(args.swap_gbps),
-        clock_steps: args.clock == ClockArg::Steps,
-        slo: slo.as_ref().map(|s| s.targets.slo()).unwrap_or_default(),
-        clients: Default::default(),
-    };
-    Ok(Resolved {
-        settings,
-        block_size,
-        preset_name: p.name.to_string(),
-        max_model_len_source,
-        offload_source,
-        slo,
-    })
+) -> Result<ResolvedRun, SpecError> {
+    run_spec::resolve(&args.spec(), fields, seed)
 }
 
 /// The lines a simulator's text report opens with about its model: the model, its GPUs and step
 /// overhead; which step times (measured tables beside the roofline, or the roofline and why);
 /// where the attention efficiency per block size comes from.
-pub fn model_lines(r: &Resolved, per: &str) -> Vec<String> {
+pub fn model_lines(r: &ResolvedRun, per: &str) -> Vec<String> {
     let s = &r.settings;
     if s.clock_steps {
         return vec!["clock: steps (every step one unit)".into()];
@@ -601,18 +421,16 @@ pub fn model_lines(r: &Resolved, per: &str) -> Vec<String> {
 }
 
 /// Lines that say where max_model_len and the host tier come from.
-pub fn describe_limits(r: &Resolved) -> Vec<String> {
+pub fn describe_limits(r: &ResolvedRun) -> Vec<String> {
     let e = &r.settings.engine;
-    let mut out = vec![
-        if e.max_model_len == pagedkv::sim::engine::config::UNLIMITED_MODEL_LEN {
-            format!("max_model_len: {}", r.max_model_len_source)
-        } else {
-            format!(
+    let mut out = vec![if e.max_model_len == UNLIMITED_MODEL_LEN {
+        format!("max_model_len: {}", r.max_model_len_source)
+    } else {
+        format!(
                 "max_model_len: {} ({}); as vLLM's server, a prompt of it or more and an output above it are refused, a longer request is shortened to end there",
                 e.max_model_len, r.max_model_len_source
             )
-        },
-    ];
+    }];
     if let (Some(o), Some(src)) = (e.cpu_offload, &r.offload_source) {
         out.push(crate::sim_tier_args::describe(&o, src, r.block_size));
     }

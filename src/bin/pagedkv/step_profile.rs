@@ -1,7 +1,6 @@
 //! `pagedkv step-profile`: what a step profile covers (`check`), and pagedkv's own decode
 //! attention merged into one (`from-attention`, as `scripts/gpu-check` does on a lent GPU).
 
-use crate::sim_engine_args::Quantization;
 use crate::CmdResult;
 use pagedkv::hw::gpu;
 use pagedkv::kv::model::{self, Weights};
@@ -12,6 +11,7 @@ use pagedkv::sim::latency::attention_rows::{merge_decode_rows, AttentionRun};
 use pagedkv::sim::latency::{
     choose, models_at, profile, step_ms, BatchShape, Measured, StepProfile, StepTimes,
 };
+use pagedkv::sim::run_spec::{model_shape, Quantization};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -105,7 +105,7 @@ fn time(a: TimeArgs) -> CmdResult {
     let g = gpu(&a.gpu).ok_or_else(|| format!("unknown GPU {:?}", a.gpu))?;
     let m = model::ModelShape {
         dtype: a.kv_cache_dtype,
-        ..crate::sim_engine_args::model_shape(&a.model, a.quantization)?
+        ..model_shape(&a.model, a.quantization)?
     };
     m.check_tp(a.tp)?;
     let own = match &a.step_profile {
@@ -168,7 +168,7 @@ fn check(a: CheckArgs) -> CmdResult {
     };
     let mut t = Table::new(vec!["model", "tp", "weights", "KV", "covered"]);
     for name in &models {
-        let base = crate::sim_engine_args::model_shape(name, None)?;
+        let base = model_shape(name, None)?;
         for tp in [1, 2, 4, 8] {
             if base.check_tp(tp).is_err() {
                 continue;

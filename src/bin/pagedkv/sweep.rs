@@ -25,7 +25,7 @@ pub struct Args {
     model: String,
     /// vLLM's --quantization: fp8 weights (1 byte per linear-layer parameter, FP8 GEMMs).
     #[arg(long, value_enum)]
-    quantization: Option<crate::sim_engine_args::Quantization>,
+    quantization: Option<pagedkv::sim::run_spec::Quantization>,
     /// The end-to-end runs' step times: measured kernel tables where they cover the run, else
     /// the roofline (auto); or one of them.
     #[arg(long, value_enum, default_value_t = pagedkv::sim::latency::StepTimes::Auto)]
@@ -173,7 +173,7 @@ impl Args {
                 params_billion: self.params_b,
                 weights: self
                     .quantization
-                    .map(|crate::sim_engine_args::Quantization::Fp8| model::Weights::Fp8),
+                    .map(|pagedkv::sim::run_spec::Quantization::Fp8| model::Weights::Fp8),
             },
             pool_gib: self.pool_gib,
             gpu_mib: self.gpu_mib,

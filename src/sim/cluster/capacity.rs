@@ -246,7 +246,7 @@ mod tests {
     use crate::hw::gpu;
     use crate::sim::cluster::pd::KvTransfer;
     use crate::sim::cluster::RouterConfig;
-    use crate::sim::engine::{EngineConfig, Judged, Profile};
+    use crate::sim::engine::{EngineConfig, Judged};
     use crate::workload::serving::Prompt;
     use rand::{Rng, SeedableRng};
 
@@ -257,21 +257,12 @@ mod tests {
                 max_num_batched_tokens: 8192,
                 ..EngineConfig::default()
             },
-            num_gpu_blocks_override: None,
             gpu_memory_utilization: 0.9,
-            model: crate::kv::model::preset("llama-3.1-8b").unwrap(),
-            gpu: gpu("h200").unwrap(),
-            tp: 1,
-            profile: Profile::h200_assumed(),
-            efficiency_scale: 1.0,
-            step_times: crate::sim::latency::Choice::roofline(
-                "the roofline this test was written for",
-            ),
-            cpu_overhead_s: 5e-4,
-            swap_gbps: None,
-            clock_steps: false,
-            slo: Default::default(),
-            clients: Default::default(),
+            ..RunSettings::new(
+                crate::kv::model::preset("llama-3.1-8b").unwrap(),
+                gpu("h200").unwrap(),
+                crate::sim::latency::Choice::roofline("the roofline this test was written for"),
+            )
         }
     }
 

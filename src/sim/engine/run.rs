@@ -75,7 +75,33 @@ pub struct TierReport {
     pub loaded_bytes: u64,
 }
 
+/// CPU time per step (scheduling, output processing) a run assumes unless told, milliseconds.
+pub const STEP_OVERHEAD_MS: f64 = 0.5;
+
 impl RunSettings {
+    /// The one constructor: `model` on one `gpu` with vLLM's default engine settings and memory
+    /// share, the built-in H200 efficiency, [`STEP_OVERHEAD_MS`], seconds, no pool override, swap,
+    /// SLO or clients. A run that wants more sets the fields (`..RunSettings::new(..)`); flags,
+    /// presets and scenarios go through `sim::run_spec::resolve`.
+    pub fn new(model: ModelShape, gpu: Gpu, step_times: Choice) -> RunSettings {
+        RunSettings {
+            engine: EngineConfig::default(),
+            num_gpu_blocks_override: None,
+            gpu_memory_utilization: crate::kv::model::VLLM_GPU_MEMORY_UTILIZATION,
+            model,
+            gpu,
+            tp: 1,
+            profile: Profile::h200_assumed(),
+            efficiency_scale: 1.0,
+            step_times,
+            cpu_overhead_s: STEP_OVERHEAD_MS / 1e3,
+            swap_gbps: None,
+            clock_steps: false,
+            slo: Slo::default(),
+            clients: Clients::default(),
+        }
+    }
+
     /// Bytes of KV one block of `block_size` tokens holds over all of a replica's GPUs.
     pub fn block_bytes(&self, block_size: usize) -> u64 {
         super::step_time::kv_bytes_per_token_per_gpu(&self.model, self.tp)

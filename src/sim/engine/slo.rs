@@ -350,8 +350,10 @@ impl SloTargets {
 }
 
 /// The flags: a preset, values that override it, and the share.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SloFlags {
+    #[serde(deserialize_with = "crate::value_names::from_maybe_name")]
     pub preset: Option<SloPreset>,
     pub ttft_s: Option<f64>,
     pub tpot_s: Option<f64>,

@@ -3,32 +3,23 @@
 //! (every column with `--wide`), a key, and what the table leaves out.
 
 use super::Args;
-use crate::sim_engine_args::{
-    describe_limits, latency_unit, settings, workload, workload_line, BoxError, Resolved,
-};
+use crate::latency_unit::latency_unit;
+use crate::sim_engine_args::{describe_limits, settings, workload, workload_line, BoxError};
 use crate::CmdResult;
-use pagedkv::kv::model::ModelShape;
 use pagedkv::progress::Bar;
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::capacity::{self, CapacityReport, Layout, LayoutCapacity};
 use pagedkv::sim::cluster::ClusterSpec;
-use pagedkv::sim::engine::{EngineConfig, ResolvedSlo};
+use pagedkv::sim::engine::ResolvedSlo;
 use pagedkv::sim::goodput::SearchLimits;
+use pagedkv::sim::run_spec::{ReportHeader, ResolvedRun};
 use pagedkv::sweep::config::fitting_preset;
 use serde::Serialize;
 
 #[derive(Serialize)]
 struct JsonReport<'a> {
-    workload: &'a str,
-    preset: &'a str,
-    model: &'a ModelShape,
-    gpu: &'a str,
-    tp: usize,
-    profile_source: String,
-    /// The step-time model (measured tables or the roofline) and why.
-    step_times: &'a pagedkv::sim::latency::Choice,
-    engine: &'a EngineConfig,
-    block_size: usize,
+    #[serde(flatten)]
+    header: ReportHeader<'a>,
     slo_source: &'a ResolvedSlo,
     #[serde(flatten)]
     capacity: &'a CapacityReport,
@@ -61,7 +52,7 @@ fn refuse(args: &Args) -> Result<(), String> {
 }
 
 /// The SLOs given, else the preset that fits the workload, as the sweep chooses it.
-fn slos(args: &Args, resolved: &mut Resolved, default_trace: &str) -> Result<(), BoxError> {
+fn slos(args: &Args, resolved: &mut ResolvedRun, default_trace: &str) -> Result<(), BoxError> {
     if resolved.slo.is_some() {
         return Ok(());
     }
@@ -157,15 +148,10 @@ pub fn run(args: Args, default_trace: &str) -> CmdResult {
     drop(bar);
     if args.json {
         let json = JsonReport {
-            workload: &name,
-            preset: &resolved.preset_name,
-            model: &s.model,
-            gpu: s.gpu.name,
-            tp: s.tp,
-            profile_source: format!("{}: {}", s.profile.device, s.profile.source),
-            step_times: &s.step_times,
-            engine: &s.engine,
-            block_size: resolved.block_size,
+            header: resolved
+                .header(&name)
+                .without_sources()
+                .at_block_size(resolved.block_size),
             slo_source: &slo,
             capacity: &report,
         };
@@ -478,7 +464,7 @@ fn pd_columns<'a>() -> Vec<Column<'a>> {
 }
 
 fn print(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     slo: &ResolvedSlo,
     name: &str,
     requests: &[pagedkv::workload::serving::ServingRequest],

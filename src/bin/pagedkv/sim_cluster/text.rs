@@ -2,12 +2,12 @@
 //! key under it, each replica's row for a single run, and a line per run with what the table
 //! leaves out (the router's decisions, the KV link, the host tier).
 
-use crate::sim_engine_args::{
-    describe_limits, latency_unit, model_lines, workload_line, BoxError, Resolved,
-};
+use crate::latency_unit::latency_unit;
+use crate::sim_engine_args::{describe_limits, model_lines, workload_line, BoxError};
 use pagedkv::report::Table;
 use pagedkv::sim::cluster::ClusterOutcome;
 use pagedkv::sim::engine::{Distribution, EngineReport};
+use pagedkv::sim::run_spec::ResolvedRun;
 use pagedkv::workload::serving::ServingRequest;
 
 fn p50_p90_p99(d: Option<Distribution>, scale: f64) -> String {
@@ -251,7 +251,7 @@ fn pool_columns<'a>() -> Vec<Column<'a>> {
 }
 
 pub fn print(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     name: &str,
     requests: &[ServingRequest],
     outcomes: &[ClusterOutcome],
@@ -364,7 +364,7 @@ fn per_replica(o: &ClusterOutcome, scale: f64, lat: &str) -> Result<(), BoxError
 
 /// What a run's row leaves out: its counts, the KV link, starved replicas, the host tier.
 fn run_lines(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     o: &ClusterOutcome,
     without_tier: &[ClusterOutcome],
     unit: &str,
@@ -399,7 +399,7 @@ fn run_lines(
 
 /// A disaggregated run's layout and link, the Conductor's rejections, where prompt tokens were
 /// found, and the transfer times.
-fn disaggregation_lines(resolved: &Resolved, o: &ClusterOutcome) -> Result<(), BoxError> {
+fn disaggregation_lines(resolved: &ResolvedRun, o: &ClusterOutcome) -> Result<(), BoxError> {
     let Some(d) = &o.disagg else {
         return Ok(());
     };
@@ -489,7 +489,7 @@ fn starved_line(o: &ClusterOutcome) -> Result<(), BoxError> {
 
 /// The host tier's line: what it did against the same run without it.
 fn host_tier_line(
-    resolved: &Resolved,
+    resolved: &ResolvedRun,
     o: &ClusterOutcome,
     without_tier: &[ClusterOutcome],
 ) -> Result<(), BoxError> {
