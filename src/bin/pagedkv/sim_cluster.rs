@@ -172,7 +172,7 @@ fn print_llmd(
     outcomes: &[ClusterOutcome],
 ) -> CmdResult {
     let bs = resolved.block_size;
-    let [o] = &outcomes[..] else {
+    let [o] = outcomes else {
         return Err(
             "--report-format llmd reports one run: give one router and one replica count".into(),
         );
