@@ -17,7 +17,6 @@ use pagedkv::workload::serving::{Prompt, ServingRequest};
 use serde_json::{json, Value};
 use serve_common::*;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 fn recorded() -> Value {
@@ -339,7 +338,6 @@ async fn a_served_run_equals_its_offline_replay_and_its_metrics() {
 
 #[test]
 fn sigterm_ends_open_streams_and_exits_cleanly() {
-    use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let mut child = Command::new(env!("CARGO_BIN_EXE_pagedkv"))
         .args(["serve", "--port", "0", "--time-scale", "1"])
@@ -347,16 +345,7 @@ fn sigterm_ends_open_streams_and_exits_cleanly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .parse()
-        .unwrap();
+    let (addr, mut out) = started_at(&mut child);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let body = rt.block_on(async {
         let c = client();

@@ -392,7 +392,6 @@ async fn a_thousand_idle_connections_do_not_stop_service_or_shutdown() {
 
 #[test]
 fn sigint_under_load_answers_everyone_and_logs_every_request() {
-    use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     allow_open_files(4096);
     let dir = std::env::temp_dir().join(format!("pagedkv-sigint-{}", std::process::id()));
@@ -405,16 +404,7 @@ fn sigint_under_load_answers_everyone_and_logs_every_request() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr: SocketAddr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .parse()
-        .unwrap();
+    let (addr, mut out) = started_at(&mut child);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let n = 300;
     let short = |i: usize| i.is_multiple_of(5);

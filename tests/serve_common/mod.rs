@@ -526,3 +526,21 @@ pub fn check_metrics(text: &str, log: &[Value], steps: Option<&[Value]>) {
         1.0
     );
 }
+
+/// The address a `pagedkv serve` child prints on its first line, and the rest of its stdout.
+pub fn started_at(
+    child: &mut std::process::Child,
+) -> (SocketAddr, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead;
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout piped"));
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .parse()
+        .unwrap();
+    (addr, out)
+}
