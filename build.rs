@@ -38,18 +38,24 @@ fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     let sources = kernel_sources(&root.join("kernels"));
+    // nvcc's processes start first and run while the emulator's C++ compiles: each is minutes on
+    // 2 cores, and the library waits for both.
+    let nvcc = build_nvcc::find_nvcc(&root);
+    let fatbins = nvcc
+        .as_ref()
+        .map(|nvcc| start_fatbins(nvcc, &root, &out, &sources));
     build_emu::build(&root, &out, &sources);
 
-    let generated = match build_nvcc::find_nvcc(&root) {
-        Some(nvcc) => {
-            let (version, modules, resources) = build_fatbins(&nvcc, &root, &out, &sources);
+    let generated = match (nvcc, fatbins) {
+        (Some(nvcc), Some(fatbins)) => {
+            let (version, modules, resources) = finish_fatbins(fatbins);
             let cuobjdump = build_sass::find_cuobjdump(&root, &nvcc);
             let sass = build_sass::analyse_all(&root, cuobjdump.as_deref(), &modules);
             let tools = cuobjdump.as_deref().map(|c| (nvcc.as_path(), c));
             build_sass::fixtures(&root, &out, &cache_dir(&out), tools);
             render_module(Some(&version), &modules, &resources, &sass)
         }
-        None => {
+        _ => {
             println!(
                 "cargo:warning=GPU kernels were not built: nvcc not found ($NVCC, $CUDA_HOME/bin, PATH, \
                  .cuda/). Run scripts/install-cuda-compiler to get the pinned CUDA 13.0 compiler."
@@ -128,17 +134,28 @@ fn cache_key(version: &str, root: &Path, src: &Path) -> u64 {
 /// A module: its name, its fatbin and its cache stem (where analyses of it are kept).
 type Module = (String, PathBuf, PathBuf);
 
-fn build_fatbins(
-    nvcc: &Path,
-    root: &Path,
-    out: &Path,
-    sources: &[PathBuf],
-) -> (String, Vec<Module>, Vec<Resources>) {
+/// One module's fatbin: taken from the cache, or nvcc compiling it.
+struct Fatbin {
+    module: String,
+    fatbin: PathBuf,
+    nvcc: Option<std::process::Child>,
+    /// ptxas's report (from the cache; nvcc's output once it ends).
+    log: String,
+    stem: PathBuf,
+}
+
+/// nvcc's version and one job per kernel file, started.
+struct Fatbins {
+    version: String,
+    jobs: Vec<Fatbin>,
+}
+
+/// Starts one nvcc per file not in the cache, all at once (the files are independent).
+fn start_fatbins(nvcc: &Path, root: &Path, out: &Path, sources: &[PathBuf]) -> Fatbins {
     let version = nvcc_version(nvcc);
     let cache = cache_dir(out);
     let _ = std::fs::create_dir_all(&cache);
-    // One nvcc per file not in the cache, all at once: the files are independent.
-    let jobs: Vec<_> = sources
+    let jobs = sources
         .iter()
         .map(|src| {
             let module = src.file_stem().unwrap().to_string_lossy().into_owned();
@@ -148,7 +165,13 @@ fn build_fatbins(
                 (stem.with_extension("fatbin"), stem.with_extension("log"));
             if let (Ok(log), true) = (std::fs::read_to_string(&cached_log), cached_bin.is_file()) {
                 if std::fs::copy(&cached_bin, &fatbin).is_ok() {
-                    return (module, fatbin, None, log, stem);
+                    return Fatbin {
+                        module,
+                        fatbin,
+                        nvcc: None,
+                        log,
+                        stem,
+                    };
                 }
             }
             let child = Command::new(nvcc)
@@ -163,14 +186,31 @@ fn build_fatbins(
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", nvcc.display()));
-            (module, fatbin, Some(child), String::new(), stem)
+            Fatbin {
+                module,
+                fatbin,
+                nvcc: Some(child),
+                log: String::new(),
+                stem,
+            }
         })
         .collect();
+    Fatbins { version, jobs }
+}
 
+/// Waits for every nvcc started, caches what it built and reads ptxas's reports.
+fn finish_fatbins(started: Fatbins) -> (String, Vec<Module>, Vec<Resources>) {
     let mut modules = Vec::new();
     let mut resources = Vec::new();
-    for (module, fatbin, child, mut log, stem) in jobs {
-        if let Some(child) = child {
+    for job in started.jobs {
+        let Fatbin {
+            module,
+            fatbin,
+            nvcc,
+            mut log,
+            stem,
+        } = job;
+        if let Some(child) = nvcc {
             let output = child.wait_with_output().expect("wait for nvcc");
             log = String::from_utf8_lossy(&output.stderr).into_owned()
                 + &String::from_utf8_lossy(&output.stdout);
@@ -184,7 +224,7 @@ fn build_fatbins(
         resources.extend(parse_ptxas_report(&module, &log));
         modules.push((module, fatbin, stem));
     }
-    (version, modules, resources)
+    (started.version, modules, resources)
 }
 
 fn nvcc_version(nvcc: &Path) -> String {

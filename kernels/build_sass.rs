@@ -89,8 +89,19 @@ pub fn analyse_all(
     let key = analyser_key(root, &tool_version);
     let mut kernels = Vec::new();
     let mut failures = Vec::new();
-    for (module, fatbin, stem) in modules {
-        match analyse_module(tool, key, module, fatbin, stem) {
+    // One thread per module: cuobjdump and the analysis of each are independent.
+    let analysed: Vec<_> = std::thread::scope(|scope| {
+        let running: Vec<_> = (modules.iter())
+            .map(|(module, fatbin, stem)| {
+                scope.spawn(move || analyse_module(tool, key, module, fatbin, stem))
+            })
+            .collect();
+        (running.into_iter())
+            .map(|t| t.join().expect("a module's analysis panicked"))
+            .collect()
+    });
+    for result in analysed {
+        match result {
             Ok(rendered) => kernels.push(rendered),
             Err(e) => failures.push(e),
         }

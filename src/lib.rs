@@ -12,6 +12,7 @@
 //! mmap + memfd twin on the CPU, one state machine over both.
 
 pub mod attention;
+pub mod cli;
 pub mod device;
 pub mod emu;
 pub mod host_memory;

@@ -6,6 +6,8 @@
 //! the CLI hands them a [`StderrProgress`], tests and benches `&()` (silent). A command that drives
 //! its own loop uses a [`Bar`] directly.
 
+pub mod watch;
+
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{IsTerminal, Write};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -95,6 +97,14 @@ impl Bar {
     /// A phase of `steps` steps (0: unknown) described by `what`, starting now.
     pub fn new(what: &str, steps: u64) -> Bar {
         let state = Arc::new(Mutex::new(Lines::new(what, steps, Instant::now())));
+        if watch::watched() {
+            watch::begin(what, steps);
+            return Bar {
+                state,
+                bar: None,
+                ticker: None,
+            };
+        }
         if std::io::stderr().is_terminal() {
             let bar = ProgressBar::new(steps);
             let template = if steps > 0 {
@@ -136,7 +146,14 @@ impl Bar {
 
     /// `n` more steps done.
     pub fn inc(&self, n: u64) {
-        lock(&self.state).pos += n;
+        let pos = {
+            let mut s = lock(&self.state);
+            s.pos += n;
+            s.pos
+        };
+        if watch::watched() {
+            watch::at(pos);
+        }
         if let Some(b) = &self.bar {
             b.inc(n);
         }
@@ -145,6 +162,9 @@ impl Bar {
     /// `pos` steps done in all.
     pub fn set_position(&self, pos: u64) {
         lock(&self.state).pos = pos;
+        if watch::watched() {
+            watch::at(pos);
+        }
         if let Some(b) = &self.bar {
             b.set_position(pos);
         }

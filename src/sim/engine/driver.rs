@@ -144,6 +144,9 @@ pub fn drive_clients(
         events += 1;
         if events.is_multiple_of(8192) {
             progress(sys.finished(), total);
+            if crate::progress::watch::interrupted() {
+                return Err(EngineError::Interrupted);
+            }
         }
     }
     progress(sys.finished(), total);

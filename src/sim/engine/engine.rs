@@ -597,6 +597,9 @@ impl Engine {
         while self.step()? {
             if self.next_index.is_multiple_of(4096) {
                 progress(self.done, total);
+                if crate::progress::watch::interrupted() {
+                    return Err(EngineError::Interrupted);
+                }
             }
         }
         progress(self.done, total);

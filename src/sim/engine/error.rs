@@ -20,6 +20,9 @@ pub enum EngineError {
     Stalled { step: u64, waiting: usize },
     #[error("nothing is left to run at time {time} but {unfinished} requests have not finished")]
     Unfinished { time: f64, unfinished: usize },
+    /// The front end watching the run asked it to stop ([`crate::progress::watch`]).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// An I/O error kept as an error's source; compared by kind and text, so errors stay `PartialEq`.
