@@ -44,7 +44,7 @@ fn main() {
     let fatbins = nvcc
         .as_ref()
         .map(|nvcc| start_fatbins(nvcc, &root, &out, &sources));
-    build_emu::build(&root, &out, &sources);
+    build_emu::build(&root, &out, &sources, &cache_dir(&out));
 
     let generated = match (nvcc, fatbins) {
         (Some(nvcc), Some(fatbins)) => {

@@ -29,7 +29,8 @@ struct Kernel {
     max_threads: String,
 }
 
-pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
+/// `cache`: where compiled libraries are kept across builds (build.rs's `target/kernel-cache/`).
+pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf], cache: &Path) {
     let kernels_dir = root.join("kernels");
     let emu_dir = kernels_dir.join("emu");
     let mut sources: Vec<PathBuf> = kernel_sources.to_vec();
@@ -51,6 +52,7 @@ pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
         .file(emu_dir.join("fiber.cpp"));
 
     let mut all = Vec::new();
+    let mut units = Vec::new();
     // Every kernel of kernels/*.cu (not the emulator's self-tests), by module: the one list of the
     // instances compiled, generated from the sources nvcc compiles (src/launch/instances.rs).
     let mut compiled = String::from(
@@ -86,14 +88,67 @@ pub fn build(root: &Path, out: &Path, kernel_sources: &[PathBuf]) {
         }
         let unit = gen_dir.join(format!("{module}_emu.ii"));
         let code = rewrite(src, &text) + &render_entry_points(&ns, &kernels);
-        std::fs::write(&unit, code).expect("write the emulator's translation unit");
+        std::fs::write(&unit, &code).expect("write the emulator's translation unit");
+        units.push(code);
         build.file(unit);
         all.extend(kernels);
     }
-    build.compile("pagedkv_emu");
+    compile_cached(&build, &emu_dir, &units, out, cache);
     compiled.push_str("];\n");
     std::fs::write(out.join("compiled_kernels.rs"), compiled).expect("write compiled_kernels.rs");
     std::fs::write(out.join("emu_kernels.rs"), render_table(&all)).expect("write emu_kernels.rs");
+}
+
+/// The library's file name, as cc writes it into OUT_DIR.
+const LIBRARY: &str = "libpagedkv_emu.a";
+
+/// Compiles `build` into `OUT_DIR/libpagedkv_emu.a`, or takes the library from `cache` when the
+/// same translation units were compiled before by the same compiler with the same flags: the
+/// clippy run and the test build of CI each run this script (clippy's wrapper makes a build
+/// script of its own), and the C++ is minutes on 2 cores.
+fn compile_cached(build: &cc::Build, emu_dir: &Path, units: &[String], out: &Path, cache: &Path) {
+    use std::hash::{Hash, Hasher};
+    let compiler = build.get_compiler();
+    let version = std::process::Command::new(compiler.path())
+        .arg("--version")
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    // The units name the files they came from, OUT_DIR's among them, which differs between the
+    // build scripts of one tree (clippy's, the tests'): keyed without it.
+    let here = out.display().to_string();
+    let unplaced = |text: &str| text.replace(&here, "$OUT_DIR");
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    version.hash(&mut h);
+    unplaced(&format!("{:?}", compiler.args())).hash(&mut h);
+    for unit in units {
+        unplaced(unit).hash(&mut h);
+    }
+    // runtime.cpp and fiber.cpp, and the headers they include.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(emu_dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    files.retain(|p| p.extension().is_some_and(|e| e == "cpp" || e == "h"));
+    files.sort();
+    for f in files {
+        f.file_name().hash(&mut h);
+        std::fs::read(&f).unwrap_or_default().hash(&mut h);
+    }
+    let cached = cache.join(format!("emu-{:016x}.a", h.finish()));
+    let library = out.join(LIBRARY);
+    // A C++ standard library of the user's choosing: cc's own linking, no cache.
+    println!("cargo:rerun-if-env-changed=CXXSTDLIB");
+    let own_stdlib = std::env::vars().any(|(k, _)| k.contains("CXXSTDLIB"));
+    if !own_stdlib && cached.is_file() && std::fs::copy(&cached, &library).is_ok() {
+        // What cc::Build::compile prints for a C++ static library.
+        println!("cargo:rustc-link-search=native={}", out.display());
+        println!("cargo:rustc-link-lib=static=pagedkv_emu");
+        println!("cargo:rustc-link-lib=stdc++");
+        return;
+    }
+    build.compile("pagedkv_emu");
+    // Best effort: a cache that cannot be written only costs the next build time.
+    let _ = std::fs::create_dir_all(cache).and_then(|()| std::fs::copy(&library, &cached));
 }
 
 /// `head` (which includes `src`) preprocessed in scan mode, line markers kept.
