@@ -64,11 +64,21 @@ def _report(name: str, settings: dict, progress: Any) -> dict:
 
 class _Logs:
     """``step_log`` / ``request_log``: True records them in a temporary file read back into the
-    result; a path keeps the file there too."""
+    result; a path keeps the file there too. ``scenario`` given as a dict (a scenario file's
+    contents) or a list of requests (``{"id", "arrival", "prompt_len" or "prompt",
+    "output_len"}``) is written to a temporary scenario file."""
 
     def __init__(self, settings: dict, names: tuple[str, ...]):
         self.dir = None
         self.paths = {}
+        scenario = settings.get("scenario")
+        if isinstance(scenario, list):
+            scenario = {"description": "requests from Python", "requests": scenario}
+        if isinstance(scenario, Mapping):
+            self.dir = tempfile.TemporaryDirectory(prefix="pagedkv-")
+            settings["scenario"] = os.path.join(self.dir.name, "scenario.json")
+            with open(settings["scenario"], "w", encoding="utf-8") as f:
+                json.dump(scenario, f)
         for name in names:
             v = settings.get(name)
             if v is True:
@@ -95,8 +105,8 @@ class _Logs:
 def engine(settings: Optional[Mapping[str, Any]] = None, /, *, progress: Any = True,
            **kwargs: Any) -> EngineResult:
     """One vLLM 0.33 engine replica simulated step by step (``pagedkv sim engine``): on a trace
-    (``trace=``), a scenario file (``scenario=``), Poisson or multi-turn arrivals (``poisson=``,
-    ``multiturn=``); one block size or several (``block_sizes=[...]``). ``step_log=True`` keeps
+    (``trace=``), a scenario file or a list of requests (``scenario=``), Poisson or multi-turn
+    arrivals (``poisson=``, ``multiturn=``); one block size or several (``block_sizes=[...]``). ``step_log=True`` keeps
     every step (one block size) for ``to_pandas("steps")``."""
     s = merged(settings, kwargs)
     logs = _Logs(s, ("step_log",))

@@ -1,6 +1,8 @@
 """Each binding's report equals the CLI's `--json` on the same inputs, key for key and value for
 value: the settings reach the same run, and nothing is lost or rounded on the way to Python."""
 
+import pytest
+
 import pagedkv
 
 from conftest import ROOT
@@ -83,3 +85,21 @@ def test_read_trace_counts_what_the_engine_reads(cli):
     assert first.arrival_s == 0.0 and first.prompt_tokens > 0
     mooncake = pagedkv.read_trace(ROOT / "data" / "mooncake" / "conversation_trace.jsonl")
     assert mooncake.format == "mooncake" and mooncake.requests[0].hash_ids
+
+
+def test_a_list_of_requests_runs_as_the_same_scenario_file(cli, tmp_path):
+    requests = [{"id": "a", "arrival": 0, "prompt_len": 300, "output_len": 20},
+                {"id": "b", "arrival": 0.05, "prompt": list(range(1, 200)), "output_len": 8},
+                {"id": "c", "arrival": 0.1, "prompt_len": 1000, "output_len": 50}]
+    path = tmp_path / "scenario.json"
+    import json
+    path.write_text(json.dumps({"description": "requests from Python", "requests": requests}))
+    r = pagedkv.engine(scenario=requests, progress=False)
+    cli_report = cli.json("sim", "engine", "--scenario", str(path))
+    # The workload's name is the scenario file's path: the rest is the same run.
+    ours, theirs = r.to_dict(), cli_report
+    assert ours.pop("workload").endswith("(requests from Python)")
+    assert theirs.pop("workload").endswith("(requests from Python)")
+    assert ours == theirs and r.runs[0].completed == 3
+    with pytest.raises(pagedkv.PagedkvError, match="prompt_len"):
+        pagedkv.engine(scenario=[{"id": "x", "prompt_len": 0, "output_len": 1}], progress=False)
