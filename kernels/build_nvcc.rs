@@ -1,6 +1,6 @@
 //! Where build.rs finds nvcc, and what it asks cargo to watch so that the build script runs again
 //! when a compiler appears or changes (included from build.rs with `#[path]`, and from
-//! tests/build_nvcc.rs, which builds a scratch crate on it to check cargo's side).
+//! tests/suite/build_nvcc.rs, which builds a scratch crate on it to check cargo's side).
 //!
 //! Cargo reruns a build script when a `rerun-if-env-changed` variable changes or a
 //! `rerun-if-changed` path's modification time does (a folder's: the newest of everything in it).

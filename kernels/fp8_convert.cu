@@ -1,7 +1,7 @@
 // The fp8 conversions of common.cuh (float_to_fp8, fp8_to_float and their scaled forms, the 16-byte
 // pack16_fp8/unpack16_fp8) over whole buffers, for the tests that compare them with CUDA's own
-// conversions in tests/data/fp8/: on the emulator (tests/emu_fp8.rs) and on a GPU, where sm_90
-// runs the cvt instructions (tests/fp8_gpu.rs). Not used by the cache itself. One thread per
+// conversions in tests/data/fp8/: on the emulator (tests/suite/emu_fp8.rs) and on a GPU, where sm_90
+// runs the cvt instructions (tests/gpu/fp8_gpu.rs). Not used by the cache itself. One thread per
 // 16-byte segment of 16 elements, each converted element by element and as one 16-byte vector.
 // e5m2 != 0 picks __NV_E5M2, else __NV_E4M3.
 #include "common.cuh"

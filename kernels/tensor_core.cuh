@@ -2,7 +2,7 @@
 // accumulate) and the shared-memory matrix load ldmatrix.m8n8 (x1, x2, x4, plain or .trans), with
 // the fragment layouts of the PTX ISA ("Matrix Fragments for mma.m16n8k16", "ldmatrix"). Under
 // nvcc they are inline PTX; under the emulator they are warp collectives (kernels/emu/tensor_core.h)
-// whose layouts tests/emu_tensor_core.rs checks against CUTLASS's cute atoms.
+// whose layouts tests/suite/emu_tensor_core.rs checks against CUTLASS's cute atoms.
 //
 // Fragments, with g = lane / 4 and c = lane % 4 (each 32-bit register holds two 16-bit elements,
 // the lower-numbered column in the low half):

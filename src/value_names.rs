@@ -1,7 +1,7 @@
 //! Enum values named once. A policy, format or class enum derives clap's `ValueEnum`, which names
 //! each value for the command line; `Display`, parsing from files and lists (`lru,fifo` or `all`),
 //! and the messages that list the choices all take the names from there. (Serde names, for JSON,
-//! are declared beside them; `tests/value_names.rs` checks the two agree.)
+//! are declared beside them; `tests/suite/value_names.rs` checks the two agree.)
 
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::ValueEnum;

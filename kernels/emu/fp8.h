@@ -1,7 +1,7 @@
 // The fp8 part of cuda_fp8.h for the emulator: CUDA's names and types (__nv_fp8_storage_t,
 // __NV_E4M3/__NV_E5M2, __NV_SATFINITE, __half_raw) and the conversions kernels use, bit-exact with
 // CUDA 13.0's own (tests/data/fp8/, recorded by scripts/record-fp8-reference; checked by
-// tests/emu_fp8.rs). What CUDA does, and so what this does:
+// tests/suite/emu_fp8.rs). What CUDA does, and so what this does:
 // - float -> fp8 with __NV_SATFINITE: round to nearest even; every finite value beyond the largest
 //   code and +-inf saturate to +-448 (e4m3 0x7e/0xfe) or +-57344 (e5m2 0x7b/0xfb); NaN of either
 //   sign and any payload becomes 0x7f in both formats (CUDA first replaces a NaN by 0x7fffffff);

@@ -5,7 +5,7 @@
 // All 32 lanes of the warp must arrive at the same operation (same instruction and shape), as
 // .sync.aligned demands; otherwise EmuError::WarpSync. The last lane to arrive computes every
 // lane's result from every lane's registers through the layouts of PtxFragments below: the one
-// place they are stated, checked against CUTLASS cute's atoms by tests/emu_tensor_core.rs.
+// place they are stated, checked against CUTLASS cute's atoms by tests/suite/emu_tensor_core.rs.
 //
 // mma: D = C + A * B. Each product of two f16 or two bf16 values is exact in f32 (bf16: unless it
 // leaves f32's normal range); the products are added onto C in f32, k = 0, 1, ..., 15, each sum

@@ -1,6 +1,6 @@
 // Records CUDA's own fp8 conversions (cuda_fp8.h, host code path) as test data for the emulator and
 // the Rust CPU conversions: tests/data/fp8/{decode,encode,scaled}.txt. Built and run by
-// scripts/record-fp8-reference; tests/fp8_reference.rs reruns it where CUDA's headers exist and
+// scripts/record-fp8-reference; tests/suite/fp8_reference.rs reruns it where CUDA's headers exist and
 // compares its output with the committed files. Everything is written as hex bit patterns.
 //
 //   decode.txt  every code of both formats: fp8 -> half (__nv_cvt_fp8_to_halfraw) -> float

@@ -101,7 +101,7 @@ fn oracle<T: KvElem, KV: KvElem>(
 /// - fp8 e5m2 (3 significant bits): 2^-3 = 1.25e-1.
 ///
 /// Each element errs by up to half that, and the output mixes many elements whose errors partly
-/// cancel: tests/attention_fp8.rs measures 0.4-0.65 of the bound for e4m3 and 0.4-0.75 for e5m2
+/// cancel: tests/suite/attention_fp8.rs measures 0.4-0.65 of the bound for e4m3 and 0.4-0.75 for e5m2
 /// on uniform values and on activations with outlier channels, and 12 times it for an unscaled
 /// e4m3 cache of activations past 448.
 pub fn tolerance(dtype: Dtype) -> f64 {

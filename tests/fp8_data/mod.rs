@@ -1,6 +1,6 @@
 //! CUDA's own fp8 conversions as recorded in tests/data/fp8/ by scripts/record-fp8-reference
-//! (cuda_fp8.h's host code path, CUDA 13.0). Shared by tests/fp8_reference.rs (the Rust
-//! conversions) and tests/emu_fp8.rs (the emulator's).
+//! (cuda_fp8.h's host code path, CUDA 13.0). Shared by tests/suite/fp8_reference.rs (the Rust
+//! conversions) and tests/suite/emu_fp8.rs (the emulator's).
 
 #![allow(dead_code)] // each test file uses part of it
 

@@ -1,4 +1,4 @@
-// Kernels that test the emulator's initcheck (tests/emu_initcheck.rs): reads, writes and
+// Kernels that test the emulator's initcheck (tests/suite/emu_initcheck.rs): reads, writes and
 // read-modify-writes of a writable buffer through emu::gptr's element proxy, an atomic, and
 // 16-byte vector loads and stores. Emulator only, never in the fatbin.
 #include "common.cuh"

@@ -1,4 +1,4 @@
-// Kernels that test the emulator itself (tests/emu_selftest.rs). Compiled into the emulator only,
+// Kernels that test the emulator itself (tests/suite/emu_selftest.rs). Compiled into the emulator only,
 // never into the GPU fatbin (build.rs scans kernels/*.cu, not this folder).
 #include "common.cuh"
 

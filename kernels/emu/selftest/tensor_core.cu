@@ -1,4 +1,4 @@
-// Kernels that test the emulator's tensor cores (tests/emu_tensor_core.rs): mma_m16n8k16 and
+// Kernels that test the emulator's tensor cores (tests/suite/emu_tensor_core.rs): mma_m16n8k16 and
 // ldmatrix of kernels/tensor_core.cuh, as the kernels call them. Emulator only, never in the
 // fatbin.
 #include "tensor_core.cuh"

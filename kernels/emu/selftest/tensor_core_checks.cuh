@@ -1,4 +1,4 @@
-// The bodies of the tensor-core selftest kernels (tests/emu_tensor_core.rs), shared by
+// The bodies of the tensor-core selftest kernels (tests/suite/emu_tensor_core.rs), shared by
 // tensor_core.cu (the emulator's mma/ldmatrix, through kernels/tensor_core.cuh) and
 // tensor_core_mutants.cu (the same with one layout broken). `Ops` supplies the two operations.
 // Every fragment coordinate comes from the test, which reads it from CUTLASS cute's layouts.

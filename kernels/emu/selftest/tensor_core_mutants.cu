@@ -1,6 +1,6 @@
 // Mutants of the emulator's tensor-core layouts (emulator only, never in the fatbin): the check
 // kernels of tensor_core_checks.cuh run on emu::mma_m16n8k16_with / ldmatrix_m8n8_with with one
-// function of emu::PtxFragments broken. tests/emu_tensor_core.rs shows the checks that pass on the
+// function of emu::PtxFragments broken. tests/suite/emu_tensor_core.rs shows the checks that pass on the
 // real layouts fail on these.
 #include "tensor_core_checks.cuh"
 

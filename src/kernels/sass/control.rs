@@ -11,7 +11,7 @@
 //! scoreboards SB0-SB5: a variable-latency instruction (a load, a shared-memory access, a
 //! conversion) increments its write barrier when it issues and decrements it when its result is
 //! written; an instruction whose wait mask names a barrier does not issue until that barrier is
-//! zero. `tests/kernels_sass_fixtures.rs` checks the decode against code compiled for sm_90.
+//! zero. `tests/suite/kernels_sass_fixtures.rs` checks the decode against code compiled for sm_90.
 
 /// The six scoreboards a warp has.
 pub const SCOREBOARDS: usize = 6;

@@ -2,7 +2,7 @@
 //! convention, and calibration ([`calibrate_scale`], [`round_trip_error`]).
 //!
 //! What CUDA 13.0 does (recorded from its headers in `tests/data/fp8/` by
-//! `scripts/record-fp8-reference`; `tests/fp8_reference.rs` checks every row against this module):
+//! `scripts/record-fp8-reference`; `tests/suite/fp8_reference.rs` checks every row against this module):
 //! - f32 -> fp8, `__nv_cvt_float_to_fp8(x, __NV_SATFINITE, ..)`: round to nearest, ties to even.
 //!   Finite values beyond the largest code, and +-inf, saturate to +-448 (e4m3 `0x7e`/`0xfe`) or
 //!   +-57344 (e5m2 `0x7b`/`0xfb`). Every NaN, of either sign and any payload, becomes `0x7f` in both

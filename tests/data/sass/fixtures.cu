@@ -1,5 +1,5 @@
 // Tiny kernels whose bytes in flight are known by hand: the static report's analyser
-// (src/kernels/sass/) is checked against them by tests/kernels_sass_fixtures.rs. The committed
+// (src/kernels/sass/) is checked against them by tests/suite/kernels_sass_fixtures.rs. The committed
 // fixtures.sm_90.sass and fixtures.sm_90.elf are this file compiled by nvcc 13.0.88 and dumped by
 // cuobjdump 13.2.86, as build.rs does (kernels/build_sass.rs) when both are present, so the test
 // also runs on fresh output:
