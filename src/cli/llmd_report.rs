@@ -5,7 +5,7 @@
 use crate::cli::sim_engine_args::WorkloadArgs;
 use crate::report::llmd::{EngineStack, ReplicaState, Run, Summary, Workload};
 use crate::sim::engine::metrics::Distribution;
-use crate::sim::engine::{EngineReport, RunSettings};
+use crate::sim::engine::{EngineReport, RunSettings, TimeUnit};
 use crate::sim::run_spec::ResolvedRun;
 use crate::workload::serving::ServingRequest;
 use serde_json::{json, Map, Value};
@@ -137,7 +137,7 @@ pub fn run(
     total: &EngineReport,
     replicas: Vec<ReplicaState>,
 ) -> Result<Run, String> {
-    if total.time_unit != "s" {
+    if total.time_unit != TimeUnit::Seconds {
         return Err("--report-format llmd needs times in seconds: drop --clock steps".to_string());
     }
     let t = total;

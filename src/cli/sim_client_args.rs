@@ -3,6 +3,7 @@
 //! reports say of them.
 
 use crate::cli::count;
+use crate::sim::engine::TimeUnit;
 use crate::sim::engine::{ClientReport, Clients};
 
 #[derive(clap::Args, Debug, Clone, Copy)]
@@ -39,7 +40,7 @@ pub fn describe(c: Clients) -> Option<String> {
 /// A run's clause about its clients: how many were busy, and how long requests waited for one
 /// (not when every request was ready at 0: the wait is then the send time itself, and vLLM too
 /// leaves the queue out of its end-to-end figures at rate inf).
-pub fn clause(c: &ClientReport, unit: &str) -> String {
+pub fn clause(c: &ClientReport, unit: TimeUnit) -> String {
     let (scale, lat) = crate::cli::latency_unit::latency_unit(unit);
     let n = c.max_concurrency;
     let mut s = format!(

@@ -14,6 +14,7 @@ use crate::report::llmd::benchmark_report;
 use crate::report::Table;
 use crate::sim::engine::config::Preemption;
 use crate::sim::engine::output;
+use crate::sim::engine::TimeUnit;
 use crate::sim::engine::{EngineReport, Outcome, ResolvedSlo};
 use crate::sim::run_spec::{ReportHeader, ResolvedRun};
 use crate::workload::serving::ServingRequest;
@@ -215,7 +216,7 @@ fn print_setting(
 }
 
 /// One row per block size: pool, efficiency, rates, latencies, preemptions, hits and KV use.
-fn table(resolved: &ResolvedRun, outcomes: &[Outcome], unit: &str) -> Table {
+fn table(resolved: &ResolvedRun, outcomes: &[Outcome], unit: TimeUnit) -> Table {
     let (scale, lat) = latency_unit(unit);
     // Mooncake's TBT when an SLO judges it (the JSON always has it).
     let tbt = resolved
@@ -235,7 +236,7 @@ fn table(resolved: &ResolvedRun, outcomes: &[Outcome], unit: &str) -> Table {
         header.push(format!("TBT p50/p90/p99 {lat}"));
     }
     header.extend([
-        format!("E2E p50/p99 {}", if unit == "s" { "s" } else { "steps" }),
+        format!("E2E p50/p99 {unit}"),
         "preempt".into(),
         "recomputed".into(),
         "hit %".into(),
@@ -277,7 +278,7 @@ fn table(resolved: &ResolvedRun, outcomes: &[Outcome], unit: &str) -> Table {
 }
 
 /// A run's line under the table: counts, steps, occupancy, and what the table leaves out.
-fn run_line(resolved: &ResolvedRun, o: &Outcome, unit: &str) -> String {
+fn run_line(resolved: &ResolvedRun, o: &Outcome, unit: TimeUnit) -> String {
     let e = &resolved.settings.engine;
     let r = &o.report;
     let mut line = format!(

@@ -11,6 +11,7 @@ use crate::report::Table;
 use crate::sim::cluster::capacity::{self, CapacityReport, Layout, LayoutCapacity};
 use crate::sim::cluster::ClusterSpec;
 use crate::sim::engine::ResolvedSlo;
+use crate::sim::engine::TimeUnit;
 use crate::sim::goodput::SearchLimits;
 use crate::sim::run_spec::{ReportHeader, ResolvedRun};
 use crate::sweep::config::fitting_preset;
@@ -528,7 +529,7 @@ fn print(
         r.layouts
             .iter()
             .find_map(|l| l.at.as_ref())
-            .map_or("s", |o| o.total.time_unit),
+            .map_or(TimeUnit::Seconds, |o| o.total.time_unit),
     );
     let split = r
         .layouts

@@ -6,6 +6,7 @@ use crate::cli::latency_unit::latency_unit;
 use crate::cli::sim_engine_args::{describe_limits, model_lines, workload_line, BoxError};
 use crate::report::Table;
 use crate::sim::cluster::ClusterOutcome;
+use crate::sim::engine::TimeUnit;
 use crate::sim::engine::{Distribution, EngineReport};
 use crate::sim::run_spec::ResolvedRun;
 use crate::workload::serving::ServingRequest;
@@ -73,7 +74,7 @@ fn col<'a>(
 /// The table's columns: every run's, then the host tier's, disaggregation's and the KV pool's
 /// when some run has them.
 fn columns<'a>(
-    unit: &str,
+    unit: TimeUnit,
     lat: &str,
     scale: f64,
     tier: bool,
@@ -95,7 +96,7 @@ fn columns<'a>(
 
 /// What every run has: its layout and router, rates, latencies, prefix cache, preemptions and
 /// the router's spread.
-fn run_columns<'a>(unit: &str, lat: &str, scale: f64) -> Vec<Column<'a>> {
+fn run_columns<'a>(unit: TimeUnit, lat: &str, scale: f64) -> Vec<Column<'a>> {
     vec![
         col(
             "layout".into(),
@@ -367,7 +368,7 @@ fn run_lines(
     resolved: &ResolvedRun,
     o: &ClusterOutcome,
     without_tier: &[ClusterOutcome],
-    unit: &str,
+    unit: TimeUnit,
 ) -> Result<(), BoxError> {
     let e = &resolved.settings.engine;
     let r = &o.total;

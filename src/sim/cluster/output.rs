@@ -3,6 +3,7 @@
 
 use super::outcome::ClusterOutcome;
 use crate::report::{line_plot, Axis, Series};
+use crate::sim::engine::TimeUnit;
 use serde::Serialize;
 use std::path::Path;
 
@@ -25,7 +26,9 @@ pub fn write_all(
     let path = dir.join("cluster.json");
     std::fs::write(&path, serde_json::to_string_pretty(json)? + "\n")
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let unit = outcomes.first().map_or("s", |o| o.total.time_unit);
+    let unit = outcomes
+        .first()
+        .map_or(TimeUnit::Seconds, |o| o.total.time_unit);
     for o in outcomes {
         let series: Vec<Series> = o
             .timelines

@@ -7,7 +7,7 @@
 use super::config::{EngineConfig, Preemption};
 use super::hash::BlockHash;
 use super::host_tier::{HostTier, TierStats};
-use super::metrics::{report, EngineReport, Integrals, Slo};
+use super::metrics::{report, EngineReport, Integrals, Slo, TimeUnit};
 use super::request::Req;
 use super::scheduler::{Plan, Scheduler};
 use super::setup::{check_request, prepare, Submission};
@@ -614,8 +614,8 @@ impl Engine {
             self.sched.cfg.usable_blocks(),
             self.slo,
             match self.clock {
-                Clock::Steps => "steps",
-                Clock::Seconds(_) => "s",
+                Clock::Steps => TimeUnit::Steps,
+                Clock::Seconds(_) => TimeUnit::Seconds,
             },
         );
         r.offload_mode = self.sched.cfg.cpu_offload.map(|o| o.mode);

@@ -7,6 +7,24 @@ use super::scheduler::SchedStats;
 use crate::stats::percentile;
 use serde::Serialize;
 
+/// The unit of a report's times: what the engine's clock counts. In JSON "s" or "steps".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TimeUnit {
+    #[serde(rename = "s")]
+    Seconds,
+    #[serde(rename = "steps")]
+    Steps,
+}
+
+impl std::fmt::Display for TimeUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeUnit::Seconds => "s",
+            TimeUnit::Steps => "steps",
+        })
+    }
+}
+
 /// Mean and nearest-rank percentiles.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Distribution {
@@ -104,8 +122,8 @@ pub struct ObjectiveShares {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EngineReport {
-    /// "s" (seconds) or "steps": the unit of every time below.
-    pub time_unit: &'static str,
+    /// The unit of every time below.
+    pub time_unit: TimeUnit,
     pub requests: usize,
     pub completed: usize,
     pub steps: u64,
@@ -182,7 +200,7 @@ pub struct EngineReport {
 impl EngineReport {
     /// The report of a run of no requests (tests fill in the figures they need).
     #[cfg(test)]
-    pub fn empty(time_unit: &'static str) -> EngineReport {
+    pub fn empty(time_unit: TimeUnit) -> EngineReport {
         report(
             &[],
             &SchedStats::default(),
@@ -200,7 +218,7 @@ pub fn report(
     integ: &Integrals,
     usable_blocks: usize,
     slo: Slo,
-    time_unit: &'static str,
+    time_unit: TimeUnit,
 ) -> EngineReport {
     let done: Vec<&Req> = reqs.iter().filter(|r| r.is_finished()).collect();
     let first_arrival = reqs.iter().map(|r| r.arrival).fold(f64::INFINITY, f64::min);

@@ -93,7 +93,7 @@ pub use clients::{ClientReport, Clients};
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
 pub use driver::{drive, drive_clients, System};
 pub use engine::{Abort, Clock, Engine, EngineError, Recording, TimelinePoint};
-pub use metrics::{Distribution, EngineReport, ObjectiveShares, Slo};
+pub use metrics::{Distribution, EngineReport, ObjectiveShares, Slo, TimeUnit};
 pub use profile::{load_profile, parse_profile, Profile};
 pub use run::{Outcome, RunSettings, TierReport};
 pub use setup::{prepare, Prepared, Submission};

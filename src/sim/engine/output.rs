@@ -75,7 +75,7 @@ pub fn write_all(dir: &Path, json: &impl Serialize, outcomes: &[Outcome]) -> Res
             &dir.join("latency.svg"),
             "p99 latencies per block size",
             &x,
-            unit,
+            &unit.to_string(),
             &[
                 series("p99 TTFT", &|r| r.ttft.map(|d| d.p99)),
                 series("p99 TPOT", &|r| r.tpot.map(|d| d.p99)),

@@ -631,8 +631,8 @@ mod tests {
 
     #[test]
     fn met_is_joint_or_the_least_objective() {
-        use super::super::metrics::ObjectiveShares;
-        let mut r = EngineReport::empty("s");
+        use super::super::metrics::{ObjectiveShares, TimeUnit};
+        let mut r = EngineReport::empty(TimeUnit::Seconds);
         r.requests = 100;
         r.completed = 80;
         r.slo_attainment = Some(0.75); // 60 of 100 within both

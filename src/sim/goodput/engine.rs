@@ -77,6 +77,7 @@ pub fn search<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::engine::TimeUnit;
 
     const DEFAULT_SLO: SloTargets = SloTargets {
         ttft_s: Some(2.0),
@@ -88,7 +89,7 @@ mod tests {
 
     /// A report whose attainment is `met` (all requests completed).
     fn report(met: f64) -> EngineReport {
-        let mut r = EngineReport::empty("s");
+        let mut r = EngineReport::empty(TimeUnit::Seconds);
         r.requests = 100;
         r.completed = 100;
         r.slo = DEFAULT_SLO.slo();
