@@ -294,7 +294,7 @@ fn run_line(resolved: &ResolvedRun, o: &Outcome, unit: TimeUnit) -> String {
         r.mean_in_system
     );
     if let Some(slo) = &resolved.slo {
-        line += &slo_clause(r, slo, unit);
+        line += &slo_clause(r, slo);
     }
     if let Some(c) = &o.clients {
         line += &crate::cli::sim_client_args::clause(c, unit);

@@ -4,7 +4,7 @@
 use crate::cli::{count, count_u64};
 use crate::kv::Dtype;
 use crate::sim::engine::config::{Policy, UNLIMITED_MODEL_LEN};
-use crate::sim::engine::{EngineReport, Judged, ResolvedSlo, SloFlags, SloPreset, TimeUnit};
+use crate::sim::engine::{EngineReport, Judged, ResolvedSlo, SloFlags, SloPreset};
 use crate::sim::latency::StepTimes;
 use crate::sim::radix::workload::{multiturn, MultiTurnConfig};
 use crate::sim::run_spec::{self, Clock, Quantization, ResolvedRun, RunSpec, SpecError};
@@ -211,7 +211,7 @@ impl SloArgs {
 
 /// A run's clause about its SLOs: goodput, the share within them, and whether the preset's
 /// attainment holds (over all its requests).
-pub fn slo_clause(r: &EngineReport, slo: &ResolvedSlo, unit: TimeUnit) -> String {
+pub fn slo_clause(r: &EngineReport, slo: &ResolvedSlo) -> String {
     let Some(g) = r.goodput else {
         return String::new();
     };
@@ -236,7 +236,7 @@ pub fn slo_clause(r: &EngineReport, slo: &ResolvedSlo, unit: TimeUnit) -> String
             pct(t.attainment)
         ),
     };
-    format!(", goodput {g:.2} req/{unit} ({within})")
+    format!(", goodput {g:.2} req/{} ({within})", r.time_unit)
 }
 
 pub fn positive(name: &str, x: f64) -> Result<f64, String> {

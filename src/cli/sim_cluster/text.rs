@@ -387,7 +387,7 @@ fn run_lines(
         );
     }
     if let Some(slo) = &resolved.slo {
-        line += &crate::cli::sim_engine_args::slo_clause(r, slo, unit);
+        line += &crate::cli::sim_engine_args::slo_clause(r, slo);
     }
     if let Some(c) = &o.clients {
         line += &crate::cli::sim_client_args::clause(c, unit);
