@@ -221,33 +221,49 @@ fn main() {
 
     let text = std::fs::read_to_string(&log_path).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    let simulated: HashMap<String, f64> = text
+    let simulated: HashMap<String, (f64, f64)> = text
         .lines()
         .filter_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            let ttft = v["first_token"].as_f64()? - v["arrival"].as_f64()?;
-            Some((v["id"].as_str()?.to_string(), ttft))
+            let times = (v["arrival"].as_f64()?, v["first_token"].as_f64()?);
+            Some((v["id"].as_str()?.to_string(), times))
         })
         .collect();
     let mut added = Vec::new();
     let mut client_ttft = Vec::new();
     let mut sim_ttft = Vec::new();
+    let (mut way_in, mut way_out) = (Vec::new(), Vec::new());
     let mut failed = 0;
     for (i, s) in seen.iter().enumerate() {
-        let (Some(s), Some(&sim)) = (s, simulated.get(&format!("cmpl-b{i}"))) else {
+        let (Some(s), Some(&(arrival, first))) = (s, simulated.get(&format!("cmpl-b{i}"))) else {
             failed += 1;
             continue;
         };
         if s.sent < o.warmup {
             continue;
         }
+        let sim = first - arrival;
         let c = s.first_token - s.sent;
         added.push(c - sim);
+        // The server's clock starts apart from the client's: each way is known up to that
+        // offset, and shown above its least.
+        way_in.push(arrival - s.sent);
+        way_out.push(s.first_token - first);
         client_ttft.push(c);
         sim_ttft.push(sim);
     }
-    for v in [&mut added, &mut client_ttft, &mut sim_ttft] {
+    for v in [
+        &mut added,
+        &mut client_ttft,
+        &mut sim_ttft,
+        &mut way_in,
+        &mut way_out,
+    ] {
         v.sort_by(f64::total_cmp);
+    }
+    for v in [&mut way_in, &mut way_out] {
+        let least = v.first().copied().unwrap_or(0.0);
+        v.iter_mut().for_each(|x| *x -= least);
     }
     let ms = |v: &[f64], p: f64| percentile(v, p) * 1e3;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -256,16 +272,18 @@ fn main() {
         o.rate, o.seconds, o.prompt_chars, o.max_tokens, added.len(), o.warmup
     );
     println!(
-        "{:<34} {:>8} {:>8} {:>8} {:>8}",
+        "{:<40} {:>8} {:>8} {:>8} {:>8}",
         "ms", "p50", "p90", "p99", "max"
     );
     for (name, v) in [
         ("added (client TTFT - simulated)", &added),
         ("client TTFT", &client_ttft),
         ("simulated TTFT", &sim_ttft),
+        ("  in: sent to arrival, above least", &way_in),
+        ("  out: first token to read, above least", &way_out),
     ] {
         println!(
-            "{name:<34} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
+            "{name:<40} {:>8.3} {:>8.3} {:>8.3} {:>8.3}",
             ms(v, 50.0),
             ms(v, 90.0),
             ms(v, 99.0),

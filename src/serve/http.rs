@@ -18,6 +18,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -355,90 +356,105 @@ async fn answer(s: Shared, ask: Ask, kind: Kind) -> Response {
     Sse::new(stream).into_response()
 }
 
-/// The server-sent events of a streamed answer, `first` being the replica's first event.
+/// The server-sent events of a streamed answer, `first` being the replica's first event. The
+/// connection polls the replica's channel itself, no task between them: each token step costs
+/// one wake-up. A client gone drops the stream, and with it the channel: the replica sees it
+/// closed and aborts the request before its next step (vLLM: the response generator is
+/// cancelled and `AsyncLLM.generate` aborts the request).
 fn stream_events(
     s: Shared,
-    mut a: Admitted,
+    a: Admitted,
     first: Option<Event>,
     kind: Kind,
     include_usage: bool,
 ) -> impl futures_util::Stream<Item = Result<SseEvent, Infallible>> {
-    let data = |v: serde_json::Value| Ok(SseEvent::default().data(v.to_string()));
-    async_stream(move |tx| async move {
-        let mut next = first;
-        let mut completion = 0u32;
-        let mut began = false;
-        loop {
-            match next {
-                Some(Event::Accepted) => {}
-                Some(Event::Tokens { new, finished, .. }) => {
-                    a.held.prefilled();
-                    if !began {
-                        began = true;
-                        if let Kind::Chat = kind {
-                            tx.send(data(p::chat_first_chunk(&a.header))).await?;
-                        }
-                    }
-                    completion += new;
-                    let text = s.tokenizer.filler(new as usize);
-                    let finish = finished.then_some("length");
-                    let chunk = match kind {
-                        Kind::Completion => p::completion_chunk(&a.header, &text, finish),
-                        Kind::Chat => p::chat_chunk(&a.header, &text, finish),
-                    };
-                    tx.send(data(chunk)).await?;
-                    if finished {
-                        if include_usage {
-                            let object = match kind {
-                                Kind::Completion => "text_completion",
-                                Kind::Chat => "chat.completion.chunk",
-                            };
-                            let usage = Usage {
-                                prompt_tokens: a.prompt_tokens,
-                                completion_tokens: completion,
-                            };
-                            tx.send(data(p::usage_chunk(&a.header, object, usage)))
-                                .await?;
-                        }
-                        break;
-                    }
-                }
-                Some(Event::Refused(msg)) => {
-                    tx.send(data(ApiError::validation(&msg, None, None).body()))
-                        .await?;
-                    break;
-                }
-                // vLLM's stream generators send the error as a data event, then [DONE].
-                Some(Event::Aborted) | None => {
-                    tx.send(data(aborted().body())).await?;
-                    break;
-                }
-            }
-            // A client gone ends the stream at once: dropping `a` tells the replica, which
-            // aborts the request before its next step (vLLM: the response generator is
-            // cancelled and `AsyncLLM.generate` aborts the request).
-            next = tokio::select! {
-                () = tx.closed() => return Ok(()),
-                e = a.events.recv() => e,
-            };
+    let stream = Streaming {
+        s,
+        a,
+        kind,
+        include_usage,
+        completion: 0,
+        began: false,
+        ended: false,
+    };
+    futures_util::stream::unfold((stream, Some(first)), |(mut st, first)| async move {
+        if st.ended {
+            return None;
         }
-        tx.send(Ok(SseEvent::default().data("[DONE]"))).await?;
-        Ok(())
+        let event = match first {
+            Some(e) => e,
+            None => st.a.events.recv().await,
+        };
+        let out = st.on(event);
+        Some((out, (st, None)))
     })
+    .flat_map(|events| futures_util::stream::iter(events.into_iter().map(Ok)))
 }
 
-/// A stream fed by a task writing to a channel (no macro crate needed).
-fn async_stream<F, Fut>(f: F) -> impl futures_util::Stream<Item = Result<SseEvent, Infallible>>
-where
-    F: FnOnce(mpsc::Sender<Result<SseEvent, Infallible>>) -> Fut,
-    Fut: std::future::Future<
-            Output = Result<(), mpsc::error::SendError<Result<SseEvent, Infallible>>>,
-        > + Send
-        + 'static,
-{
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(f(tx));
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+/// A streamed answer's state between the replica's events.
+struct Streaming {
+    s: Shared,
+    a: Admitted,
+    kind: Kind,
+    include_usage: bool,
+    completion: u32,
+    began: bool,
+    ended: bool,
+}
+
+impl Streaming {
+    /// The events one replica event brings (`[DONE]` after the last).
+    fn on(&mut self, event: Option<Event>) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        match event {
+            Some(Event::Accepted) => return out,
+            Some(Event::Tokens { new, finished, .. }) => {
+                self.a.held.prefilled();
+                let h = &self.a.header;
+                if !self.began {
+                    self.began = true;
+                    if let Kind::Chat = self.kind {
+                        out.push(data(&p::chat_first_chunk(h)));
+                    }
+                }
+                self.completion += new;
+                let text = self.s.tokenizer.filler(new as usize);
+                let finish = finished.then_some("length");
+                out.push(match self.kind {
+                    Kind::Completion => data(&p::completion_chunk(h, &text, finish)),
+                    Kind::Chat => data(&p::chat_chunk(h, &text, finish)),
+                });
+                if !finished {
+                    return out;
+                }
+                if self.include_usage {
+                    let object = match self.kind {
+                        Kind::Completion => "text_completion",
+                        Kind::Chat => "chat.completion.chunk",
+                    };
+                    let usage = Usage {
+                        prompt_tokens: self.a.prompt_tokens,
+                        completion_tokens: self.completion,
+                    };
+                    out.push(data(&p::usage_chunk(h, object, usage)));
+                }
+            }
+            Some(Event::Refused(msg)) => {
+                out.push(data(&ApiError::validation(&msg, None, None).body()));
+            }
+            // vLLM's stream generators send the error as a data event, then [DONE].
+            Some(Event::Aborted) | None => out.push(data(&aborted().body())),
+        }
+        self.ended = true;
+        out.push(SseEvent::default().data("[DONE]"));
+        out
+    }
+}
+
+/// A `data:` event of `v`'s JSON.
+fn data(v: &impl serde::Serialize) -> SseEvent {
+    // Plain fields and strings: serialising them cannot fail.
+    SseEvent::default().data(serde_json::to_string(v).unwrap_or_default())
 }
 
 /// A request's `X-Request-Id` header, if it has one in text.

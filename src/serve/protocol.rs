@@ -6,7 +6,7 @@
 //! `tests/data/serve/vllm_openai_examples.json` holds examples recorded from those classes by
 //! `scripts/record-vllm-openai-examples.py`, and the tests compare these bodies with them.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// `stream_options` (vLLM's `StreamOptions`).
@@ -365,17 +365,60 @@ pub fn completion_response(h: &Header, text: &str, finish: &str, usage: Usage) -
 }
 
 /// `/v1/completions`, one streamed step (`completion_stream_generator`,
-/// `model_dump_json(exclude_unset=True)`).
-pub fn completion_chunk(h: &Header, text: &str, finish: Option<&str>) -> Value {
-    json!({
-        "id": h.id, "object": "text_completion", "created": h.created, "model": h.model,
-        "choices": [{
-            "index": 0, "text": text, "logprobs": null, "finish_reason": finish,
-            "stop_reason": null, "prompt_token_ids": null, "token_ids": null,
-            "weight_versions": null,
-        }],
-        "kv_transfer_params": null,
-    })
+/// `model_dump_json(exclude_unset=True)`): its fields in vLLM's order. A struct rather than a
+/// `Value`, as it is written once per token step of every stream (no map to build and free).
+pub fn completion_chunk<'a>(
+    h: &'a Header,
+    text: &'a str,
+    finish: Option<&'a str>,
+) -> impl Serialize + 'a {
+    let choice = CompletionChoice {
+        index: 0,
+        text,
+        logprobs: (),
+        finish_reason: finish,
+        stop_reason: (),
+        prompt_token_ids: (),
+        token_ids: (),
+        weight_versions: (),
+    };
+    Chunk::new(h, "text_completion", choice)
+}
+
+/// A streamed step's chunk (`()` is written `null`).
+#[derive(Serialize)]
+struct Chunk<'a, C> {
+    id: &'a str,
+    object: &'a str,
+    created: u64,
+    model: &'a str,
+    choices: [C; 1],
+    kv_transfer_params: (),
+}
+
+impl<'a, C> Chunk<'a, C> {
+    fn new(h: &'a Header, object: &'a str, choice: C) -> Self {
+        Chunk {
+            id: &h.id,
+            object,
+            created: h.created,
+            model: &h.model,
+            choices: [choice],
+            kv_transfer_params: (),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct CompletionChoice<'a> {
+    index: u32,
+    text: &'a str,
+    logprobs: (),
+    finish_reason: Option<&'a str>,
+    stop_reason: (),
+    prompt_token_ids: (),
+    token_ids: (),
+    weight_versions: (),
 }
 
 /// The last streamed chunk with `stream_options.include_usage` (`exclude_none=True`).
@@ -417,22 +460,41 @@ pub fn chat_first_chunk(h: &Header) -> Value {
     })
 }
 
-/// A streamed chat step; the last one carries the finish reason.
-pub fn chat_chunk(h: &Header, text: &str, finish: Option<&str>) -> Value {
-    let choice = match finish {
-        None => json!({
-            "index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": null,
-            "token_ids": null,
-        }),
-        Some(f) => json!({
-            "index": 0, "delta": {"content": text}, "logprobs": null, "finish_reason": f,
-            "stop_reason": null, "token_ids": null, "weight_versions": null,
-        }),
+/// A streamed chat step; the last one carries the finish reason (and vLLM's two fields that
+/// only the last one has).
+pub fn chat_chunk<'a>(
+    h: &'a Header,
+    text: &'a str,
+    finish: Option<&'a str>,
+) -> impl Serialize + 'a {
+    let choice = ChatChoice {
+        index: 0,
+        delta: Delta { content: text },
+        logprobs: (),
+        finish_reason: finish,
+        stop_reason: finish.map(|_| ()),
+        token_ids: (),
+        weight_versions: finish.map(|_| ()),
     };
-    json!({
-        "id": h.id, "object": "chat.completion.chunk", "created": h.created, "model": h.model,
-        "choices": [choice], "kv_transfer_params": null,
-    })
+    Chunk::new(h, "chat.completion.chunk", choice)
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct ChatChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: (),
+    finish_reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop_reason: Option<()>,
+    token_ids: (),
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight_versions: Option<()>,
 }
 
 /// `/v1/models` (`ModelList` of one `ModelCard`, `model_dump()`).
