@@ -98,10 +98,13 @@ fn summary(d: &Option<Distribution>) -> Option<Summary> {
 pub fn replica_state(label: String, r: &EngineReport) -> ReplicaState {
     ReplicaState {
         label,
-        kv_cache_usage: Some((r.mean_kv_utilization, r.peak_kv_utilization)),
-        cache_hit_rate: r.prefix_cache_hit_ratio,
-        running_mean: Some(r.mean_running),
-        waiting_mean: Some(r.mean_waiting),
+        kv_cache_usage: Some((
+            r.occupancy.mean_kv_utilization,
+            r.occupancy.peak_kv_utilization,
+        )),
+        cache_hit_rate: r.prefix_cache.prefix_cache_hit_ratio,
+        running_mean: Some(r.occupancy.mean_running),
+        waiting_mean: Some(r.occupancy.mean_waiting),
     }
 }
 
@@ -109,20 +112,29 @@ pub fn replica_state(label: String, r: &EngineReport) -> ReplicaState {
 fn extra(r: &EngineReport) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert("simulated".into(), json!(true));
-    m.insert("slo".into(), json!(r.slo));
-    m.insert("slo_attainment".into(), json!(r.slo_attainment));
-    m.insert("slo_attainment_each".into(), json!(r.slo_attainment_each));
-    m.insert("goodput_requests_per_s".into(), json!(r.goodput));
-    m.insert("rejected_requests".into(), json!(r.rejected));
-    m.insert("shortened_requests".into(), json!(r.shortened));
+    m.insert("slo".into(), json!(r.objectives.slo));
+    m.insert("slo_attainment".into(), json!(r.objectives.slo_attainment));
+    m.insert(
+        "slo_attainment_each".into(),
+        json!(r.objectives.slo_attainment_each),
+    );
+    m.insert("goodput_requests_per_s".into(), json!(r.objectives.goodput));
+    m.insert("rejected_requests".into(), json!(r.refused.rejected));
+    m.insert("shortened_requests".into(), json!(r.refused.shortened));
     m.insert(
         "prefix_cache_hit_tokens".into(),
-        json!(r.prefix_cache_hit_tokens),
+        json!(r.prefix_cache.prefix_cache_hit_tokens),
     );
-    m.insert("offload_hit_tokens".into(), json!(r.offload_hit_tokens));
-    m.insert("preemptions".into(), json!(r.preemptions));
-    m.insert("recomputed_tokens".into(), json!(r.recomputed_tokens));
-    m.insert("tbt_s".into(), json!(r.tbt));
+    m.insert(
+        "offload_hit_tokens".into(),
+        json!(r.offload.offload_hit_tokens),
+    );
+    m.insert("preemptions".into(), json!(r.preemption.preemptions));
+    m.insert(
+        "recomputed_tokens".into(),
+        json!(r.preemption.recomputed_tokens),
+    );
+    m.insert("tbt_s".into(), json!(r.latency.tbt));
     m.insert("engine_report".into(), json!(r));
     m
 }
@@ -147,16 +159,17 @@ pub fn run(
         engine: stack,
         router,
         load,
-        total: t.requests + t.rejected,
-        failures: t.rejected,
+        total: t.requests + t.refused.rejected,
+        failures: t.refused.rejected,
         incomplete: t.requests - t.completed.min(t.requests),
-        ttft: summary(&t.ttft),
-        tpot: summary(&t.tpot),
+        ttft: summary(&t.latency.ttft),
+        tpot: summary(&t.latency.tpot),
         itl: None,
-        e2e: summary(&t.e2e),
-        input_tokens_per_s: t.total_tokens_per_time - t.output_tokens_per_time,
-        output_tokens_per_s: t.output_tokens_per_time,
-        requests_per_s: t.requests_per_time,
+        e2e: summary(&t.latency.e2e),
+        input_tokens_per_s: t.throughput.total_tokens_per_time
+            - t.throughput.output_tokens_per_time,
+        output_tokens_per_s: t.throughput.output_tokens_per_time,
+        requests_per_s: t.throughput.requests_per_time,
         replicas,
         extra: extra(t),
     })

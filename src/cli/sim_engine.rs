@@ -246,30 +246,32 @@ fn table(resolved: &ResolvedRun, outcomes: &[Outcome], unit: TimeUnit) -> Table 
     for o in outcomes {
         let r: &EngineReport = &o.report;
         let e2e = r
+            .latency
             .e2e
             .map_or("-".into(), |d| format!("{:.2}/{:.2}", d.p50, d.p99));
         let mut cells = vec![
             o.block_size.to_string(),
             o.num_gpu_blocks.to_string(),
             format!("{:.2}", o.efficiency),
-            format!("{:.2}", r.requests_per_time),
-            format!("{:.0}", r.output_tokens_per_time),
-            dist(r.ttft, scale).join("/"),
-            dist(r.tpot, scale).join("/"),
+            format!("{:.2}", r.throughput.requests_per_time),
+            format!("{:.0}", r.throughput.output_tokens_per_time),
+            dist(r.latency.ttft, scale).join("/"),
+            dist(r.latency.tpot, scale).join("/"),
         ];
         if tbt {
-            cells.push(dist(r.tbt, scale).join("/"));
+            cells.push(dist(r.latency.tbt, scale).join("/"));
         }
         cells.extend([
             e2e,
-            r.preemptions.to_string(),
-            r.recomputed_tokens.to_string(),
-            r.prefix_cache_hit_ratio
+            r.preemption.preemptions.to_string(),
+            r.preemption.recomputed_tokens.to_string(),
+            r.prefix_cache
+                .prefix_cache_hit_ratio
                 .map_or("-".into(), |h| format!("{:.1}", 100.0 * h)),
             format!(
                 "{:.1}/{:.1}",
-                100.0 * r.mean_kv_utilization,
-                100.0 * r.peak_kv_utilization
+                100.0 * r.occupancy.mean_kv_utilization,
+                100.0 * r.occupancy.peak_kv_utilization
             ),
         ]);
         t.row(cells);
@@ -288,10 +290,10 @@ fn run_line(resolved: &ResolvedRun, o: &Outcome, unit: TimeUnit) -> String {
         r.requests,
         r.makespan,
         r.steps,
-        100.0 * r.busy_fraction,
-        r.mean_running,
-        r.mean_waiting,
-        r.mean_in_system
+        100.0 * r.occupancy.busy_fraction,
+        r.occupancy.mean_running,
+        r.occupancy.mean_waiting,
+        r.occupancy.mean_in_system
     );
     if let Some(slo) = &resolved.slo {
         line += &slo_clause(r, slo);
@@ -299,19 +301,19 @@ fn run_line(resolved: &ResolvedRun, o: &Outcome, unit: TimeUnit) -> String {
     if let Some(c) = &o.clients {
         line += &crate::cli::sim_client_args::clause(c, unit);
     }
-    if r.swapped_out_tokens > 0 {
+    if r.preemption.swapped_out_tokens > 0 {
         line += &format!(
             ", swapped {} tokens out and {} back",
-            r.swapped_out_tokens, r.swapped_in_tokens
+            r.preemption.swapped_out_tokens, r.preemption.swapped_in_tokens
         );
     }
-    if r.rejected + r.shortened > 0 {
+    if r.refused.rejected + r.refused.shortened > 0 {
         line += &format!(
             ", under max_model_len {}: {} requests refused, {} shortened",
-            e.max_model_len, r.rejected, r.shortened
+            e.max_model_len, r.refused.rejected, r.refused.shortened
         );
     }
-    if let Some(h) = r.preempted_prefix_cache_hit_ratio {
+    if let Some(h) = r.prefix_cache.preempted_prefix_cache_hit_ratio {
         line += &format!(", re-admissions hit {:.1}% in the prefix cache", 100.0 * h);
     }
     line

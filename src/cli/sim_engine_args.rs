@@ -212,13 +212,13 @@ impl SloArgs {
 /// A run's clause about its SLOs: goodput, the share within them, and whether the preset's
 /// attainment holds (over all its requests).
 pub fn slo_clause(r: &EngineReport, slo: &ResolvedSlo) -> String {
-    let Some(g) = r.goodput else {
+    let Some(g) = r.objectives.goodput else {
         return String::new();
     };
     let t = &slo.targets;
     let verdict = if t.sustained(r) { "met" } else { "missed" };
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
-    let within = match (t.judged, r.slo_attainment_each) {
+    let within = match (t.judged, r.objectives.slo_attainment_each) {
         (Judged::EachObjective, Some(e)) => {
             let each: Vec<String> = [("TTFT", e.ttft), ("TPOT", e.tpot), ("TBT", e.tbt)]
                 .into_iter()
@@ -232,7 +232,7 @@ pub fn slo_clause(r: &EngineReport, slo: &ResolvedSlo) -> String {
         }
         _ => format!(
             "{} within the SLOs; ≥ {} asked: {verdict}",
-            pct(r.slo_attainment.unwrap_or(0.0)),
+            pct(r.objectives.slo_attainment.unwrap_or(0.0)),
             pct(t.attainment)
         ),
     };

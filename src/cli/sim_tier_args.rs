@@ -106,7 +106,7 @@ pub fn tier_line(
 ) -> String {
     let (scale, unit) = latency_unit(with.time_unit);
     let ttft = |r: &EngineReport| {
-        r.ttft.map_or("-".into(), |d| {
+        r.latency.ttft.map_or("-".into(), |d| {
             format!("{:.1}/{:.1}", d.p50 * scale, d.p99 * scale)
         })
     };
@@ -114,13 +114,13 @@ pub fn tier_line(
     let external = match stats.mode {
         OffloadMode::Native => format!(
             "; vLLM's external prefix cache: {} hit of {} queried tokens{}; {} stores refused (tier full of pinned or pending chunks)",
-            with.external_prefix_cache_hits,
-            with.external_prefix_cache_queries,
-            if with.preempted_external_prefix_cache_queries > 0 {
+            with.offload.external_prefix_cache_hits,
+            with.offload.external_prefix_cache_queries,
+            if with.offload.preempted_external_prefix_cache_queries > 0 {
                 format!(
                     " (after preemptions {} of {})",
-                    with.preempted_external_prefix_cache_hits,
-                    with.preempted_external_prefix_cache_queries
+                    with.offload.preempted_external_prefix_cache_hits,
+                    with.offload.preempted_external_prefix_cache_queries
                 )
             } else {
                 String::new()
@@ -132,9 +132,9 @@ pub fn tier_line(
     format!(
         "host tier ({}): prompt tokens hit in the GPU cache {}, loaded from the host {}, computed {}; stored {} chunks ({:.1} GiB), loaded {} chunks ({:.1} GiB), evicted {}{external}; TTFT p50/p99 {} {unit} with the tier, {} without",
         stats.mode,
-        with.prefix_cache_hit_tokens,
-        with.offload_hit_tokens,
-        with.prompt_computed_tokens,
+        with.prefix_cache.prefix_cache_hit_tokens,
+        with.offload.offload_hit_tokens,
+        with.offload.prompt_computed_tokens,
         stats.stored_chunks,
         gib(stats.stored_blocks),
         stats.loaded_chunks,

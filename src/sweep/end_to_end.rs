@@ -66,15 +66,15 @@ pub struct NaturalRate {
 impl NaturalRate {
     fn of(r: &crate::sim::engine::EngineReport, slo: &SloTargets) -> Self {
         NaturalRate {
-            requests_per_s: r.requests_per_time,
-            output_tokens_per_s: r.output_tokens_per_time,
-            p99_ttft_s: r.ttft.map_or(f64::NAN, |d| d.p99),
-            p99_tpot_s: r.tpot.map_or(0.0, |d| d.p99),
-            p99_tbt_s: r.tbt.map_or(0.0, |d| d.p99),
+            requests_per_s: r.throughput.requests_per_time,
+            output_tokens_per_s: r.throughput.output_tokens_per_time,
+            p99_ttft_s: r.latency.ttft.map_or(f64::NAN, |d| d.p99),
+            p99_tpot_s: r.latency.tpot.map_or(0.0, |d| d.p99),
+            p99_tbt_s: r.latency.tbt.map_or(0.0, |d| d.p99),
             attainment: slo.met(r),
-            preemptions: r.preemptions,
-            kv_peak: r.peak_kv_utilization,
-            kv_mean: r.mean_kv_utilization,
+            preemptions: r.preemption.preemptions,
+            kv_peak: r.occupancy.peak_kv_utilization,
+            kv_mean: r.occupancy.mean_kv_utilization,
         }
     }
 }
@@ -171,7 +171,9 @@ pub fn profile(rows: &[SweepRow], device: &str) -> Profile {
     if efficiency.is_empty() {
         return Profile::h200_assumed();
     }
-    let attention = rows.iter().any(|r| r.attention_frac_of_stream.is_some());
+    let attention = rows
+        .iter()
+        .any(|r| r.first_probe.attention_frac_of_stream.is_some());
     Profile {
         device: device.into(),
         source: format!(
@@ -273,7 +275,7 @@ pub fn run(
     let window = capacity_requests.clamp(1, requests.len().max(1));
     let (reqs, base_rps, spaced) = serving_requests(&requests[..window.min(requests.len())]);
     let base = base_settings(model, gpus, profile, step_times, slo);
-    let band = |r: usize| noise.max(rows[r].efficiency_noise.unwrap_or(0.0));
+    let band = |r: usize| noise.max(rows[r].first_probe.efficiency_noise.unwrap_or(0.0));
     let scales = |r: usize| [1.0, 1.0 - band(r), 1.0 + band(r)];
     let settings = |r: usize, s: usize| RunSettings {
         num_gpu_blocks_override: Some(rows[r].pool_blocks as usize),

@@ -189,17 +189,8 @@ pub fn measure_bandwidth(
             .iter()
             .map(|s| MemoryBandwidth::median_of(s))
             .collect();
-        if let Some(m) = row.memory.first().cloned() {
-            row.gather_gbps = m.gather_gbps;
-            row.gather_copy_gbps = m.gather_copy_gbps;
-            row.copy_gbps = m.copy_gbps;
-            row.stream_gbps = Some(m.stream_gbps);
-            row.convert_stream_gbps = m.convert_stream_gbps;
-            row.gather_frac_of_stream = m.gather_frac_of_stream;
-            row.gather_copy_frac_of_copy = m.gather_copy_frac_of_copy;
-            row.attention_gbps = m.attention_gbps;
-            row.attention_frac_of_stream = m.attention_frac_of_stream;
-            row.efficiency_noise = m.efficiency_noise;
+        if let Some(m) = row.memory.first() {
+            row.first_probe = m.into();
         }
     }
     Ok(notes)
@@ -345,15 +336,24 @@ mod tests {
         // Block size 1 was measured on calls 1, 3, 5: attention 1, 3, 5 GB/s over the streams
         // measured beside them, 11, 13, 15; block size 2 on calls 2, 4, 6: 4, 8, 12 over 12, 14,
         // 16. A rate over a limit of another call would give other fractions.
-        assert_eq!(rows[0].attention_gbps, Some(3.0));
-        assert_eq!(rows[0].stream_gbps, Some(13.0));
-        assert_eq!(rows[0].attention_frac_of_stream, Some(3.0 / 13.0));
-        assert_eq!(rows[1].attention_gbps, Some(8.0));
-        assert_eq!(rows[1].attention_frac_of_stream, Some(8.0 / 14.0));
+        assert_eq!(rows[0].first_probe.attention_gbps, Some(3.0));
+        assert_eq!(rows[0].first_probe.stream_gbps, Some(13.0));
+        assert_eq!(
+            rows[0].first_probe.attention_frac_of_stream,
+            Some(3.0 / 13.0)
+        );
+        assert_eq!(rows[1].first_probe.attention_gbps, Some(8.0));
+        assert_eq!(
+            rows[1].first_probe.attention_frac_of_stream,
+            Some(8.0 / 14.0)
+        );
         // Gathers 5 GB/s read-only over streams 11, 13, 15; copy-out 10 over copies 22, 26, 30.
-        assert_eq!(rows[0].gather_frac_of_stream, Some(5.0 / 13.0));
-        assert_eq!(rows[0].gather_copy_frac_of_copy, Some(10.0 / 26.0));
-        assert_eq!(rows[1].convert_stream_gbps, Some(1.0));
+        assert_eq!(rows[0].first_probe.gather_frac_of_stream, Some(5.0 / 13.0));
+        assert_eq!(
+            rows[0].first_probe.gather_copy_frac_of_copy,
+            Some(10.0 / 26.0)
+        );
+        assert_eq!(rows[1].first_probe.convert_stream_gbps, Some(1.0));
         assert_eq!(rows[0].memory.len(), 1);
         // Half the range over the median.
         let want = [
@@ -361,7 +361,7 @@ mod tests {
             (12.0 / 16.0 - 4.0 / 12.0) / 2.0 / (8.0 / 14.0),
         ];
         for (r, want) in rows.iter().zip(want) {
-            assert!((r.efficiency_noise.unwrap() - want).abs() < 1e-12);
+            assert!((r.first_probe.efficiency_noise.unwrap() - want).abs() < 1e-12);
         }
         // The noise band follows the measured spread; block size 2 is the best.
         let band = apply_proxy(&mut rows);
@@ -387,14 +387,27 @@ mod tests {
         assert_eq!(*log.borrow(), round.repeat(3));
         assert!(notes.unwrap().iter().any(|n| n.contains("copy limit")));
         for (r, f) in rows.iter().zip(&full_rows) {
-            assert_eq!(r.attention_frac_of_stream, f.attention_frac_of_stream);
+            assert_eq!(
+                r.first_probe.attention_frac_of_stream,
+                f.first_probe.attention_frac_of_stream
+            );
             assert_eq!(r.efficiency(), f.efficiency());
-            assert_eq!(r.efficiency_noise, f.efficiency_noise);
-            assert_eq!(r.stream_gbps, f.stream_gbps);
-            let left_out = [r.gather_gbps, r.copy_gbps, r.convert_stream_gbps];
+            assert_eq!(
+                r.first_probe.efficiency_noise,
+                f.first_probe.efficiency_noise
+            );
+            assert_eq!(r.first_probe.stream_gbps, f.first_probe.stream_gbps);
+            let left_out = [
+                r.first_probe.gather_gbps,
+                r.first_probe.copy_gbps,
+                r.first_probe.convert_stream_gbps,
+            ];
             assert_eq!(left_out, [None; 3]);
         }
-        assert_eq!(rows[0].attention_frac_of_stream, Some(3.0 / 13.0));
+        assert_eq!(
+            rows[0].first_probe.attention_frac_of_stream,
+            Some(3.0 / 13.0)
+        );
     }
 
     /// Without attention the read-only gather is the answer, over the stream beside it, and the
@@ -407,8 +420,11 @@ mod tests {
         measure_bandwidth(&mut rows, vec![Box::new(probe)], &model, &quick, |_| {}).unwrap();
         let round = [('C', 1), ('L', 1), ('G', 1), ('C', 2), ('L', 2), ('G', 2)];
         assert_eq!(*log.borrow(), round);
-        assert_eq!(rows[1].gather_frac_of_stream, Some(5.0 / 12.0));
-        assert_eq!(rows[1].gather_copy_frac_of_copy, Some(10.0 / 24.0));
+        assert_eq!(rows[1].first_probe.gather_frac_of_stream, Some(5.0 / 12.0));
+        assert_eq!(
+            rows[1].first_probe.gather_copy_frac_of_copy,
+            Some(10.0 / 24.0)
+        );
         assert_eq!(rows[1].efficiency(), Some(5.0 / 12.0));
         // A probe asked for attention that has no kernel for the shape: the read-only gather
         // after all, over the stream beside it, and no copy-out rate without its limit.
@@ -417,7 +433,13 @@ mod tests {
         let quick = options(1, true, true);
         measure_bandwidth(&mut rows, vec![Box::new(probe)], &model, &quick, |_| {}).unwrap();
         assert_eq!(*log.borrow(), [('L', 1), ('G', 1), ('L', 2), ('G', 2)]);
-        assert_eq!(rows[0].gather_frac_of_stream, Some(5.0 / 11.0));
-        assert_eq!((rows[0].gather_copy_gbps, rows[0].copy_gbps), (None, None));
+        assert_eq!(rows[0].first_probe.gather_frac_of_stream, Some(5.0 / 11.0));
+        assert_eq!(
+            (
+                rows[0].first_probe.gather_copy_gbps,
+                rows[0].first_probe.copy_gbps
+            ),
+            (None, None)
+        );
     }
 }

@@ -101,10 +101,30 @@ pub struct MemoryConfig {
     pub system_prompt_tokens: u64,
 }
 
+/// One block size's figures, by concern; each group is flattened, so the JSON is one flat object
+/// in this order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SweepRow {
     pub block_size: usize,
     pub pool_blocks: u64,
+    #[serde(flatten)]
+    pub pool: PoolUse,
+    /// The first probe's figures (the table's main columns), repeated from `memory[0]`.
+    #[serde(flatten)]
+    pub first_probe: FirstProbe,
+    /// Every probe's figures: one per memory setting (CPU: `thp`, `4k`).
+    pub memory: Vec<MemoryBandwidth>,
+    /// The throughput proxy, normalised to the best row (see [`proxy`]).
+    pub proxy: f64,
+    #[serde(flatten)]
+    pub at_trace_rate: AtTraceRate,
+    #[serde(flatten)]
+    pub capacity: SloCapacityFigures,
+}
+
+/// The pool on the trace: fragmentation, the replay's concurrency, prefix sharing, block tables.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolUse {
     pub internal_waste_pct: f64,
     pub concurrent_requests: f64,
     pub tw_concurrent_requests: Option<f64>,
@@ -114,7 +134,11 @@ pub struct SweepRow {
     pub block_table_bytes_per_request: f64,
     pub block_table_bytes_pool: u64,
     pub block_table_bytes_padded: u64,
-    /// The first probe's figures (the table's main columns), repeated from `memory[0]`.
+}
+
+/// The first memory setting's bandwidth figures ([`MemoryBandwidth`]); empty until measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FirstProbe {
     pub gather_gbps: Option<f64>,
     pub gather_copy_gbps: Option<f64>,
     pub copy_gbps: Option<f64>,
@@ -125,25 +149,46 @@ pub struct SweepRow {
     pub attention_gbps: Option<f64>,
     pub attention_frac_of_stream: Option<f64>,
     pub efficiency_noise: Option<f64>,
-    /// Every probe's figures: one per memory setting (CPU: `thp`, `4k`).
-    pub memory: Vec<MemoryBandwidth>,
-    /// The throughput proxy, normalised to the best row (see [`proxy`]).
-    pub proxy: f64,
-    /// End to end at the trace's own rate ([`end_to_end`], nominal efficiency): output tokens
-    /// per second, p99 time to first token and per output token (seconds), preemptions, peak KV
-    /// use (fraction of the pool).
+}
+
+impl From<&MemoryBandwidth> for FirstProbe {
+    fn from(m: &MemoryBandwidth) -> Self {
+        FirstProbe {
+            gather_gbps: m.gather_gbps,
+            gather_copy_gbps: m.gather_copy_gbps,
+            copy_gbps: m.copy_gbps,
+            stream_gbps: Some(m.stream_gbps),
+            convert_stream_gbps: m.convert_stream_gbps,
+            gather_frac_of_stream: m.gather_frac_of_stream,
+            gather_copy_frac_of_copy: m.gather_copy_frac_of_copy,
+            attention_gbps: m.attention_gbps,
+            attention_frac_of_stream: m.attention_frac_of_stream,
+            efficiency_noise: m.efficiency_noise,
+        }
+    }
+}
+
+/// End to end at the trace's own rate ([`end_to_end`], nominal efficiency): output tokens per
+/// second, p99 time to first token and per output token (seconds), preemptions, peak KV use
+/// (fraction of the pool), p99 of Mooncake's TBT (seconds), and the share of all requests
+/// within the SLOs by their rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct AtTraceRate {
     pub e2e_output_tokens_per_s: Option<f64>,
     pub e2e_p99_ttft_s: Option<f64>,
     pub e2e_p99_tpot_s: Option<f64>,
     pub e2e_preemptions: Option<u64>,
     pub e2e_kv_peak: Option<f64>,
-    /// At the trace's own rate: p99 of Mooncake's TBT (seconds), and the share of all requests
-    /// within the SLOs by their rule.
     pub e2e_p99_tbt_s: Option<f64>,
     pub e2e_slo_attainment: Option<f64>,
-    /// The SLO capacity ([`crate::sim::goodput`], nominal efficiency): requests per second and the trace's
-    /// rate scale; the band's low and high ends (requests per second); at the capacity: goodput
-    /// (requests per second within the SLOs), peak KV use (fraction of the pool), preemptions.
+}
+
+/// The SLO capacity ([`crate::sim::goodput`], nominal efficiency): requests per second and the
+/// trace's rate scale; the band's low and high ends (requests per second); at the capacity:
+/// goodput (requests per second within the SLOs), peak KV use (fraction of the pool),
+/// preemptions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SloCapacityFigures {
     pub slo_capacity_rps: Option<f64>,
     pub slo_capacity_rate_scale: Option<f64>,
     pub slo_capacity_low_rps: Option<f64>,
@@ -157,7 +202,9 @@ impl SweepRow {
     /// The efficiency the throughput proxy uses (see [`MemoryBandwidth::efficiency`]); `None`
     /// before bandwidth is measured.
     pub fn efficiency(&self) -> Option<f64> {
-        self.attention_frac_of_stream.or(self.gather_frac_of_stream)
+        self.first_probe
+            .attention_frac_of_stream
+            .or(self.first_probe.gather_frac_of_stream)
     }
 }
 
@@ -191,41 +238,22 @@ pub fn memory_rows(
             Ok(SweepRow {
                 block_size: bs,
                 pool_blocks,
-                internal_waste_pct: f.internal_waste_pct,
-                concurrent_requests: f.concurrent_requests,
-                tw_concurrent_requests: r.map(|r| r.tw_concurrent_requests),
-                peak_blocks_in_use: r.map(|r| r.peak_blocks_in_use),
-                peak_headroom: r.map(|r| r.peak_headroom),
-                prefix_share_lost_pct: prefix::prefix_share_lost_pct(&prefixes, bs),
-                block_table_bytes_per_request: f.block_table_bytes_per_request,
-                block_table_bytes_pool: f.block_table_bytes_pool,
-                block_table_bytes_padded: f.block_table_bytes_padded,
-                gather_gbps: None,
-                gather_copy_gbps: None,
-                copy_gbps: None,
-                stream_gbps: None,
-                convert_stream_gbps: None,
-                gather_frac_of_stream: None,
-                gather_copy_frac_of_copy: None,
-                attention_gbps: None,
-                attention_frac_of_stream: None,
-                efficiency_noise: None,
+                pool: PoolUse {
+                    internal_waste_pct: f.internal_waste_pct,
+                    concurrent_requests: f.concurrent_requests,
+                    tw_concurrent_requests: r.map(|r| r.tw_concurrent_requests),
+                    peak_blocks_in_use: r.map(|r| r.peak_blocks_in_use),
+                    peak_headroom: r.map(|r| r.peak_headroom),
+                    prefix_share_lost_pct: prefix::prefix_share_lost_pct(&prefixes, bs),
+                    block_table_bytes_per_request: f.block_table_bytes_per_request,
+                    block_table_bytes_pool: f.block_table_bytes_pool,
+                    block_table_bytes_padded: f.block_table_bytes_padded,
+                },
+                first_probe: FirstProbe::default(),
                 memory: Vec::new(),
                 proxy: 0.0,
-                e2e_output_tokens_per_s: None,
-                e2e_p99_ttft_s: None,
-                e2e_p99_tpot_s: None,
-                e2e_preemptions: None,
-                e2e_kv_peak: None,
-                e2e_p99_tbt_s: None,
-                e2e_slo_attainment: None,
-                slo_capacity_rps: None,
-                slo_capacity_rate_scale: None,
-                slo_capacity_low_rps: None,
-                slo_capacity_high_rps: None,
-                goodput_at_capacity_rps: None,
-                kv_peak_at_capacity: None,
-                preemptions_at_capacity: None,
+                at_trace_rate: AtTraceRate::default(),
+                capacity: SloCapacityFigures::default(),
             })
         })
         .collect()
@@ -237,14 +265,17 @@ pub fn apply_proxy(rows: &mut [SweepRow]) -> f64 {
         .iter()
         .map(|r| proxy::ProxyInput {
             block_size: r.block_size,
-            concurrent_requests: r.concurrent_requests,
+            concurrent_requests: r.pool.concurrent_requests,
             efficiency: r.efficiency(),
         })
         .collect();
     for (row, p) in rows.iter_mut().zip(proxy::proxy(&inputs)) {
         row.proxy = p;
     }
-    let noise: Vec<Option<f64>> = rows.iter().map(|r| r.efficiency_noise).collect();
+    let noise: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| r.first_probe.efficiency_noise)
+        .collect();
     proxy::tie_tolerance(&noise)
 }
 
@@ -253,7 +284,7 @@ pub fn apply_proxy(rows: &mut [SweepRow]) -> f64 {
 pub fn proxy_banded(rows: &[SweepRow], noise: f64) -> Vec<recommend::Banded> {
     rows.iter()
         .map(|r| {
-            let band = noise.max(r.efficiency_noise.unwrap_or(0.0));
+            let band = noise.max(r.first_probe.efficiency_noise.unwrap_or(0.0));
             recommend::Banded {
                 block_size: r.block_size,
                 nominal: r.proxy,
@@ -269,22 +300,22 @@ pub fn proxy_banded(rows: &[SweepRow], noise: f64) -> Vec<recommend::Banded> {
 pub fn apply_end_to_end(rows: &mut [SweepRow], e2e: &[end_to_end::EndToEnd], base_rps: f64) {
     for row in rows {
         if let Some(e) = e2e.iter().find(|e| e.block_size == row.block_size) {
-            row.e2e_output_tokens_per_s = Some(e.natural.output_tokens_per_s);
-            row.e2e_p99_ttft_s = Some(e.natural.p99_ttft_s);
-            row.e2e_p99_tpot_s = Some(e.natural.p99_tpot_s);
-            row.e2e_preemptions = Some(e.natural.preemptions);
-            row.e2e_kv_peak = Some(e.natural.kv_peak);
-            row.e2e_p99_tbt_s = Some(e.natural.p99_tbt_s);
-            row.e2e_slo_attainment = Some(e.natural.attainment);
-            row.slo_capacity_rps = Some(e.capacity.rate_scale * base_rps);
-            row.slo_capacity_rate_scale = Some(e.capacity.rate_scale);
+            row.at_trace_rate.e2e_output_tokens_per_s = Some(e.natural.output_tokens_per_s);
+            row.at_trace_rate.e2e_p99_ttft_s = Some(e.natural.p99_ttft_s);
+            row.at_trace_rate.e2e_p99_tpot_s = Some(e.natural.p99_tpot_s);
+            row.at_trace_rate.e2e_preemptions = Some(e.natural.preemptions);
+            row.at_trace_rate.e2e_kv_peak = Some(e.natural.kv_peak);
+            row.at_trace_rate.e2e_p99_tbt_s = Some(e.natural.p99_tbt_s);
+            row.at_trace_rate.e2e_slo_attainment = Some(e.natural.attainment);
+            row.capacity.slo_capacity_rps = Some(e.capacity.rate_scale * base_rps);
+            row.capacity.slo_capacity_rate_scale = Some(e.capacity.rate_scale);
             let band = e.banded();
-            row.slo_capacity_low_rps = Some(band.low * base_rps);
-            row.slo_capacity_high_rps = Some(band.high * base_rps);
+            row.capacity.slo_capacity_low_rps = Some(band.low * base_rps);
+            row.capacity.slo_capacity_high_rps = Some(band.high * base_rps);
             let at = e.capacity.at.as_ref();
-            row.goodput_at_capacity_rps = at.map(|a| a.goodput_rps);
-            row.kv_peak_at_capacity = at.map(|a| a.kv_peak);
-            row.preemptions_at_capacity = at.map(|a| a.preemptions);
+            row.capacity.goodput_at_capacity_rps = at.map(|a| a.goodput_rps);
+            row.capacity.kv_peak_at_capacity = at.map(|a| a.kv_peak);
+            row.capacity.preemptions_at_capacity = at.map(|a| a.preemptions);
         }
     }
 }

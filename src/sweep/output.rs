@@ -73,40 +73,40 @@ impl From<&SweepRow> for RowCells {
         RowCells {
             block_size: r.block_size,
             pool_blocks: r.pool_blocks,
-            internal_waste_pct: r.internal_waste_pct,
-            concurrent_requests: r.concurrent_requests,
-            tw_concurrent_requests: r.tw_concurrent_requests,
-            peak_blocks_in_use: r.peak_blocks_in_use,
-            peak_headroom: r.peak_headroom,
-            prefix_share_lost_pct: r.prefix_share_lost_pct,
-            block_table_bytes_per_request: r.block_table_bytes_per_request,
-            block_table_bytes_pool: r.block_table_bytes_pool,
-            block_table_bytes_padded: r.block_table_bytes_padded,
-            gather_gbps: r.gather_gbps,
-            gather_copy_gbps: r.gather_copy_gbps,
-            copy_gbps: r.copy_gbps,
-            stream_gbps: r.stream_gbps,
-            convert_stream_gbps: r.convert_stream_gbps,
-            gather_frac_of_stream: r.gather_frac_of_stream,
-            gather_copy_frac_of_copy: r.gather_copy_frac_of_copy,
-            attention_gbps: r.attention_gbps,
-            attention_frac_of_stream: r.attention_frac_of_stream,
-            efficiency_noise: r.efficiency_noise,
+            internal_waste_pct: r.pool.internal_waste_pct,
+            concurrent_requests: r.pool.concurrent_requests,
+            tw_concurrent_requests: r.pool.tw_concurrent_requests,
+            peak_blocks_in_use: r.pool.peak_blocks_in_use,
+            peak_headroom: r.pool.peak_headroom,
+            prefix_share_lost_pct: r.pool.prefix_share_lost_pct,
+            block_table_bytes_per_request: r.pool.block_table_bytes_per_request,
+            block_table_bytes_pool: r.pool.block_table_bytes_pool,
+            block_table_bytes_padded: r.pool.block_table_bytes_padded,
+            gather_gbps: r.first_probe.gather_gbps,
+            gather_copy_gbps: r.first_probe.gather_copy_gbps,
+            copy_gbps: r.first_probe.copy_gbps,
+            stream_gbps: r.first_probe.stream_gbps,
+            convert_stream_gbps: r.first_probe.convert_stream_gbps,
+            gather_frac_of_stream: r.first_probe.gather_frac_of_stream,
+            gather_copy_frac_of_copy: r.first_probe.gather_copy_frac_of_copy,
+            attention_gbps: r.first_probe.attention_gbps,
+            attention_frac_of_stream: r.first_probe.attention_frac_of_stream,
+            efficiency_noise: r.first_probe.efficiency_noise,
             proxy: r.proxy,
-            e2e_output_tokens_per_s: r.e2e_output_tokens_per_s,
-            e2e_p99_ttft_s: r.e2e_p99_ttft_s,
-            e2e_p99_tpot_s: r.e2e_p99_tpot_s,
-            e2e_preemptions: r.e2e_preemptions,
-            e2e_kv_peak: r.e2e_kv_peak,
-            slo_capacity_rps: r.slo_capacity_rps,
-            slo_capacity_rate_scale: r.slo_capacity_rate_scale,
-            slo_capacity_low_rps: r.slo_capacity_low_rps,
-            slo_capacity_high_rps: r.slo_capacity_high_rps,
-            goodput_at_capacity_rps: r.goodput_at_capacity_rps,
-            kv_peak_at_capacity: r.kv_peak_at_capacity,
-            preemptions_at_capacity: r.preemptions_at_capacity,
-            e2e_p99_tbt_s: r.e2e_p99_tbt_s,
-            e2e_slo_attainment: r.e2e_slo_attainment,
+            e2e_output_tokens_per_s: r.at_trace_rate.e2e_output_tokens_per_s,
+            e2e_p99_ttft_s: r.at_trace_rate.e2e_p99_ttft_s,
+            e2e_p99_tpot_s: r.at_trace_rate.e2e_p99_tpot_s,
+            e2e_preemptions: r.at_trace_rate.e2e_preemptions,
+            e2e_kv_peak: r.at_trace_rate.e2e_kv_peak,
+            slo_capacity_rps: r.capacity.slo_capacity_rps,
+            slo_capacity_rate_scale: r.capacity.slo_capacity_rate_scale,
+            slo_capacity_low_rps: r.capacity.slo_capacity_low_rps,
+            slo_capacity_high_rps: r.capacity.slo_capacity_high_rps,
+            goodput_at_capacity_rps: r.capacity.goodput_at_capacity_rps,
+            kv_peak_at_capacity: r.capacity.kv_peak_at_capacity,
+            preemptions_at_capacity: r.capacity.preemptions_at_capacity,
+            e2e_p99_tbt_s: r.at_trace_rate.e2e_p99_tbt_s,
+            e2e_slo_attainment: r.at_trace_rate.e2e_slo_attainment,
         }
     }
 }
@@ -235,7 +235,7 @@ fn plot_memory_side(
     // Concurrency lost against the best row, in %, so all three are losses on one axis.
     let best = rows
         .iter()
-        .map(|r| r.concurrent_requests)
+        .map(|r| r.pool.concurrent_requests)
         .fold(0.0, f64::max);
     line_plot_with(
         path,
@@ -244,12 +244,14 @@ fn plot_memory_side(
         "% lost (each series its own measure)",
         &[
             series("internal waste, % of slots", rows, |r| {
-                Some(r.internal_waste_pct)
+                Some(r.pool.internal_waste_pct)
             }),
             series("concurrent requests lost vs the best size, %", rows, |r| {
-                (best > 0.0).then(|| 100.0 * (1.0 - r.concurrent_requests / best))
+                (best > 0.0).then(|| 100.0 * (1.0 - r.pool.concurrent_requests / best))
             }),
-            series("prefix tokens lost, %", rows, |r| r.prefix_share_lost_pct),
+            series("prefix tokens lost, %", rows, |r| {
+                r.pool.prefix_share_lost_pct
+            }),
         ],
         &Extras {
             marks,
@@ -356,9 +358,9 @@ fn plot_end_to_end(
         .as_ref()
         .map(|s| s.slo.targets)
         .unwrap_or_default();
-    let capacity = series("SLO capacity, req/s", rows, |r| r.slo_capacity_rps);
+    let capacity = series("SLO capacity, req/s", rows, |r| r.capacity.slo_capacity_rps);
     let goodput = series("goodput at capacity, req/s", rows, |r| {
-        r.goodput_at_capacity_rps
+        r.capacity.goodput_at_capacity_rps
     });
     let band = Band {
         series: 0,
@@ -367,8 +369,8 @@ fn plot_end_to_end(
             .filter_map(|r| {
                 Some((
                     r.block_size as f64,
-                    r.slo_capacity_low_rps?,
-                    r.slo_capacity_high_rps?,
+                    r.capacity.slo_capacity_low_rps?,
+                    r.capacity.slo_capacity_high_rps?,
                 ))
             })
             .collect(),
@@ -395,6 +397,7 @@ fn plot_end_to_end(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::{AtTraceRate, FirstProbe, PoolUse, SloCapacityFigures};
 
     fn probe(memory: &str, gather_gbps: f64) -> MemoryBandwidth {
         MemoryBandwidth {
@@ -416,41 +419,35 @@ mod tests {
         SweepRow {
             block_size,
             pool_blocks: 1000 / block_size as u64,
-            internal_waste_pct: 12.5,
-            concurrent_requests: 3.0,
-            tw_concurrent_requests: None,
-            peak_blocks_in_use: Some(7),
-            peak_headroom: None,
-            prefix_share_lost_pct: None,
-            block_table_bytes_per_request: 1e-7,
-            block_table_bytes_pool: 4096,
-            block_table_bytes_padded: 8192,
-            gather_gbps: memory[0].gather_gbps,
-            gather_copy_gbps: None,
-            copy_gbps: None,
-            stream_gbps: None,
-            convert_stream_gbps: None,
-            gather_frac_of_stream: None,
-            gather_copy_frac_of_copy: None,
-            attention_gbps: None,
-            attention_frac_of_stream: None,
-            efficiency_noise: None,
+            pool: PoolUse {
+                internal_waste_pct: 12.5,
+                concurrent_requests: 3.0,
+                tw_concurrent_requests: None,
+                peak_blocks_in_use: Some(7),
+                peak_headroom: None,
+                prefix_share_lost_pct: None,
+                block_table_bytes_per_request: 1e-7,
+                block_table_bytes_pool: 4096,
+                block_table_bytes_padded: 8192,
+            },
+            first_probe: FirstProbe {
+                gather_gbps: memory[0].gather_gbps,
+                ..FirstProbe::default()
+            },
             memory,
             proxy: 0.75,
-            e2e_output_tokens_per_s: None,
-            e2e_p99_ttft_s: None,
-            e2e_p99_tpot_s: None,
-            e2e_preemptions: Some(2),
-            e2e_kv_peak: None,
-            e2e_p99_tbt_s: None,
-            e2e_slo_attainment: Some(0.5),
-            slo_capacity_rps: Some(31.5),
-            slo_capacity_rate_scale: Some(5.0),
-            slo_capacity_low_rps: None,
-            slo_capacity_high_rps: None,
-            goodput_at_capacity_rps: None,
-            kv_peak_at_capacity: Some(0.25),
-            preemptions_at_capacity: Some(0),
+            at_trace_rate: AtTraceRate {
+                e2e_preemptions: Some(2),
+                e2e_slo_attainment: Some(0.5),
+                ..AtTraceRate::default()
+            },
+            capacity: SloCapacityFigures {
+                slo_capacity_rps: Some(31.5),
+                slo_capacity_rate_scale: Some(5.0),
+                kv_peak_at_capacity: Some(0.25),
+                preemptions_at_capacity: Some(0),
+                ..SloCapacityFigures::default()
+            },
         }
     }
 

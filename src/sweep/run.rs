@@ -187,10 +187,12 @@ fn bandwidth_phase(
     progress.end(Phase::Bandwidth);
     notes.extend(measured?);
     match &opts.attention {
-        Some(a) if rows.iter().any(|r| r.attention_gbps.is_some()) => notes.push(format!(
-            "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
-            m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
-        )),
+        Some(a) if rows.iter().any(|r| r.first_probe.attention_gbps.is_some()) => {
+            notes.push(format!(
+                "attention: one layer, {} query / {} KV heads, head dim {}, {}; batch: {}",
+                m.num_heads, m.kv_heads, m.head_dim, m.dtype, a.source
+            ))
+        }
         _ => notes
             .push("attention not measured (column -): the proxy uses the read-only gather".into()),
     }

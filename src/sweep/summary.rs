@@ -131,7 +131,7 @@ pub fn kv_dtype_summary(reports: &[SweepReport]) -> KvDtypeSummary {
                 .rows
                 .iter()
                 .find(|row| row.block_size == VLLM_DEFAULT_BLOCK_SIZE)
-                .map(|row| row.concurrent_requests),
+                .map(|row| row.pool.concurrent_requests),
         })
         .collect();
     let first = per_dtype.first().and_then(|r| r.recommended_block_size);

@@ -65,12 +65,12 @@ fn capacity_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
     let (Some(p), Some(d)) = (row_at(report, pick), row_at(report, def)) else {
         return "no end-to-end figures".into();
     };
-    let cap = |r: &SweepRow| r.slo_capacity_rps.unwrap_or(0.0);
+    let cap = |r: &SweepRow| r.capacity.slo_capacity_rps.unwrap_or(0.0);
     let band = |r: &SweepRow| {
         format!(
             "{}–{}",
-            rps(r.slo_capacity_low_rps.unwrap_or(0.0)),
-            rps(r.slo_capacity_high_rps.unwrap_or(0.0))
+            rps(r.capacity.slo_capacity_low_rps.unwrap_or(0.0)),
+            rps(r.capacity.slo_capacity_high_rps.unwrap_or(0.0))
         )
     };
     if report.rows.iter().all(|r| cap(r) == 0.0) {
@@ -289,31 +289,32 @@ fn layout_columns(wide: bool) -> Vec<Column> {
         "waste",
         "internal fragmentation: unused slots of the last blocks over all slots allocated, every \
          request of the trace at its full length (exact)",
-        |r| format!("{:.2}%", r.internal_waste_pct),
+        |r| format!("{:.2}%", r.pool.internal_waste_pct),
     ));
     if wide {
         c.push(col(
             "concurrent",
             "the pool's blocks over the mean blocks a request of the trace holds at full length (exact)",
-            |r| format!("{:.1}", r.concurrent_requests),
+            |r| format!("{:.1}", r.pool.concurrent_requests),
         ));
         c.push(col(
             "tw concurrent",
             "the same, weighting each request by how long it stays (replay at --decode-ms)",
-            |r| opt(r.tw_concurrent_requests, 1),
+            |r| opt(r.pool.tw_concurrent_requests, 1),
         ));
         c.push(col(
             "prefix lost",
             "shared prefix tokens (multi-turn conversations) in partial blocks, so not shared",
             |r| {
-                r.prefix_share_lost_pct
+                r.pool
+                    .prefix_share_lost_pct
                     .map_or("-".into(), |x| format!("{x:.2}%"))
             },
         ));
         c.push(col(
             "table B/req",
             "block table bytes per request (4-byte entries)",
-            |r| format!("{:.0}", r.block_table_bytes_per_request),
+            |r| format!("{:.0}", r.pool.block_table_bytes_per_request),
         ));
     }
     c
@@ -362,7 +363,7 @@ fn memory_columns(report: &SweepReport, c: &mut Vec<Column>) {
     c.push(col(
         "attn GB/s",
         "paged decode attention's KV read rate, GB/s",
-        |r| opt(r.attention_gbps, 2),
+        |r| opt(r.first_probe.attention_gbps, 2),
     ));
 }
 
@@ -372,7 +373,7 @@ fn efficiency_column(report: &SweepReport) -> Column {
     let what = if report
         .rows
         .iter()
-        .any(|r| r.attention_frac_of_stream.is_some())
+        .any(|r| r.first_probe.attention_frac_of_stream.is_some())
     {
         "paged attention's"
     } else {
@@ -388,7 +389,7 @@ fn efficiency_column(report: &SweepReport) -> Column {
             let e = r
                 .efficiency()
                 .map_or("-".into(), |e| format!("{:.0}%", 100.0 * e));
-            match r.efficiency_noise {
+            match r.first_probe.efficiency_noise {
                 Some(n) => format!("{e} ±{:.0}", 100.0 * n),
                 None => e,
             }
@@ -403,22 +404,22 @@ fn natural_rate_columns(report: &SweepReport, wide: bool, slo: SloTargets, c: &m
         c.push(col(
             "nat tok/s",
             "at the trace's own rate: output tokens/s",
-            |r| opt(r.e2e_output_tokens_per_s, 0),
+            |r| opt(r.at_trace_rate.e2e_output_tokens_per_s, 0),
         ));
         c.push(col(
             "nat TTFT ms",
             "at the trace's rate: p99 TTFT, ms",
-            |r| opt(r.e2e_p99_ttft_s.map(|x| 1e3 * x), 1),
+            |r| opt(r.at_trace_rate.e2e_p99_ttft_s.map(|x| 1e3 * x), 1),
         ));
         c.push(col(
             "nat TPOT ms",
             "at the trace's rate: p99 TPOT, ms",
-            |r| opt(r.e2e_p99_tpot_s.map(|x| 1e3 * x), 2),
+            |r| opt(r.at_trace_rate.e2e_p99_tpot_s.map(|x| 1e3 * x), 2),
         ));
         c.push(col(
             "nat KV",
             "at the trace's rate: peak share of the pool's blocks in use",
-            |r| pct(r.e2e_kv_peak),
+            |r| pct(r.at_trace_rate.e2e_kv_peak),
         ));
     }
     if wide || none_meets(&report.end_to_end) {
@@ -426,7 +427,7 @@ fn natural_rate_columns(report: &SweepReport, wide: bool, slo: SloTargets, c: &m
             "nat SLO",
             "at the trace's rate: share of all requests within the SLOs (the figure ranked when \
              no block size meets them at any rate)",
-            |r| pct(r.e2e_slo_attainment),
+            |r| pct(r.at_trace_rate.e2e_slo_attainment),
         ));
     }
     if wide && slo.tbt_s.is_some() {
@@ -434,7 +435,7 @@ fn natural_rate_columns(report: &SweepReport, wide: bool, slo: SloTargets, c: &m
             "nat TBT ms",
             "at the trace's rate: p99 of Mooncake's TBT (a request's mean of its longest 10% \
              of token intervals), ms",
-            |r| opt(r.e2e_p99_tbt_s.map(|x| 1e3 * x), 1),
+            |r| opt(r.at_trace_rate.e2e_p99_tbt_s.map(|x| 1e3 * x), 1),
         ));
     }
 }
@@ -448,14 +449,15 @@ fn capacity_columns(wide: bool, slo: SloTargets, c: &mut Vec<Column>) {
              (rate-scale search, nominal efficiency)",
             slo.describe()
         ),
-        |r| r.slo_capacity_rps.map_or("-".into(), rps),
+        |r| r.capacity.slo_capacity_rps.map_or("-".into(), rps),
     ));
     if wide {
         c.push(col(
             "× rate",
             "the capacity as a multiple of the trace's rate",
             |r| {
-                r.slo_capacity_rate_scale
+                r.capacity
+                    .slo_capacity_rate_scale
                     .map_or("-".into(), |x| format!("{x:.2}×"))
             },
         ));
@@ -463,7 +465,10 @@ fn capacity_columns(wide: bool, slo: SloTargets, c: &mut Vec<Column>) {
     c.push(col(
         "band req/s",
         "the capacity at efficiency × (1 − noise) and × (1 + noise): what the rule compares",
-        |r| match (r.slo_capacity_low_rps, r.slo_capacity_high_rps) {
+        |r| match (
+            r.capacity.slo_capacity_low_rps,
+            r.capacity.slo_capacity_high_rps,
+        ) {
             (Some(a), Some(b)) => format!("{}–{}", rps(a), rps(b)),
             _ => "-".into(),
         },
@@ -471,18 +476,19 @@ fn capacity_columns(wide: bool, slo: SloTargets, c: &mut Vec<Column>) {
     c.push(col(
         "goodput",
         "at the capacity: requests/s finished within the SLOs",
-        |r| r.goodput_at_capacity_rps.map_or("-".into(), rps),
+        |r| r.capacity.goodput_at_capacity_rps.map_or("-".into(), rps),
     ));
     c.push(col(
         "KV peak",
         "at the capacity: peak share of the pool's blocks in use",
-        |r| pct(r.kv_peak_at_capacity),
+        |r| pct(r.capacity.kv_peak_at_capacity),
     ));
     c.push(col(
         "preempt",
         "at the capacity: preemptions (recompute), count over the run",
         |r| {
-            r.preemptions_at_capacity
+            r.capacity
+                .preemptions_at_capacity
                 .map_or("-".into(), |x| x.to_string())
         },
     ));

@@ -317,7 +317,7 @@ fn one_engine_in_seconds_keeps_the_semaphores_rule_and_replays_open() {
             .map(|l| l.finish.unwrap() - l.arrival)
             .collect();
         let mean = e2e.iter().sum::<f64>() / e2e.len() as f64;
-        assert!((o.report.e2e.unwrap().mean - mean).abs() < 1e-9);
+        assert!((o.report.latency.e2e.unwrap().mean - mean).abs() < 1e-9);
     }
 }
 

@@ -40,6 +40,7 @@ mod engine_abort;
 mod flag_sweep;
 mod fp8_reference;
 mod fuzz_readers;
+mod import_rule;
 mod info_sass_cli;
 mod kernels_fatbin;
 mod kernels_sass_fixtures;

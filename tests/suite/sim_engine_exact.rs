@@ -213,8 +213,8 @@ fn littles_law_holds_on_a_stationary_run() {
     let r = e.run(|_, _| {}).unwrap();
     assert_eq!(r.completed, 4000);
     let lambda = r.completed as f64 / r.makespan;
-    let w_mean = r.e2e.unwrap().mean;
-    let l = r.mean_in_system;
+    let w_mean = r.latency.e2e.unwrap().mean;
+    let l = r.occupancy.mean_in_system;
     assert!(l > 5.0, "a trivial load: L = {l}");
     assert!(
         (l / (lambda * w_mean) - 1.0).abs() < 0.03,
@@ -244,10 +244,16 @@ fn swap_preemption_recomputes_nothing() {
     }
     let r = e.report();
     assert_eq!(r.completed, 3);
-    assert_eq!(r.preemptions, 2);
-    assert_eq!(r.recomputed_tokens, 0);
+    assert_eq!(r.preemption.preemptions, 2);
+    assert_eq!(r.preemption.recomputed_tokens, 0);
     // c is preempted with 2 tokens computed, b with 4; both come back whole.
-    assert_eq!((r.swapped_out_tokens, r.swapped_in_tokens), (6, 6));
+    assert_eq!(
+        (
+            r.preemption.swapped_out_tokens,
+            r.preemption.swapped_in_tokens
+        ),
+        (6, 6)
+    );
     let (_, log) = run(cfg(2, 5, 100, false), &reqs);
     assert!(
         log[4].contains(r#""b":5"#),

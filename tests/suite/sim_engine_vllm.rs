@@ -231,14 +231,17 @@ fn prefix_cache_metrics_count_first_admissions_apart_from_readmissions() {
         let mut e = Engine::new(cfg, &requests, Clock::Steps, rec, Slo::default()).unwrap();
         let r = e.run(|_, _| {}).unwrap();
         let name = path.display();
-        assert_eq!(r.prefix_cache_hit_tokens, first, "{name}");
-        assert_eq!(r.preempted_prefix_cache_hit_tokens, again, "{name}");
-        let ratio = first as f64 / prompts as f64;
-        assert_eq!(r.prefix_cache_hit_ratio, Some(ratio), "{name}");
-        assert_eq!(r.prompt_hit_ratio, ratio, "{name}");
+        assert_eq!(r.prefix_cache.prefix_cache_hit_tokens, first, "{name}");
         assert_eq!(
-            r.preempted_prefix_cache_hit_ratio.is_some(),
-            r.preemptions > 0
+            r.prefix_cache.preempted_prefix_cache_hit_tokens, again,
+            "{name}"
+        );
+        let ratio = first as f64 / prompts as f64;
+        assert_eq!(r.prefix_cache.prefix_cache_hit_ratio, Some(ratio), "{name}");
+        assert_eq!(r.prefix_cache.prompt_hit_ratio, ratio, "{name}");
+        assert_eq!(
+            r.prefix_cache.preempted_prefix_cache_hit_ratio.is_some(),
+            r.preemption.preemptions > 0
         );
         readmission_hits += again;
     }

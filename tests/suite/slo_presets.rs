@@ -77,7 +77,7 @@ fn tbt_matches_token_times_observed_outside_the_engine() {
         }
         let report = e.report();
         assert_eq!(report.completed, n);
-        preempted_runs += usize::from(report.preemptions > 0);
+        preempted_runs += usize::from(report.preemption.preemptions > 0);
         let mut want = Vec::new();
         let mut within = 0;
         for r in &e.scheduler().reqs {
@@ -88,10 +88,10 @@ fn tbt_matches_token_times_observed_outside_the_engine() {
             want.extend(oracle);
             within += usize::from(oracle.is_none_or(|x| x <= threshold));
         }
-        assert_eq!(report.tbt, Distribution::of(want), "case {case}");
-        let share = report.slo_attainment_each.unwrap().tbt.unwrap();
+        assert_eq!(report.latency.tbt, Distribution::of(want), "case {case}");
+        let share = report.objectives.slo_attainment_each.unwrap().tbt.unwrap();
         assert_eq!(share, within as f64 / n as f64, "case {case}");
-        assert_eq!(report.slo_attainment, Some(share));
+        assert_eq!(report.objectives.slo_attainment, Some(share));
     }
     assert!(preempted_runs >= 5, "only {preempted_runs} runs preempted");
 }

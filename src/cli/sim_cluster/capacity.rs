@@ -368,7 +368,7 @@ fn latency_columns<'a>(slo: &'a ResolvedSlo, lat: &'a str, scale: f64) -> Vec<Co
             &format!("TTFT p50/p99 {lat}"),
             "arrival to first token at that rate, median and 99th percentile",
             true,
-            Box::new(move |l| l.at.as_ref().map_or("-".into(), |o| ms(o.total.ttft, false))),
+            Box::new(move |l| l.at.as_ref().map_or("-".into(), |o| ms(o.total.latency.ttft, false))),
         ),
         col(
             &format!("{} p99 {lat}", if tbt { "TBT" } else { "TPOT" }),
@@ -380,7 +380,7 @@ fn latency_columns<'a>(slo: &'a ResolvedSlo, lat: &'a str, scale: f64) -> Vec<Co
             true,
             Box::new(move |l| {
                 l.at.as_ref().map_or("-".into(), |o| {
-                    ms(if tbt { o.total.tbt } else { o.total.tpot }, true)
+                    ms(if tbt { o.total.latency.tbt } else { o.total.latency.tpot }, true)
                 })
             }),
         ),
@@ -402,8 +402,9 @@ fn cache_columns<'a>(tier: bool) -> Vec<Column<'a>> {
     let mut c = Vec::new();
     // Hits per tier in one cell with a host tier, to keep the table in 100 columns.
     let gpu_hit = |l: &LayoutCapacity| {
-        l.at.as_ref()
-            .map_or("-".into(), |o| pct(o.total.prefix_cache_hit_ratio))
+        l.at.as_ref().map_or("-".into(), |o| {
+            pct(o.total.prefix_cache.prefix_cache_hit_ratio)
+        })
     };
     if tier {
         c.push(col(
@@ -412,7 +413,7 @@ fn cache_columns<'a>(tier: bool) -> Vec<Column<'a>> {
             true,
             Box::new(move |l| {
                 l.at.as_ref().map_or("-".into(), |o| {
-                    format!("{}/{}", gpu_hit(l), pct(Some(o.total.offload_prompt_hit_ratio)))
+                    format!("{}/{}", gpu_hit(l), pct(Some(o.total.offload.offload_prompt_hit_ratio)))
                 })
             }),
         ));
@@ -430,7 +431,7 @@ fn cache_columns<'a>(tier: bool) -> Vec<Column<'a>> {
         false,
         Box::new(|l| {
             l.at.as_ref()
-                .map_or("-".into(), |o| o.total.preemptions.to_string())
+                .map_or("-".into(), |o| o.total.preemption.preemptions.to_string())
         }),
     ));
     c

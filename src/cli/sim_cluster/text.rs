@@ -114,19 +114,19 @@ fn run_columns<'a>(unit: TimeUnit, lat: &str, scale: f64) -> Vec<Column<'a>> {
             format!("req/{unit}"),
             "requests finished per unit of time over the makespan",
             true,
-            Box::new(|o| rate(o.total.requests_per_time)),
+            Box::new(|o| rate(o.total.throughput.requests_per_time)),
         ),
         col(
             format!("out tok/{unit}"),
             "output tokens per unit of time",
             false,
-            Box::new(|o| rate(o.total.output_tokens_per_time)),
+            Box::new(|o| rate(o.total.throughput.output_tokens_per_time)),
         ),
         col(
             format!("TTFT p50/p99 {lat}"),
             "arrival to first token, median and 99th percentile",
             true,
-            Box::new(move |o| p50_p99(o.total.ttft, scale, 0)),
+            Box::new(move |o| p50_p99(o.total.latency.ttft, scale, 0)),
         ),
         col(
             format!("TTFT p90 {lat}"),
@@ -134,6 +134,7 @@ fn run_columns<'a>(unit: TimeUnit, lat: &str, scale: f64) -> Vec<Column<'a>> {
             false,
             Box::new(move |o| {
                 o.total
+                    .latency
                     .ttft
                     .map_or("-".into(), |d| format!("{:.0}", d.p90 * scale))
             }),
@@ -142,19 +143,19 @@ fn run_columns<'a>(unit: TimeUnit, lat: &str, scale: f64) -> Vec<Column<'a>> {
             format!("TPOT p50/p99 {lat}"),
             "first token to the last, per later token (a KV move counts in it)",
             true,
-            Box::new(move |o| p50_p99(o.total.tpot, scale, 1)),
+            Box::new(move |o| p50_p99(o.total.latency.tpot, scale, 1)),
         ),
         col(
             "GPU hit %".into(),
             "prompt tokens found in the GPU prefix caches at admission",
             true,
-            Box::new(|o| pct(o.total.prefix_cache_hit_ratio)),
+            Box::new(|o| pct(o.total.prefix_cache.prefix_cache_hit_ratio)),
         ),
         col(
             "preempt".into(),
             "preemptions",
             false,
-            Box::new(|o| o.total.preemptions.to_string()),
+            Box::new(|o| o.total.preemption.preemptions.to_string()),
         ),
         col(
             "per replica min/max".into(),
@@ -178,7 +179,7 @@ fn tier_column<'a>() -> Column<'a> {
         "host hit %".into(),
         "prompt tokens loaded from the host KV tier",
         true,
-        Box::new(|o| format!("{:.1}", 100.0 * o.total.offload_prompt_hit_ratio)),
+        Box::new(|o| format!("{:.1}", 100.0 * o.total.offload.offload_prompt_hit_ratio)),
     )
 }
 
@@ -336,15 +337,15 @@ fn per_replica(o: &ClusterOutcome, scale: f64, lat: &str) -> Result<(), BoxError
             i.to_string(),
             role.into(),
             rr.requests.to_string(),
-            p50_p90_p99(rr.ttft, scale),
-            pct(rr.prefix_cache_hit_ratio),
-            rr.preemptions.to_string(),
+            p50_p90_p99(rr.latency.ttft, scale),
+            pct(rr.prefix_cache.prefix_cache_hit_ratio),
+            rr.preemption.preemptions.to_string(),
             format!(
                 "{:.1}/{:.1}",
-                100.0 * rr.mean_kv_utilization,
-                100.0 * rr.peak_kv_utilization
+                100.0 * rr.occupancy.mean_kv_utilization,
+                100.0 * rr.occupancy.peak_kv_utilization
             ),
-            format!("{:.0}", 100.0 * rr.busy_fraction),
+            format!("{:.0}", 100.0 * rr.occupancy.busy_fraction),
         ]);
     }
     out!("{t}")?;
@@ -380,10 +381,10 @@ fn run_lines(
         r.requests,
         r.makespan
     );
-    if r.rejected > 0 {
+    if r.refused.rejected > 0 {
         line += &format!(
             ", {} refused (longer than max_model_len {})",
-            r.rejected, e.max_model_len
+            r.refused.rejected, e.max_model_len
         );
     }
     if let Some(slo) = &resolved.slo {

@@ -341,6 +341,7 @@ mod tests {
         let t = run(&s, 16, &one[0], &reqs, false, None, |_, _| {})
             .unwrap()
             .total
+            .latency
             .ttft
             .unwrap();
         assert!(

@@ -133,10 +133,9 @@ fn total(
         e0.slo(),
         e0.report().time_unit,
     );
-    total.busy_fraction /= engines.len() as f64;
-    total.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
-    total.rejected = served.refused;
-    total.shortened = served.shortened;
+    total.occupancy.busy_fraction /= engines.len() as f64;
+    total.offload.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
+    total.refused = served.counts();
     count_rejected_early(&mut total, rejected_early);
     total
 }
@@ -156,8 +155,8 @@ fn count_rejected_early(total: &mut EngineReport, rejected: usize) {
             *v *= scale;
         }
     };
-    fix(&mut total.slo_attainment);
-    if let Some(e) = &mut total.slo_attainment_each {
+    fix(&mut total.objectives.slo_attainment);
+    if let Some(e) = &mut total.objectives.slo_attainment_each {
         fix(&mut e.ttft);
         fix(&mut e.tpot);
         fix(&mut e.tbt);

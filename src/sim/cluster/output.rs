@@ -67,7 +67,7 @@ pub fn write_all(
                 .map(|o| {
                     (
                         o.replicas as f64,
-                        100.0 * o.total.prefix_cache_hit_ratio.unwrap_or(0.0),
+                        100.0 * o.total.prefix_cache.prefix_cache_hit_ratio.unwrap_or(0.0),
                     )
                 })
                 .collect(),

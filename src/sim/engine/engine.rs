@@ -618,7 +618,7 @@ impl Engine {
                 Clock::Seconds(_) => TimeUnit::Seconds,
             },
         );
-        r.offload_mode = self.sched.cfg.cpu_offload.map(|o| o.mode);
+        r.offload.offload_mode = self.sched.cfg.cpu_offload.map(|o| o.mode);
         r
     }
 

@@ -120,6 +120,8 @@ pub struct ObjectiveShares {
     pub tbt: Option<f64>,
 }
 
+/// What a run reports, by concern; each group is flattened, so the JSON is one flat object in
+/// this order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EngineReport {
     /// The unit of every time below.
@@ -129,10 +131,36 @@ pub struct EngineReport {
     pub steps: u64,
     /// First arrival to last completion.
     pub makespan: f64,
+    #[serde(flatten)]
+    pub throughput: Throughput,
+    #[serde(flatten)]
+    pub latency: Latencies,
+    #[serde(flatten)]
+    pub objectives: SloOutcome,
+    #[serde(flatten)]
+    pub preemption: Preemptions,
+    #[serde(flatten)]
+    pub prefix_cache: PrefixCache,
+    #[serde(flatten)]
+    pub offload: Offload,
+    #[serde(flatten)]
+    pub refused: Refused,
+    #[serde(flatten)]
+    pub occupancy: Occupancy,
+}
+
+/// Completions and tokens per unit of time over the makespan.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Throughput {
     pub requests_per_time: f64,
     pub output_tokens_per_time: f64,
     /// Prompt and output tokens per unit of time.
     pub total_tokens_per_time: f64,
+}
+
+/// Per completed request; `None` when no request counts.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Latencies {
     pub ttft: Option<Distribution>,
     /// Per request: (end to end − TTFT) / (outputs − 1), requests with two outputs or more.
     pub tpot: Option<Distribution>,
@@ -140,6 +168,11 @@ pub struct EngineReport {
     /// requests with two outputs or more.
     pub tbt: Option<Distribution>,
     pub e2e: Option<Distribution>,
+}
+
+/// The SLOs and how the completed requests met them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SloOutcome {
     pub slo: Slo,
     /// Completed requests meeting every SLO given, per unit of time; `None` without SLOs.
     pub goodput: Option<f64>,
@@ -148,12 +181,22 @@ pub struct EngineReport {
     /// The share meeting each SLO on its own (requests with fewer than two outputs meet TPOT and
     /// TBT).
     pub slo_attainment_each: Option<ObjectiveShares>,
+}
+
+/// Preemptions and what it cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Preemptions {
     pub preemptions: u64,
     pub preempted_requests: usize,
     /// Tokens computed more than once (lost to recompute preemption).
     pub recomputed_tokens: u64,
     pub swapped_out_tokens: u64,
     pub swapped_in_tokens: u64,
+}
+
+/// The GPU prefix cache's hits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PrefixCache {
     /// vLLM's metric (`vllm:prefix_cache_hits` over `vllm:prefix_cache_queries`): tokens found in
     /// the prefix cache over tokens looked up, at first admissions only; `None` without caching.
     pub prefix_cache_hit_ratio: Option<f64>,
@@ -165,6 +208,11 @@ pub struct EngineReport {
     /// Fraction of the prompt tokens found in the cache at each request's first admission (as
     /// `prefix_cache_hit_ratio` once every request was admitted; 0 without caching).
     pub prompt_hit_ratio: f64,
+}
+
+/// The host tier's hits, and the prompt tokens neither cache held.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Offload {
     /// The host tier's mode (`native`, `store-on-evict`), with one: the figures below come from it.
     pub offload_mode: Option<super::host_tier::OffloadMode>,
     /// Host tier: prompt tokens loaded from it instead of computed, every admission; and the
@@ -181,11 +229,21 @@ pub struct EngineReport {
     pub preempted_external_prefix_cache_hits: u64,
     /// Prompt tokens computed at first admissions (neither tier held them).
     pub prompt_computed_tokens: u64,
-    /// Requests vLLM's server refuses under max_model_len (they never reach the engine).
+}
+
+/// What vLLM's server does to requests over max_model_len before the engine sees them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Refused {
+    /// Requests it refuses (they never reach the engine).
     pub rejected: usize,
     /// Requests it serves with `max_tokens` lowered to max_model_len − prompt: they finish by
     /// length at max_model_len tokens.
     pub shortened: usize,
+}
+
+/// The pool and the queues over time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Occupancy {
     pub usable_blocks: usize,
     /// Blocks in use (not free) over usable blocks: time average over busy time, and peak.
     pub mean_kv_utilization: f64,
@@ -212,6 +270,7 @@ impl EngineReport {
     }
 }
 
+/// The report of the requests `reqs` (finished or not) after the steps that `integ` sums.
 pub fn report(
     reqs: &[Req],
     stats: &SchedStats,
@@ -231,17 +290,102 @@ pub fn report(
     } else {
         last_finish - first_arrival
     };
-    let per = |x: f64| {
-        if makespan > 0.0 {
-            x / makespan
+    let per = Per(makespan);
+    let all_prompts: u64 = reqs.iter().map(|r| u64::from(r.prompt_len)).sum();
+    EngineReport {
+        time_unit,
+        requests: reqs.len(),
+        completed: done.len(),
+        steps: integ.steps,
+        makespan,
+        throughput: throughput(&done, per),
+        latency: latencies(&done),
+        objectives: objectives(&done, slo, per),
+        preemption: preemption(reqs, stats),
+        prefix_cache: PrefixCache {
+            prefix_cache_hit_ratio: ratio(stats.prefix_hits, stats.prefix_queries),
+            prefix_cache_hit_tokens: stats.prefix_hits,
+            preempted_prefix_cache_hit_ratio: ratio(
+                stats.preempted_prefix_hits,
+                stats.preempted_prefix_queries,
+            ),
+            preempted_prefix_cache_hit_tokens: stats.preempted_prefix_hits,
+            prompt_hit_ratio: sum(reqs, |r| r.first_hit.unwrap_or(0)) as f64
+                / all_prompts.max(1) as f64,
+        },
+        offload: Offload {
+            offload_mode: None,
+            offload_hit_tokens: stats.offload_hits,
+            offload_prompt_hit_ratio: sum(reqs, |r| r.first_offload_hit.unwrap_or(0)) as f64
+                / all_prompts.max(1) as f64,
+            external_prefix_cache_queries: stats.external_queries,
+            external_prefix_cache_hits: stats.external_hits,
+            preempted_external_prefix_cache_queries: stats.preempted_external_queries,
+            preempted_external_prefix_cache_hits: stats.preempted_external_hits,
+            prompt_computed_tokens: all_prompts - sum(reqs, served),
+        },
+        refused: Refused::default(),
+        occupancy: occupancy(integ, usable_blocks, per),
+    }
+}
+
+/// A quantity per unit of the makespan (NaN over an empty one).
+#[derive(Clone, Copy)]
+struct Per(f64);
+
+impl Per {
+    fn of(self, x: f64) -> f64 {
+        if self.0 > 0.0 {
+            x / self.0
         } else {
             f64::NAN
         }
-    };
-    let ttft = |r: &Req| r.first_token_time - r.arrival;
-    let tpot = |r: &Req| (r.finish_time - r.first_token_time) / f64::from(r.num_output - 1);
+    }
+}
+
+fn ratio(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| part as f64 / whole as f64)
+}
+
+fn sum(reqs: &[Req], f: impl Fn(&Req) -> u32) -> u64 {
+    reqs.iter().map(|r| u64::from(f(r))).sum()
+}
+
+fn ttft(r: &Req) -> f64 {
+    r.first_token_time - r.arrival
+}
+
+fn tpot(r: &Req) -> f64 {
+    (r.finish_time - r.first_token_time) / f64::from(r.num_output - 1)
+}
+
+/// Prompt tokens either cache served at the first admission; the last is always computed (a
+/// whole prompt loaded from the host tier computes it again).
+fn served(r: &Req) -> u32 {
+    (r.first_hit.unwrap_or(0) + r.first_offload_hit.unwrap_or(0)).min(r.prompt_len - 1)
+}
+
+fn throughput(done: &[&Req], per: Per) -> Throughput {
     let outputs: u64 = done.iter().map(|r| u64::from(r.num_output)).sum();
     let prompts: u64 = done.iter().map(|r| u64::from(r.prompt_len)).sum();
+    Throughput {
+        requests_per_time: per.of(done.len() as f64),
+        output_tokens_per_time: per.of(outputs as f64),
+        total_tokens_per_time: per.of((outputs + prompts) as f64),
+    }
+}
+
+fn latencies(done: &[&Req]) -> Latencies {
+    let two_or_more = || done.iter().filter(|r| r.num_output >= 2);
+    Latencies {
+        ttft: Distribution::of(done.iter().map(|r| ttft(r)).collect()),
+        tpot: Distribution::of(two_or_more().map(|r| tpot(r)).collect()),
+        tbt: Distribution::of(done.iter().filter_map(|r| r.gaps.tbt()).collect()),
+        e2e: Distribution::of(done.iter().map(|r| r.finish_time - r.arrival).collect()),
+    }
+}
+
+fn objectives(done: &[&Req], slo: Slo, per: Per) -> SloOutcome {
     let within_ttft = |r: &Req| slo.ttft.is_none_or(|s| ttft(r) <= s);
     let within_tpot = |r: &Req| slo.tpot.is_none_or(|s| r.num_output < 2 || tpot(r) <= s);
     let within_tbt = |r: &Req| slo.tbt.is_none_or(|s| r.gaps.tbt().is_none_or(|t| t <= s));
@@ -250,83 +394,43 @@ pub fn report(
     let share = |set: Option<f64>, within: &dyn Fn(&Req) -> bool| {
         set.map(|_| done.iter().filter(|r| within(r)).count() as f64 / done.len().max(1) as f64)
     };
-    let each = slo.any().then(|| ObjectiveShares {
-        ttft: share(slo.ttft, &within_ttft),
-        tpot: share(slo.tpot, &within_tpot),
-        tbt: share(slo.tbt, &within_tbt),
-    });
-    // Prompt tokens either cache served at the first admission; the last is always computed
-    // (a whole prompt loaded from the host tier computes it again).
-    let served = |r: &Req| {
-        (r.first_hit.unwrap_or(0) + r.first_offload_hit.unwrap_or(0)).min(r.prompt_len - 1)
-    };
+    SloOutcome {
+        slo,
+        goodput: good.map(|g| per.of(g as f64)),
+        slo_attainment: good.map(|g| g as f64 / done.len().max(1) as f64),
+        slo_attainment_each: slo.any().then(|| ObjectiveShares {
+            ttft: share(slo.ttft, &within_ttft),
+            tpot: share(slo.tpot, &within_tpot),
+            tbt: share(slo.tbt, &within_tbt),
+        }),
+    }
+}
+
+fn preemption(reqs: &[Req], stats: &SchedStats) -> Preemptions {
     let ideal: u64 = reqs
         .iter()
         .map(|r| u64::from(r.prompt_len + r.num_output.max(1) - 1 - served(r)))
         .sum();
     let scheduled: u64 = reqs.iter().map(|r| r.scheduled_tokens).sum();
-    let first_hits: u64 = reqs
-        .iter()
-        .map(|r| u64::from(r.first_hit.unwrap_or(0)))
-        .sum();
-    let first_loads: u64 = reqs
-        .iter()
-        .map(|r| u64::from(r.first_offload_hit.unwrap_or(0)))
-        .sum();
-    let first_served: u64 = reqs.iter().map(|r| u64::from(served(r))).sum();
-    let all_prompts: u64 = reqs.iter().map(|r| u64::from(r.prompt_len)).sum();
-    let busy = integ.busy;
-    let avg = |x: f64| if busy > 0.0 { x / busy } else { 0.0 };
-    EngineReport {
-        time_unit,
-        requests: reqs.len(),
-        completed: done.len(),
-        steps: integ.steps,
-        makespan,
-        requests_per_time: per(done.len() as f64),
-        output_tokens_per_time: per(outputs as f64),
-        total_tokens_per_time: per((outputs + prompts) as f64),
-        ttft: Distribution::of(done.iter().map(|r| ttft(r)).collect()),
-        tpot: Distribution::of(
-            done.iter()
-                .filter(|r| r.num_output >= 2)
-                .map(|r| tpot(r))
-                .collect(),
-        ),
-        tbt: Distribution::of(done.iter().filter_map(|r| r.gaps.tbt()).collect()),
-        e2e: Distribution::of(done.iter().map(|r| r.finish_time - r.arrival).collect()),
-        slo,
-        goodput: good.map(|g| per(g as f64)),
-        slo_attainment: good.map(|g| g as f64 / done.len().max(1) as f64),
-        slo_attainment_each: each,
+    Preemptions {
         preemptions: stats.preemptions,
         preempted_requests: reqs.iter().filter(|r| r.preemptions > 0).count(),
         recomputed_tokens: scheduled.saturating_sub(ideal),
         swapped_out_tokens: stats.swapped_out_tokens,
         swapped_in_tokens: stats.swapped_in_tokens,
-        prefix_cache_hit_ratio: (stats.prefix_queries > 0)
-            .then(|| stats.prefix_hits as f64 / stats.prefix_queries as f64),
-        prefix_cache_hit_tokens: stats.prefix_hits,
-        preempted_prefix_cache_hit_ratio: (stats.preempted_prefix_queries > 0)
-            .then(|| stats.preempted_prefix_hits as f64 / stats.preempted_prefix_queries as f64),
-        preempted_prefix_cache_hit_tokens: stats.preempted_prefix_hits,
-        prompt_hit_ratio: first_hits as f64 / all_prompts.max(1) as f64,
-        offload_mode: None,
-        offload_hit_tokens: stats.offload_hits,
-        offload_prompt_hit_ratio: first_loads as f64 / all_prompts.max(1) as f64,
-        external_prefix_cache_queries: stats.external_queries,
-        external_prefix_cache_hits: stats.external_hits,
-        preempted_external_prefix_cache_queries: stats.preempted_external_queries,
-        preempted_external_prefix_cache_hits: stats.preempted_external_hits,
-        prompt_computed_tokens: all_prompts - first_served,
-        rejected: 0,
-        shortened: 0,
+    }
+}
+
+fn occupancy(integ: &Integrals, usable_blocks: usize, per: Per) -> Occupancy {
+    let busy = integ.busy;
+    let avg = |x: f64| if busy > 0.0 { x / busy } else { 0.0 };
+    Occupancy {
         usable_blocks,
         mean_kv_utilization: avg(integ.used_blocks) / usable_blocks as f64,
         peak_kv_utilization: integ.peak_used_blocks as f64 / usable_blocks as f64,
         mean_running: avg(integ.running),
         mean_waiting: avg(integ.waiting),
-        mean_in_system: per(integ.running + integ.waiting),
-        busy_fraction: per(busy),
+        mean_in_system: per.of(integ.running + integ.waiting),
+        busy_fraction: per.of(busy),
     }
 }

@@ -93,7 +93,10 @@ pub use clients::{ClientReport, Clients};
 pub use config::{CpuOffload, EngineConfig, OffloadScope, Policy, Prediction, Preemption, Preset};
 pub use driver::{drive, drive_clients, System};
 pub use engine::{Abort, Clock, Engine, EngineError, Recording, TimelinePoint};
-pub use metrics::{Distribution, EngineReport, ObjectiveShares, Slo, TimeUnit};
+pub use metrics::{
+    Distribution, EngineReport, Latencies, ObjectiveShares, Occupancy, Offload, Preemptions,
+    PrefixCache, Refused, Slo, SloOutcome, Throughput, TimeUnit,
+};
 pub use profile::{load_profile, parse_profile, Profile};
 pub use run::{Outcome, RunSettings, TierReport};
 pub use setup::{prepare, Prepared, Submission};

@@ -21,6 +21,7 @@
 //! `max_model_len`.
 
 use super::error::EngineError;
+use super::metrics::Refused;
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
 
@@ -67,6 +68,16 @@ pub struct Accepted {
     pub refused: usize,
     /// Requests served with `max_tokens` lowered to `max_model_len − prompt`.
     pub shortened: usize,
+}
+
+impl Accepted {
+    /// The counts a report carries.
+    pub fn counts(&self) -> Refused {
+        Refused {
+            rejected: self.refused,
+            shortened: self.shortened,
+        }
+    }
 }
 
 /// [`server_max_tokens`] over `requests`; an error when it refuses them all.

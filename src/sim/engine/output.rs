@@ -69,7 +69,9 @@ pub fn write_all(dir: &Path, json: &impl Serialize, outcomes: &[Outcome]) -> Res
             "Throughput per block size",
             &x,
             &format!("output tokens / {unit}"),
-            &[series("output tokens", &|r| Some(r.output_tokens_per_time))],
+            &[series("output tokens", &|r| {
+                Some(r.throughput.output_tokens_per_time)
+            })],
         )?;
         line_plot(
             &dir.join("latency.svg"),
@@ -77,8 +79,8 @@ pub fn write_all(dir: &Path, json: &impl Serialize, outcomes: &[Outcome]) -> Res
             &x,
             &unit.to_string(),
             &[
-                series("p99 TTFT", &|r| r.ttft.map(|d| d.p99)),
-                series("p99 TPOT", &|r| r.tpot.map(|d| d.p99)),
+                series("p99 TTFT", &|r| r.latency.ttft.map(|d| d.p99)),
+                series("p99 TPOT", &|r| r.latency.tpot.map(|d| d.p99)),
             ],
         )?;
     }

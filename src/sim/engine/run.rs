@@ -250,12 +250,8 @@ impl RunSettings {
             },
             progress,
         )?;
-        let report = e.report();
-        let report = EngineReport {
-            rejected: served.refused,
-            shortened: served.shortened,
-            ..report
-        };
+        let mut report = e.report();
+        report.refused = served.counts();
         Ok(Outcome {
             block_size,
             num_gpu_blocks,

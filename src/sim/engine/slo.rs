@@ -298,8 +298,8 @@ impl SloTargets {
     pub fn met(&self, r: &EngineReport) -> f64 {
         let of_all = |share: f64| share * r.completed as f64 / r.requests.max(1) as f64;
         match self.judged {
-            Judged::Joint => of_all(r.slo_attainment.unwrap_or(0.0)),
-            Judged::EachObjective => r.slo_attainment_each.map_or(0.0, |e| {
+            Judged::Joint => of_all(r.objectives.slo_attainment.unwrap_or(0.0)),
+            Judged::EachObjective => r.objectives.slo_attainment_each.map_or(0.0, |e| {
                 [e.ttft, e.tpot, e.tbt]
                     .into_iter()
                     .flatten()
@@ -635,8 +635,8 @@ mod tests {
         let mut r = EngineReport::empty(TimeUnit::Seconds);
         r.requests = 100;
         r.completed = 80;
-        r.slo_attainment = Some(0.75); // 60 of 100 within both
-        r.slo_attainment_each = Some(ObjectiveShares {
+        r.objectives.slo_attainment = Some(0.75); // 60 of 100 within both
+        r.objectives.slo_attainment_each = Some(ObjectiveShares {
             ttft: Some(1.0),
             tpot: Some(0.9),
             tbt: None,

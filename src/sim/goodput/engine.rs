@@ -25,15 +25,15 @@ pub struct AtCapacity {
 impl AtCapacity {
     fn of(r: &EngineReport, slo: &SloTargets) -> Self {
         AtCapacity {
-            goodput_rps: r.goodput.unwrap_or(0.0),
+            goodput_rps: r.objectives.goodput.unwrap_or(0.0),
             attainment: slo.met(r),
-            p99_ttft_s: r.ttft.map_or(f64::NAN, |d| d.p99),
-            p99_tpot_s: r.tpot.map_or(0.0, |d| d.p99),
-            p99_tbt_s: r.tbt.map_or(0.0, |d| d.p99),
-            kv_peak: r.peak_kv_utilization,
-            kv_mean: r.mean_kv_utilization,
-            preemptions: r.preemptions,
-            output_tokens_per_s: r.output_tokens_per_time,
+            p99_ttft_s: r.latency.ttft.map_or(f64::NAN, |d| d.p99),
+            p99_tpot_s: r.latency.tpot.map_or(0.0, |d| d.p99),
+            p99_tbt_s: r.latency.tbt.map_or(0.0, |d| d.p99),
+            kv_peak: r.occupancy.peak_kv_utilization,
+            kv_mean: r.occupancy.mean_kv_utilization,
+            preemptions: r.preemption.preemptions,
+            output_tokens_per_s: r.throughput.output_tokens_per_time,
         }
     }
 }
@@ -92,9 +92,9 @@ mod tests {
         let mut r = EngineReport::empty(TimeUnit::Seconds);
         r.requests = 100;
         r.completed = 100;
-        r.slo = DEFAULT_SLO.slo();
-        r.goodput = Some(met * 100.0);
-        r.slo_attainment = Some(met);
+        r.objectives.slo = DEFAULT_SLO.slo();
+        r.objectives.goodput = Some(met * 100.0);
+        r.objectives.slo_attainment = Some(met);
         r
     }
 

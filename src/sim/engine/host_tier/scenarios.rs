@@ -149,12 +149,12 @@ fn a_stores_write_through_prompt_chunks_only_and_skips_held_ones() {
     // vLLM's external prefix cache: tokens past the GPU hit, none found in the tier.
     assert_eq!(
         (
-            r.external_prefix_cache_queries,
-            r.external_prefix_cache_hits
+            r.offload.external_prefix_cache_queries,
+            r.offload.external_prefix_cache_hits
         ),
         (10 + 4, 0)
     );
-    assert_eq!(r.prefix_cache_hit_tokens, 8);
+    assert_eq!(r.prefix_cache.prefix_cache_hit_tokens, 8);
 
     // offload_prompt_only=false: A3 is stored in step 3, when the scheduled token completes it.
     let mut e = engine(cfg(8, Policy::Lru, 1, false), &reqs, Clock::Steps);
@@ -199,13 +199,19 @@ fn b_loads_asynchronously_waits_on_chunks_in_flight_and_recomputes_a_whole_promp
     let r = e.report();
     assert_eq!(
         (
-            r.external_prefix_cache_queries,
-            r.external_prefix_cache_hits
+            r.offload.external_prefix_cache_queries,
+            r.offload.external_prefix_cache_hits
         ),
         (13 + 4, 8 + 4)
     );
-    assert_eq!((r.prefix_cache_hit_tokens, r.offload_hit_tokens), (4, 12));
-    assert_eq!(r.recomputed_tokens, 0);
+    assert_eq!(
+        (
+            r.prefix_cache.prefix_cache_hit_tokens,
+            r.offload.offload_hit_tokens
+        ),
+        (4, 12)
+    );
+    assert_eq!(r.preemption.recomputed_tokens, 0);
     let t = tier(&mut e);
     assert_eq!((t.stats.loaded_chunks, t.stats.loaded_blocks), (3, 3));
 }
