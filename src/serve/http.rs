@@ -9,6 +9,7 @@ use super::log::LogSink;
 use super::metrics::ReplicaMetrics;
 use super::protocol::{self as p, ApiError, Header, OutputLimit, PromptInput, Usage};
 use super::replica::{Event, Job, Msg};
+use super::tokenize::{self, DetokenizeRequest, TokenizeRequest};
 use super::tokens::Tokenizer;
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request, State};
@@ -66,6 +67,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/version", get(version))
         .route("/metrics", get(metrics))
@@ -118,6 +121,30 @@ async fn models(State(s): State<Shared>) -> Json<serde_json::Value> {
 async fn metrics(State(s): State<Shared>) -> Response {
     let (content_type, body) = s.metrics.render();
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+async fn tokenize(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    let answer = async {
+        let r: TokenizeRequest = parse(&read_body(&s, &headers, body).await?)?;
+        check_model(&s, &r.model)?;
+        tokenize::tokenize(&s.tokenizer, r, s.max_model_len)
+    };
+    match answer.await {
+        Ok(a) => Json(a).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn detokenize(State(s): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    let answer = async {
+        let r: DetokenizeRequest = parse(&read_body(&s, &headers, body).await?)?;
+        check_model(&s, &r.model)?;
+        tokenize::detokenize(&s.tokenizer, r)
+    };
+    match answer.await {
+        Ok(a) => Json(a).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// The body, read up to `--max-body-bytes`: beyond, 413 (vLLM's uvicorn sets no limit). A

@@ -105,25 +105,30 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// The text the prompt is encoded from: the messages' text, one per line. No chat template
-    /// is applied (a tokenizer.json carries none), so a chat prompt counts fewer tokens than
-    /// vLLM's templated one.
+    /// The text the prompt is encoded from ([`messages_text`]).
     pub fn prompt_text(&self) -> String {
-        let mut text = String::new();
-        for m in &self.messages {
-            match &m.content {
-                Some(Content::Text(t)) => text.push_str(t),
-                Some(Content::Parts(parts)) => {
-                    for p in parts.iter().filter_map(|p| p.text.as_deref()) {
-                        text.push_str(p);
-                    }
-                }
-                None => {}
-            }
-            text.push('\n');
-        }
-        text
+        messages_text(&self.messages)
     }
+}
+
+/// The text a chat prompt is encoded from: the messages' text, one per line. No chat template is
+/// applied (a tokenizer.json carries none), so a chat prompt counts fewer tokens than vLLM's
+/// templated one.
+pub fn messages_text(messages: &[ChatMessage]) -> String {
+    let mut text = String::new();
+    for m in messages {
+        match &m.content {
+            Some(Content::Text(t)) => text.push_str(t),
+            Some(Content::Parts(parts)) => {
+                for p in parts.iter().filter_map(|p| p.text.as_deref()) {
+                    text.push_str(p);
+                }
+            }
+            None => {}
+        }
+        text.push('\n');
+    }
+    text
 }
 
 /// An error as vLLM answers it: the status and `ErrorResponse{error: ErrorInfo}`

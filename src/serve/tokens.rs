@@ -23,6 +23,9 @@ const FILLER_CANDIDATES: &[&str] = &[" the", " a", "the", "a", " x", "x", "."];
 /// Vocabulary entries tried after the candidates, at most.
 const FILLER_SCAN: u32 = 20_000;
 
+const WORDS_KEEP_NO_TEXT: &str =
+    "the word tokenizer keeps no text for its ids (its ids are hashes of words)";
+
 /// How prompts become tokens, and what one generated token reads as.
 pub struct Tokenizer {
     kind: Kind,
@@ -84,12 +87,37 @@ impl Tokenizer {
     /// The prompt's token ids. As vLLM encodes a completion prompt: with the tokenizer's
     /// special tokens (`add_special_tokens=True`, `CompletionRequest`'s default).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.encode_with(text, true)
+    }
+
+    /// The ids of `text`, with the tokenizer's special tokens or without.
+    pub fn encode_with(&self, text: &str, special: bool) -> Result<Vec<u32>, String> {
         match &self.kind {
             Kind::Words => Ok(text.split_whitespace().map(word_id).collect()),
             Kind::Hf(t) => t
-                .encode(text, true)
+                .encode(text, special)
                 .map(|e| e.get_ids().to_vec())
                 .map_err(|e| format!("the tokenizer failed on the prompt: {e}")),
+        }
+    }
+
+    /// The text of `ids`, special tokens kept (`tokenizer.decode`'s default). The word rule
+    /// keeps no text for its ids.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        match &self.kind {
+            Kind::Words => Err(WORDS_KEEP_NO_TEXT.into()),
+            Kind::Hf(t) => t.decode(ids, false).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Each id's piece of the vocabulary (`convert_ids_to_tokens`).
+    pub fn pieces(&self, ids: &[u32]) -> Result<Vec<String>, String> {
+        match &self.kind {
+            Kind::Words => Err(WORDS_KEEP_NO_TEXT.into()),
+            Kind::Hf(t) => Ok(ids
+                .iter()
+                .map(|&id| t.id_to_token(id).unwrap_or_default())
+                .collect()),
         }
     }
 

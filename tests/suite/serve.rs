@@ -466,3 +466,75 @@ async fn a_client_that_goes_away_has_its_request_aborted() {
     server.stop();
     server.wait().await.unwrap();
 }
+
+/// `/tokenize` and `/detokenize` answer as vLLM's (`vllm bench serve` aligns its prompts with
+/// them): the ids the completions count, vLLM's fields, the text back from the ids; a chat
+/// counts as the chat route counts it; a wrong model, both forms at once, an id outside the
+/// vocabulary and the word rule (which keeps no text) are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenize_and_detokenize_agree_with_the_counts_and_each_other() {
+    use pagedkv::serve::tokens::Tokenizer;
+    use std::sync::Arc;
+    let shipped = Tokenizer::shipped();
+    let mut cfg = config(settings(4096, 256, 8));
+    cfg.tokenizer = Arc::new(Tokenizer::shipped());
+    let server = start(cfg).await;
+    let (addr, c) = (server.addrs[0], client());
+    let text = "Paged attention reads KV, through block tables.";
+    let ask = |path: &'static str, body: Value| {
+        let c = c.clone();
+        async move {
+            let (status, text) = post(&c, addr, path, &body.to_string()).await;
+            (status, serde_json::from_str::<Value>(&text).unwrap())
+        }
+    };
+
+    let (status, v) = ask(
+        "/tokenize",
+        json!({"model": "llama-3.1-8b", "prompt": text}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let tokens: Vec<u32> = serde_json::from_value(v["tokens"].clone()).unwrap();
+    assert_eq!(tokens, shipped.encode(text).unwrap());
+    assert_eq!(
+        v,
+        json!({"count": tokens.len(), "max_model_len": 4096, "tokens": tokens, "token_strs": null})
+    );
+    let (_, done) = ask("/v1/completions", json!({"prompt": text, "max_tokens": 1})).await;
+    assert_eq!(done["usage"]["prompt_tokens"], tokens.len());
+
+    let (_, v) = ask(
+        "/tokenize",
+        json!({"prompt": text, "return_token_strs": true}),
+    )
+    .await;
+    assert_eq!(v["token_strs"].as_array().unwrap().len(), tokens.len());
+    let (status, v) = ask("/detokenize", json!({"tokens": tokens})).await;
+    assert_eq!((status, v), (200, json!({"prompt": text})));
+
+    let messages = json!([{"role": "user", "content": text}]);
+    let (_, v) = ask("/tokenize", json!({"messages": messages})).await;
+    let (_, done) = ask(
+        "/v1/chat/completions",
+        json!({"messages": messages, "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(v["count"], done["usage"]["prompt_tokens"]);
+
+    let (status, v) = ask("/tokenize", json!({"model": "other", "prompt": text})).await;
+    assert_eq!(status, 404, "{v}");
+    let (status, _) = ask("/tokenize", json!({"prompt": text, "messages": messages})).await;
+    assert_eq!(status, 400);
+    let (status, v) = ask("/detokenize", json!({"tokens": [1, 1_000_000]})).await;
+    assert_eq!(status, 400);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("1000000"),
+        "{v}"
+    );
+
+    let words = start(config(settings(4096, 256, 8))).await;
+    let (status, text) = post(&c, words.addrs[0], "/detokenize", r#"{"tokens": [1]}"#).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("keeps no text"), "{text}");
+}
