@@ -6,11 +6,13 @@ outside CI:
     python3 scripts/serve-vs-sim.py REQUEST_LOG BENCH_RESULT.json [sim engine flags...]
 
 REQUEST_LOG is `pagedkv serve --request-log` of the run, BENCH_RESULT.json `vllm bench serve
---save-result`'s file. The engine flags must be those the server ran with. Prints each figure
+--save-result`'s file. The engine flags must be those the server ran with; the simulator is
+$PAGEDKV_BIN, else target/release/pagedkv. Prints each figure
 from the client, from the server's own log, and from the offline simulation."""
 
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -30,7 +32,9 @@ scenario = {
 }
 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
     json.dump(scenario, f)
-exe = "target/debug/pagedkv"
+# The binary that served (`PAGEDKV_BIN`), else this checkout's release build.
+repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+exe = os.environ.get("PAGEDKV_BIN") or os.path.join(repo, "target", "release", "pagedkv")
 out = subprocess.run([exe, "sim", "engine", "--scenario", f.name, "--json", *flags],
                      check=True, capture_output=True, text=True).stdout
 run = json.loads(out)["runs"][0]
