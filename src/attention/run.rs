@@ -92,6 +92,8 @@ pub struct EngineFigures {
     pub contiguous_rel_error: f64,
 }
 
+/// One problem measured, by concern; each group is flattened, so the JSON is one flat object in
+/// this order.
 #[derive(Debug, Clone, Serialize)]
 pub struct AttentionReport {
     pub device: String,
@@ -101,6 +103,22 @@ pub struct AttentionReport {
     pub other_engines: Vec<EngineFigures>,
     /// Run on the emulated CUDA driver: the times are the CPU's, not a GPU's.
     pub emulated: bool,
+    #[serde(flatten)]
+    pub storage: KvStorage,
+    #[serde(flatten)]
+    pub shape: ProblemShape,
+    #[serde(flatten)]
+    pub accuracy: Accuracy,
+    #[serde(flatten)]
+    pub speed: Speed,
+    /// The CPU's roofline: K and V at the stream limit, the FMAs at the FMA limit measured in
+    /// the same run (None on a GPU).
+    pub roofline: Option<Roofline>,
+}
+
+/// How q and the KV cache are stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct KvStorage {
     /// q and the output.
     pub dtype: Dtype,
     /// How K and V are stored: `dtype`, or fp8 with the scales below.
@@ -111,6 +129,11 @@ pub struct AttentionReport {
     /// For an fp8 cache: the paged output's relative error against the oracle over K and V
     /// before quantisation (the accuracy fp8 costs); NaN otherwise or when not checked.
     pub quantised_rel_error: f64,
+}
+
+/// The problem and how the kernels split it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProblemShape {
     pub batch: usize,
     pub num_heads: usize,
     pub num_kv_heads: usize,
@@ -123,12 +146,22 @@ pub struct AttentionReport {
     /// Copies of the problem the timed runs took turns over, so that small problems are read from
     /// memory, not from the L2 cache (GPU; 1 on the CPU).
     pub copies_rotated: usize,
+}
+
+/// The outputs against the f64 oracle.
+#[derive(Debug, Clone, Serialize)]
+pub struct Accuracy {
     /// Whether the outputs were compared with the f64 oracle (`--no-check` skips it).
     pub checked: bool,
     /// Worst of the paged and contiguous errors against the f64 oracle (NaN when not checked).
     pub max_rel_error: f64,
     pub paged_rel_error: f64,
     pub contiguous_rel_error: f64,
+}
+
+/// Times, and the rates they give against the limits measured in the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Speed {
     pub paged_us: f64,
     pub contiguous_us: f64,
     pub kv_bytes: usize,
@@ -141,9 +174,6 @@ pub struct AttentionReport {
     pub contiguous_frac_of_stream: f64,
     /// Paged time over contiguous time: what paging costs.
     pub paged_over_contiguous: f64,
-    /// The CPU's roofline: K and V at the stream limit, the FMAs at the FMA limit measured in
-    /// the same run (None on a GPU).
-    pub roofline: Option<Roofline>,
 }
 
 /// Measures a problem built from `lens` with q of `dtype` and K/V stored as `kv_dtype` (the same,
@@ -292,41 +322,50 @@ where
             timed.paged_s * 1e6,
         )
     });
+    let limits = timed.limits;
     Ok(AttentionReport {
         device: device.name(),
         engine: timed.engine,
         other_engines,
         emulated: device.is_emulated(),
-        dtype: T::DTYPE,
-        kv_dtype: KV::DTYPE,
-        k_scale: p.k_scale.clone(),
-        v_scale: p.v_scale.clone(),
-        quantised_rel_error: quantised_err,
-        batch: p.lens.len(),
-        num_heads: p.shape.num_heads,
-        num_kv_heads: p.shape.num_kv_heads,
-        head_dim: p.shape.head_dim,
-        block_size: p.spec.block_size,
-        max_context: p.max_len,
-        total_tokens,
-        partitions: timed.plan.num_partitions,
-        partition_size: timed.plan.partition_size,
-        copies_rotated: timed.copies,
-        checked: opts.check,
-        max_rel_error: paged_err.max(contiguous_err),
-        paged_rel_error: paged_err,
-        contiguous_rel_error: contiguous_err,
-        paged_us: timed.paged_s * 1e6,
-        contiguous_us: timed.contiguous_s * 1e6,
-        kv_bytes: p.kv_bytes(),
-        paged_gbps,
-        contiguous_gbps,
-        copy_gbps: timed.limits.copy_gbps,
-        stream_gbps: timed.limits.stream_gbps,
-        paged_frac_of_stream: paged_gbps / timed.limits.stream_gbps,
-        paged_frac_of_copy: paged_gbps / timed.limits.copy_gbps,
-        contiguous_frac_of_stream: contiguous_gbps / timed.limits.stream_gbps,
-        paged_over_contiguous: timed.paged_s / timed.contiguous_s,
+        storage: KvStorage {
+            dtype: T::DTYPE,
+            kv_dtype: KV::DTYPE,
+            k_scale: p.k_scale.clone(),
+            v_scale: p.v_scale.clone(),
+            quantised_rel_error: quantised_err,
+        },
+        shape: ProblemShape {
+            batch: p.lens.len(),
+            num_heads: p.shape.num_heads,
+            num_kv_heads: p.shape.num_kv_heads,
+            head_dim: p.shape.head_dim,
+            block_size: p.spec.block_size,
+            max_context: p.max_len,
+            total_tokens,
+            partitions: timed.plan.num_partitions,
+            partition_size: timed.plan.partition_size,
+            copies_rotated: timed.copies,
+        },
+        accuracy: Accuracy {
+            checked: opts.check,
+            max_rel_error: paged_err.max(contiguous_err),
+            paged_rel_error: paged_err,
+            contiguous_rel_error: contiguous_err,
+        },
+        speed: Speed {
+            paged_us: timed.paged_s * 1e6,
+            contiguous_us: timed.contiguous_s * 1e6,
+            kv_bytes: p.kv_bytes(),
+            paged_gbps,
+            contiguous_gbps,
+            copy_gbps: limits.copy_gbps,
+            stream_gbps: limits.stream_gbps,
+            paged_frac_of_stream: paged_gbps / limits.stream_gbps,
+            paged_frac_of_copy: paged_gbps / limits.copy_gbps,
+            contiguous_frac_of_stream: contiguous_gbps / limits.stream_gbps,
+            paged_over_contiguous: timed.paged_s / timed.contiguous_s,
+        },
         roofline,
     })
 }

@@ -187,7 +187,7 @@ pub fn run(args: Args) -> CmdResult {
         .iter()
         .flat_map(|o| [o.paged_rel_error, o.contiguous_rel_error])
         // NaN anywhere stays NaN (f64::max would drop it).
-        .fold(report.max_rel_error, |a, b| {
+        .fold(report.accuracy.max_rel_error, |a, b| {
             if a.is_nan() || b.is_nan() {
                 f64::NAN
             } else {
@@ -205,7 +205,7 @@ pub fn run(args: Args) -> CmdResult {
     let calibrated = args.k_scale.is_none();
     if quantised && !args.no_check && calibrated {
         let bound = tolerance(args.dtype);
-        let e = report.quantised_rel_error;
+        let e = report.storage.quantised_rel_error;
         if !(e.is_finite() && e <= bound) {
             return Err(Box::new(CheckFailed(format!(
                 "{} cache: relative error {e:.3e} against the unquantised values exceeds {bound:.0e}",
@@ -218,23 +218,23 @@ pub fn run(args: Args) -> CmdResult {
 
 fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFailed> {
     // Not checked says so; a checked NaN stays NaN.
-    let error = |e: f64, digits: usize| match r.checked {
+    let error = |e: f64, digits: usize| match r.accuracy.checked {
         true => format!("{e:.digits$e}"),
         false => "not checked".to_string(),
     };
-    let kv = if r.kv_dtype == r.dtype {
+    let kv = if r.storage.kv_dtype == r.storage.dtype {
         String::new()
     } else {
-        format!(", K/V {}", r.kv_dtype)
+        format!(", K/V {}", r.storage.kv_dtype)
     };
     outln!(
         "{}: batch {}, {} query / {} KV heads, head dim {}, {}{kv}, block size {}, longest context {}, {} partition(s)",
-        r.device, r.batch, r.num_heads, r.num_kv_heads, r.head_dim, r.dtype, r.block_size, r.max_context, r.partitions
+        r.device, r.shape.batch, r.shape.num_heads, r.shape.num_kv_heads, r.shape.head_dim, r.storage.dtype, r.shape.block_size, r.shape.max_context, r.shape.partitions
     )?;
     if r.emulated {
         outln!("emulated GPU: the kernels ran on the CPU; times are not measurements of a GPU")?;
     }
-    if r.kv_dtype.fp8().is_some() {
+    if r.storage.kv_dtype.fp8().is_some() {
         let range = |s: &[f32]| {
             let (lo, hi) = s
                 .iter()
@@ -247,9 +247,9 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
         };
         outln!(
             "K scale {}, V scale {}; relative error against the unquantised values {}",
-            range(&r.k_scale),
-            range(&r.v_scale),
-            error(r.quantised_rel_error, 3)
+            range(&r.storage.k_scale),
+            range(&r.storage.v_scale),
+            error(r.storage.quantised_rel_error, 3)
         )?;
     }
     let mut t = Table::new([
@@ -263,22 +263,22 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
     let on = |e: Option<crate::launch::Engine>| e.map_or(String::new(), |e| format!(" ({e})"));
     t.row([
         format!("paged{}", on(r.engine)),
-        format!("{:.1}", r.paged_us),
-        format!("{:.1}", r.paged_gbps),
-        format!("{:.3}", r.paged_frac_of_stream),
-        format!("{:.3}", r.paged_frac_of_copy),
-        error(r.paged_rel_error, 2),
+        format!("{:.1}", r.speed.paged_us),
+        format!("{:.1}", r.speed.paged_gbps),
+        format!("{:.3}", r.speed.paged_frac_of_stream),
+        format!("{:.3}", r.speed.paged_frac_of_copy),
+        error(r.accuracy.paged_rel_error, 2),
     ]);
     t.row([
         format!("contiguous{}", on(r.engine)),
-        format!("{:.1}", r.contiguous_us),
-        format!("{:.1}", r.contiguous_gbps),
-        format!("{:.3}", r.contiguous_frac_of_stream),
-        format!("{:.3}", r.contiguous_gbps / r.copy_gbps),
-        error(r.contiguous_rel_error, 2),
+        format!("{:.1}", r.speed.contiguous_us),
+        format!("{:.1}", r.speed.contiguous_gbps),
+        format!("{:.3}", r.speed.contiguous_frac_of_stream),
+        format!("{:.3}", r.speed.contiguous_gbps / r.speed.copy_gbps),
+        error(r.accuracy.contiguous_rel_error, 2),
     ]);
     for o in &r.other_engines {
-        let gbps = |us: f64| r.kv_bytes as f64 / us / 1e3;
+        let gbps = |us: f64| r.speed.kv_bytes as f64 / us / 1e3;
         for (layout, us, err) in [
             ("paged", o.paged_us, o.paged_rel_error),
             ("contiguous", o.contiguous_us, o.contiguous_rel_error),
@@ -287,8 +287,8 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
                 format!("{layout}{}", on(Some(o.engine))),
                 format!("{us:.1}"),
                 format!("{:.1}", gbps(us)),
-                format!("{:.3}", gbps(us) / r.stream_gbps),
-                format!("{:.3}", gbps(us) / r.copy_gbps),
+                format!("{:.3}", gbps(us) / r.speed.stream_gbps),
+                format!("{:.3}", gbps(us) / r.speed.copy_gbps),
                 error(err, 2),
             ]);
         }
@@ -296,10 +296,10 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
     out!("{t}")?;
     outln!(
         "KV bytes read {:.1} MiB; limits in this run: copy {:.1} GB/s, read-only stream {:.1} GB/s; paged / contiguous time {:.3}",
-        r.kv_bytes as f64 / (1 << 20) as f64,
-        r.copy_gbps,
-        r.stream_gbps,
-        r.paged_over_contiguous
+        r.speed.kv_bytes as f64 / (1 << 20) as f64,
+        r.speed.copy_gbps,
+        r.speed.stream_gbps,
+        r.speed.paged_over_contiguous
     )?;
     if let Some(roof) = &r.roofline {
         let of_stream = |us: f64| roof.memory_us / us;
@@ -327,10 +327,10 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
             roof.paged_frac_of_bound
         )?;
     }
-    if r.copies_rotated > 1 {
+    if r.shape.copies_rotated > 1 {
         outln!(
             "timed runs took turns over {} copies of the problem, so that they read memory, not the L2 cache",
-            r.copies_rotated
+            r.shape.copies_rotated
         )?;
     }
     Ok(())

@@ -78,10 +78,10 @@ fn module_of(file: &str) -> Vec<String> {
     segs
 }
 
-/// `text` with comments, string and char literals blanked, cut at its first `#[cfg(test)]`
-/// (the test modules close the files that have them).
+/// `text` with comments, string and char literals blanked, cut at its `#[cfg(test)]` module (the
+/// test modules close the files that have them).
 fn code_only(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    let text = test_module_at(text).map_or(text, |at| &text[..at]);
     let b = text.as_bytes();
     let mut out = String::with_capacity(b.len());
     let mut i = 0;
@@ -111,6 +111,14 @@ fn code_only(text: &str) -> String {
         }
     }
     out
+}
+
+/// Where the `#[cfg(test)]` that opens a module stands (not one on a single item).
+fn test_module_at(text: &str) -> Option<usize> {
+    text.match_indices("#[cfg(test)]")
+        .map(|(at, attr)| (at, text[at + attr.len()..].trim_start()))
+        .find(|(_, rest)| rest.starts_with("mod ") || rest.starts_with("pub mod "))
+        .map(|(at, _)| at)
 }
 
 /// The length of a raw string literal (`r"..."`, `r#"..."#`) at the start of `s`.
@@ -347,6 +355,9 @@ fn the_reader_sees_use_trees_paths_and_circles() {
     assert!(!code.contains("crate::x") && !code.contains("crate::y"));
     assert!(code.contains("crate::z::f"));
     assert_eq!(code_only("a r#\"crate::q\"# b"), "a \"\" b");
+    let tested =
+        "#[cfg(test)]\nfn f() {}\ncrate::a::b();\n#[cfg(test)]\nmod tests { crate::c::d(); }";
+    assert!(code_only(tested).contains("crate::a::b") && !code_only(tested).contains("crate::c"));
     let mut modules = BTreeMap::new();
     for f in [
         "lib.rs",
