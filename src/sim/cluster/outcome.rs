@@ -135,7 +135,7 @@ fn total(
     );
     total.occupancy.busy_fraction /= engines.len() as f64;
     total.offload.offload_mode = e0.scheduler().cfg.cpu_offload.map(|o| o.mode);
-    total.refused = served.counts();
+    total.refused = served.counts;
     count_rejected_early(&mut total, rejected_early);
     total
 }

@@ -64,20 +64,9 @@ pub fn server_max_tokens(r: &ServingRequest, max_model_len: usize) -> Result<u32
 pub struct Accepted {
     /// In input order, each `output_len` set to the `max_tokens` the server gave it.
     pub requests: Vec<ServingRequest>,
-    /// Requests refused.
-    pub refused: usize,
-    /// Requests served with `max_tokens` lowered to `max_model_len − prompt`.
-    pub shortened: usize,
-}
-
-impl Accepted {
-    /// The counts a report carries.
-    pub fn counts(&self) -> Refused {
-        Refused {
-            rejected: self.refused,
-            shortened: self.shortened,
-        }
-    }
+    /// Requests refused (`rejected`), and served with `max_tokens` lowered to
+    /// `max_model_len − prompt` (`shortened`): the counts a report carries.
+    pub counts: Refused,
 }
 
 /// [`server_max_tokens`] over `requests`; an error when it refuses them all.
@@ -87,15 +76,14 @@ pub fn accepted(
 ) -> Result<Accepted, EngineError> {
     let mut out = Accepted {
         requests: Vec::with_capacity(requests.len()),
-        refused: 0,
-        shortened: 0,
+        counts: Refused::default(),
     };
     for r in requests {
         match server_max_tokens(r, max_model_len) {
-            Err(_) => out.refused += 1,
+            Err(_) => out.counts.rejected += 1,
             Ok(max_tokens) => {
                 if max_tokens < r.output_len {
-                    out.shortened += 1;
+                    out.counts.shortened += 1;
                 }
                 out.requests.push(ServingRequest {
                     output_len: max_tokens,
@@ -104,10 +92,10 @@ pub fn accepted(
             }
         }
     }
-    if out.requests.is_empty() && out.refused > 0 {
+    if out.requests.is_empty() && out.counts.rejected > 0 {
         return Err(super::config::ConfigError(format!(
             "vLLM's server refuses all {} requests under max_model_len {max_model_len} (a prompt of max_model_len tokens or more, or an output above it)",
-            out.refused
+            out.counts.rejected
         ))
         .into());
     }
@@ -155,7 +143,10 @@ mod tests {
         }
         let all: Vec<_> = cases.iter().map(|&((p, o), _)| req(p, o)).collect();
         let a = accepted(&all, m).unwrap();
-        assert_eq!((a.refused, a.shortened, a.requests.len()), (4, 3, 6));
+        assert_eq!(
+            (a.counts.rejected, a.counts.shortened, a.requests.len()),
+            (4, 3, 6)
+        );
         let outs: Vec<u32> = a.requests.iter().map(|r| r.output_len).collect();
         assert_eq!(outs, [12, 12, 11, 1, 1, 31]);
         let err = accepted(&all[6..], m).unwrap_err().to_string();

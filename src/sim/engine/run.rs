@@ -251,7 +251,7 @@ impl RunSettings {
             progress,
         )?;
         let mut report = e.report();
-        report.refused = served.counts();
+        report.refused = served.counts;
         Ok(Outcome {
             block_size,
             num_gpu_blocks,
