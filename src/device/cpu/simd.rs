@@ -1,7 +1,8 @@
-//! The inner loops of CPU attention and gathers, over rows of `hd` elements: the AVX-512 kernels of
-//! [`avx512`] where the CPU has them and `hd` is a multiple of 16, the AVX2 + FMA + F16C kernels of
-//! [`avx2`] where `hd` is a multiple of 8, portable loops otherwise. The choice is made once per
-//! call ([`Kernels::detect`]); all give the same results up to f32 rounding, and a given choice is
+//! The inner loops of CPU attention and gathers, over rows of `hd` elements: the vector kernels of
+//! [`kernels`], written once over an instruction set's [`lanes::Lanes`], on AVX-512 ([`avx512`])
+//! where the CPU has it and `hd` is a multiple of 16, on AVX2 + FMA + F16C ([`avx2`]) where `hd`
+//! is a multiple of 8; portable loops otherwise. The choice is made once per call
+//! ([`Kernels::detect`]); all give the same results up to f32 rounding, and a given choice is
 //! deterministic.
 //!
 //! Attention kernels work on one step (up to [`MAX_STEP_ROWS`] rows of one KV head) for a run of
@@ -13,17 +14,21 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+mod kernels;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+mod lanes;
+#[cfg(test)]
+mod lanes16;
 mod prefetch;
-#[cfg(target_arch = "x86_64")]
-mod softmax512;
 
+use lanes::Lanes;
 pub use prefetch::{Ahead, Span};
 
-/// Cephes' `expf`, shared by the vector `e^x` of [`avx2`] and [`softmax512`]: inputs clamped to
-/// `EXP_LO..=EXP_HI` (below `EXP_LO` the result is 0), `n = round(x log2 e)`, `r = x - n ln 2`
-/// with ln 2 split in two so the product is exact, then `e^r = 1 + r + r² p(r)`, `p` of degree 5
-/// by Horner from `EXP_POLY[0]`.
-#[cfg(target_arch = "x86_64")]
+/// Cephes' `expf`, the vector `e^x` of [`kernels::exp`]: inputs clamped to `EXP_LO..=EXP_HI`
+/// (below `EXP_LO` the result is 0), `n = round(x log2 e)`, `r = x - n ln 2` with ln 2 split in
+/// two so the product is exact, then `e^r = 1 + r + r² p(r)`, `p` of degree 5 by Horner from
+/// `EXP_POLY[0]`.
 mod exp_consts {
     pub const EXP_LO: f32 = -87.336_55;
     pub const EXP_HI: f32 = 88.376_26;
@@ -83,12 +88,15 @@ impl<'a> StepRows<'a> {
     }
 }
 
-/// The instruction sets of the kernel sets, narrowest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// The instruction sets of the kernel sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
     Portable,
     Avx2,
     Avx512,
+    /// AVX-512's shape in plain Rust ([`lanes16`]): the tests' check of the sixteen-lane kernels.
+    #[cfg(test)]
+    Lanes16,
 }
 
 /// Whether this CPU runs the AVX2 kernels (AVX2, FMA, F16C).
@@ -146,6 +154,16 @@ impl Kernels {
         sets
     }
 
+    /// The kernels on sixteen lanes of plain Rust, for rows of `hd` elements (a multiple of 16).
+    #[cfg(test)]
+    pub fn lanes16(hd: usize) -> Self {
+        assert!(hd.is_multiple_of(16));
+        Kernels {
+            isa: Isa::Lanes16,
+            ..Self::portable(hd)
+        }
+    }
+
     /// The portable loops, whatever the CPU.
     pub fn portable(hd: usize) -> Self {
         Kernels {
@@ -159,20 +177,24 @@ impl Kernels {
     /// cache, whether the rows hold e4m3's NaN code (the widening without it is 5 instructions a
     /// vector of 16 rather than 8, the scan half an instruction a vector).
     pub fn for_rows<T: KvElem>(self, k: &[T], v: &[T], rows: StepRows) -> Self {
-        if self.isa != Isa::Avx512 || T::DTYPE != crate::kv::Dtype::Fp8E4m3 {
+        if T::DTYPE != crate::kv::Dtype::Fp8E4m3 {
             return self;
         }
         let hd = self.hd;
         let rows = rows.within(hd, k.len().min(v.len()));
-        let nan_free = match T::DTYPE {
+        // SAFETY: an e4m3 element is one byte.
+        let bytes =
+            |x: &[T]| unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), x.len()) };
+        let nan_free = match self.isa {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `available` found the features and `hd % 16 == 0`; rows checked; an
-            // e4m3 element is one byte.
-            crate::kv::Dtype::Fp8E4m3 => unsafe {
-                let bytes = |x: &[T]| std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), x.len());
-                !avx512::e4m3_nan_in_rows(bytes(k), bytes(v), rows, hd)
-            },
-            _ => false,
+            // SAFETY: `available` found the features and `hd % 16 == 0`; rows checked.
+            Isa::Avx512 => unsafe { !avx512::e4m3_nan_in_rows(bytes(k), bytes(v), rows, hd) },
+            #[cfg(test)]
+            Isa::Lanes16 => !rows.iter().any(|&r| {
+                let nan = |x: &[u8]| x[r..r + hd].iter().any(|c| c & 0x7f == 0x7f);
+                nan(bytes(k)) || nan(bytes(v))
+            }),
+            _ => return self,
         };
         Kernels { nan_free, ..self }
     }
@@ -185,20 +207,28 @@ impl Kernels {
     /// Lanes of the score vectors: [`Self::scores`] pads its scores to a multiple of this.
     fn lanes(self) -> usize {
         match self.isa {
-            Isa::Avx512 => 16,
-            _ => 8,
+            Isa::Portable | Isa::Avx2 => 8,
+            _ => 16,
         }
     }
 
     /// How often [`Self::scores`] and [`Self::accumulate`] together call [`Ahead::beat`] for a
     /// step of `rows` rows and a whole group of `group` heads.
     pub fn beats(self, group: usize, rows: usize) -> usize {
+        let vector = |lanes: usize, widest: usize, g: usize| {
+            rows.div_ceil(lanes / g) + kernels::column_passes(lanes, widest, self.hd).count()
+        };
         group_runs(group)
             .map(|(_, g)| match self.isa {
+                Isa::Portable => 2 * rows,
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx512 => rows.div_ceil(16 / g) + avx512::column_passes(g, self.hd).count(),
-                Isa::Avx2 => rows.div_ceil(8 / g) + self.hd.div_ceil(16),
-                _ => 2 * rows,
+                Isa::Avx2 => vector(8, avx2::Avx2::widest_pass(g), g),
+                #[cfg(target_arch = "x86_64")]
+                Isa::Avx512 => vector(16, avx512::Avx512::widest_pass(g), g),
+                #[cfg(test)]
+                Isa::Lanes16 => vector(16, lanes16::Lanes16::widest_pass(g), g),
+                #[allow(unreachable_patterns)]
+                _ => unreachable!("no vector kernels on this architecture"),
             })
             .sum()
     }
@@ -250,7 +280,25 @@ impl Kernels {
                 s[n..padded].fill(f32::NEG_INFINITY);
                 return;
             },
-            Isa::Portable => {}
+            _ => {}
+        }
+        #[cfg(test)]
+        if self.isa == Isa::Lanes16 {
+            use kernels::scores as sc;
+            use lanes16::Lanes16 as L;
+            // SAFETY: plain Rust; `hd % 16 == 0`; rows and lengths checked.
+            unsafe {
+                match (g, self.nan_free) {
+                    (1, true) => sc::<L, T, 1, 16, false>(q, k, rows, hd, scale, s, ahead),
+                    (2, true) => sc::<L, T, 2, 8, false>(q, k, rows, hd, scale, s, ahead),
+                    (_, true) => sc::<L, T, 4, 4, false>(q, k, rows, hd, scale, s, ahead),
+                    (1, false) => sc::<L, T, 1, 16, true>(q, k, rows, hd, scale, s, ahead),
+                    (2, false) => sc::<L, T, 2, 8, true>(q, k, rows, hd, scale, s, ahead),
+                    (_, false) => sc::<L, T, 4, 4, true>(q, k, rows, hd, scale, s, ahead),
+                }
+            }
+            s[n..padded].fill(f32::NEG_INFINITY);
+            return;
         }
         let mut buf = vec![0f32; hd];
         for (c, &r) in rows.iter().enumerate() {
@@ -277,29 +325,39 @@ impl Kernels {
     ) -> [f32; 4] {
         assert!(matches!(g, 1 | 2 | 4) && maxs.len() == g && sums.len() == g);
         assert!((1..=MAX_STEP_ROWS).contains(&rows));
-        #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx512 {
-            let s = &mut s[..(rows * g).div_ceil(16) * 16];
-            // SAFETY: `available` found the features; `s` holds whole padded vectors.
-            unsafe {
+        let whole = |lanes: usize| (rows * g).div_ceil(lanes) * lanes;
+        // SAFETY (each arm): `available` found the features; `s` holds whole padded vectors of
+        // at most SCORES_LEN lanes.
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe {
+                let s = &mut s[..whole(16)];
                 return match g {
-                    1 => softmax512::softmax::<1>(s, as_array(maxs), as_array(sums)),
-                    2 => softmax512::softmax::<2>(s, as_array(maxs), as_array(sums)),
-                    _ => softmax512::softmax::<4>(s, as_array(maxs), as_array(sums)),
+                    1 => avx512::softmax::<1>(s, as_array(maxs), as_array(sums)),
+                    2 => avx512::softmax::<2>(s, as_array(maxs), as_array(sums)),
+                    _ => avx512::softmax::<4>(s, as_array(maxs), as_array(sums)),
                 };
-            }
-        }
-        #[cfg(target_arch = "x86_64")]
-        if self.isa >= Isa::Avx2 {
-            let s = &mut s[..(rows * g).div_ceil(8) * 8];
-            // SAFETY: `available` found the features; `s` holds whole padded vectors.
-            unsafe {
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => unsafe {
+                let s = &mut s[..whole(8)];
                 return match g {
                     1 => avx2::softmax::<1>(s, as_array(maxs), as_array(sums)),
                     2 => avx2::softmax::<2>(s, as_array(maxs), as_array(sums)),
                     _ => avx2::softmax::<4>(s, as_array(maxs), as_array(sums)),
                 };
-            }
+            },
+            #[cfg(test)]
+            Isa::Lanes16 => unsafe {
+                use lanes16::Lanes16 as L;
+                let s = &mut s[..whole(16)];
+                return match g {
+                    1 => kernels::softmax::<L, 1>(s, as_array(maxs), as_array(sums)),
+                    2 => kernels::softmax::<L, 2>(s, as_array(maxs), as_array(sums)),
+                    _ => kernels::softmax::<L, 4>(s, as_array(maxs), as_array(sums)),
+                };
+            },
+            _ => {}
         }
         let mut rescale = [0f32; 4];
         for h in 0..g {
@@ -359,7 +417,24 @@ impl Kernels {
                 }
                 return;
             },
-            Isa::Portable => {}
+            _ => {}
+        }
+        #[cfg(test)]
+        if self.isa == Isa::Lanes16 {
+            use kernels::accumulate as ac;
+            use lanes16::Lanes16 as L;
+            // SAFETY: as in `scores`.
+            unsafe {
+                match (g, self.nan_free) {
+                    (1, true) => ac::<L, T, 1, false>(s, v, rows, hd, rescale, acc, ahead),
+                    (2, true) => ac::<L, T, 2, false>(s, v, rows, hd, rescale, acc, ahead),
+                    (_, true) => ac::<L, T, 4, false>(s, v, rows, hd, rescale, acc, ahead),
+                    (1, false) => ac::<L, T, 1, true>(s, v, rows, hd, rescale, acc, ahead),
+                    (2, false) => ac::<L, T, 2, true>(s, v, rows, hd, rescale, acc, ahead),
+                    (_, false) => ac::<L, T, 4, true>(s, v, rows, hd, rescale, acc, ahead),
+                }
+            }
+            return;
         }
         for (h, a) in acc.chunks_exact_mut(hd).enumerate() {
             a.iter_mut().for_each(|x| *x *= rescale[h]);
@@ -377,8 +452,8 @@ impl Kernels {
     /// The f32 sum of `x` (any length).
     pub fn sum<T: KvElem>(self, x: &[T]) -> f32 {
         #[cfg(target_arch = "x86_64")]
-        if self.isa >= Isa::Avx2 {
-            // SAFETY: `available` found the features.
+        if matches!(self.isa, Isa::Avx2 | Isa::Avx512) {
+            // SAFETY: `available` found the features (AVX-512's include AVX2's).
             return unsafe { avx2::sum(x) };
         }
         x.iter().map(|e| e.to_f32()).sum()
@@ -392,7 +467,7 @@ fn last_row_end(rows: &[usize], hd: usize) -> usize {
 }
 
 /// A slice of known length as an array.
-#[cfg(target_arch = "x86_64")]
+#[cfg_attr(not(any(test, target_arch = "x86_64")), allow(dead_code))]
 fn as_array<const N: usize>(x: &mut [f32]) -> &mut [f32; N] {
     x.try_into().expect("length checked by the caller")
 }

@@ -1,20 +1,18 @@
-//! The attention inner loops with AVX-512 (16 lanes, 32 registers): half the instructions of
-//! [`super::avx2`]'s for the same work, and a core with two 512-bit FMA units does twice the
-//! lane-FMAs per cycle. Layouts as in [`super`]; the softmax between the two is AVX2's (a few
-//! vectors per step).
+//! AVX-512 F, BW and VL: the [`Lanes`] of [`kernels`] (16 f32 lanes, 32 registers: half the
+//! instructions of [`super::avx2`]'s for the same work, and a core with two 512-bit FMA units
+//! does twice the lane-FMAs per cycle), the kernels' entry points on them, and the scan for
+//! e4m3's NaN code that lets the widening skip it.
 //!
 //! Scores take four rows of a run of four heads at a time (sixteen accumulators), so each query
 //! vector loaded serves four rows and each converted K vector four heads; the sixteen dot
-//! products are reduced together ([`sum16`]). Accumulation keeps `16 / G` (at most eight)
-//! column vectors of every head in registers while the step's rows pass, the weight broadcast
-//! from memory into the FMA.
+//! products are reduced together ([`sum16`]). Accumulation keeps up to eight column vectors of
+//! every head in registers while the step's rows pass ([`Lanes::widest_pass`]).
 //!
-//! As in [`super::avx2`]: every function carries its target features; rows are bounds-checked by
-//! the caller, loads within a row use raw pointers.
+//! As in [`super::avx2`]: the entry points and helpers carry their target features; rows are
+//! bounds-checked by the caller, loads within a row use raw pointers.
 
-// Register arrays are indexed by head, row and column in lockstep with pointers.
-#![allow(clippy::needless_range_loop)]
-
+use super::kernels;
+use super::lanes::Lanes;
 use super::Ahead;
 use crate::kv::{Dtype, KvElem};
 use std::arch::x86_64::*;
@@ -177,13 +175,134 @@ fn sum16(v: [__m512; 16]) -> __m512 {
     fold_pairs::<0b10_00_10_00, 0b11_01_11_01>(y0, y1)
 }
 
-/// Scores of `rows` for `G` heads, `R = 16 / G` rows at a time: one accumulator per (row, head),
-/// reduced together by [`sum16`] into `s[c * G..][..16]`, the `[row][head]` layout. Past the last
-/// row the last row is read again (its lanes are overwritten by the caller).
+/// AVX-512's lanes: 16 f32, 32 registers.
+pub(super) struct Avx512;
+
+impl Lanes for Avx512 {
+    type V = __m512;
+    type Accs = [__m512; 16];
+    const LANES: usize = 16;
+    const PAIRED_LOADS: bool = true;
+
+    /// Sixteen accumulators for four heads, eight for fewer (enough to hide the FMA latency).
+    fn widest_pass(g: usize) -> usize {
+        if g >= 4 {
+            4
+        } else {
+            8
+        }
+    }
+    fn widening<T: KvElem>() -> f32 {
+        widening::<T>()
+    }
+
+    #[inline(always)]
+    unsafe fn zero() -> __m512 {
+        _mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        _mm512_loadu_ps(p)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        _mm512_storeu_ps(p, v)
+    }
+    #[inline(always)]
+    unsafe fn add(a: __m512, b: __m512) -> __m512 {
+        _mm512_add_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512, b: __m512) -> __m512 {
+        _mm512_sub_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        _mm512_mul_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn max(a: __m512, b: __m512) -> __m512 {
+        _mm512_max_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn min(a: __m512, b: __m512) -> __m512 {
+        _mm512_min_ps(a, b)
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        _mm512_fnmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn round(v: __m512) -> __m512 {
+        _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
+    }
+    #[inline(always)]
+    unsafe fn times_pow2(y: __m512, n: __m512) -> __m512 {
+        _mm512_scalef_ps(y, n)
+    }
+    #[inline(always)]
+    unsafe fn zero_below(x: __m512, lo: f32, y: __m512) -> __m512 {
+        let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(lo));
+        _mm512_maskz_mov_ps(!below, y)
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: __m512) -> f32 {
+        _mm512_reduce_add_ps(v)
+    }
+    #[inline(always)]
+    unsafe fn load_kv<T: KvElem, const NAN_CODES: bool>(p: *const T) -> __m512 {
+        load16::<T, NAN_CODES>(p)
+    }
+    #[inline(always)]
+    unsafe fn load_kv2<T: KvElem, const NAN_CODES: bool>(p: *const T) -> [__m512; 2] {
+        load32::<T, NAN_CODES>(p)
+    }
+    #[inline(always)]
+    unsafe fn zero_accs() -> [__m512; 16] {
+        [_mm512_setzero_ps(); 16]
+    }
+    #[inline(always)]
+    unsafe fn sums(a: [__m512; 16]) -> __m512 {
+        sum16(a)
+    }
+    #[inline(always)]
+    unsafe fn max_across_rows<const G: usize>(v: __m512) -> __m512 {
+        across_rows::<G>(v, |a, b| _mm512_max_ps(a, b))
+    }
+    #[inline(always)]
+    unsafe fn sum_across_rows<const G: usize>(v: __m512) -> __m512 {
+        across_rows::<G>(v, |a, b| _mm512_add_ps(a, b))
+    }
+}
+
+/// Lane `l` of the result is `op` over the lanes of `v` that hold the same head as `l`: lanes
+/// `l % G`, `l % G + G`, ... in the `[row][head]` layout.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn across_rows<const G: usize>(v: __m512, op: impl Fn(__m512, __m512) -> __m512) -> __m512 {
+    let v = op(v, _mm512_shuffle_f32x4::<0b01_00_11_10>(v, v));
+    let mut v = op(v, _mm512_shuffle_f32x4::<0b10_11_00_01>(v, v));
+    if G <= 2 {
+        v = op(v, _mm512_permute_ps::<0b01_00_11_10>(v));
+    }
+    if G == 1 {
+        v = op(v, _mm512_permute_ps::<0b10_11_00_01>(v));
+    }
+    v
+}
+
+/// [`kernels::scores`] on AVX-512, `R = 16 / G` rows at a time.
 ///
 /// # Safety
-/// [`available`]; `hd % 16 == 0`; `G * R == 16`; `q.len() >= G * hd`; every row lies in `k`;
-/// `s.len() >= rows.len().div_ceil(R) * 16`; without `NAN_CODES`, no e4m3 NaN code in the rows.
+/// [`available`]; as [`kernels::scores`].
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn scores<T: KvElem, const G: usize, const R: usize, const NAN_CODES: bool>(
@@ -195,86 +314,26 @@ pub unsafe fn scores<T: KvElem, const G: usize, const R: usize, const NAN_CODES:
     s: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    debug_assert!(G * R == 16 && hd.is_multiple_of(16) && q.len() >= G * hd);
-    debug_assert!(s.len() >= rows.len().div_ceil(R) * 16);
-    let (q, kp, n) = (q.as_ptr(), k.as_ptr(), rows.len());
-    let scale = _mm512_set1_ps(scale / widening::<T>());
-    for c in (0..n).step_by(R) {
-        ahead.beat();
-        let mut row = [kp; R];
-        for (i, p) in row.iter_mut().enumerate() {
-            *p = kp.add(*rows.get_unchecked((c + i).min(n - 1)));
-        }
-        let mut a = [_mm512_setzero_ps(); 16];
-        let pairs = hd - hd % 32;
-        for d in (0..pairs).step_by(32) {
-            let mut x = [[_mm512_setzero_ps(); 2]; R];
-            for i in 0..R {
-                x[i] = load32::<T, NAN_CODES>(row[i].add(d));
-            }
-            for (j, d) in [d, d + 16].into_iter().enumerate() {
-                for h in 0..G {
-                    let qh = _mm512_loadu_ps(q.add(h * hd + d));
-                    for i in 0..R {
-                        a[i * G + h] = _mm512_fmadd_ps(qh, x[i][j], a[i * G + h]);
-                    }
-                }
-            }
-        }
-        if pairs < hd {
-            let d = pairs;
-            let mut x = [_mm512_setzero_ps(); R];
-            for i in 0..R {
-                x[i] = load16::<T, NAN_CODES>(row[i].add(d));
-            }
-            for h in 0..G {
-                let qh = _mm512_loadu_ps(q.add(h * hd + d));
-                for i in 0..R {
-                    a[i * G + h] = _mm512_fmadd_ps(qh, x[i], a[i * G + h]);
-                }
-            }
-        }
-        _mm512_storeu_ps(s.as_mut_ptr().add(c * G), _mm512_mul_ps(sum16(a), scale));
-    }
+    kernels::scores::<Avx512, T, G, R, NAN_CODES>(q, k, rows, hd, scale, s, ahead)
 }
 
-/// Column vectors of 16 held per head in one pass of [`accumulate`] over the rows: sixteen
-/// accumulators for four heads, eight for fewer (enough to hide the FMA latency).
-const fn columns_per_pass(g: usize) -> usize {
-    if g >= 4 {
-        4
-    } else {
-        8
-    }
-}
-
-/// The passes of [`accumulate`] over `hd` columns for `g` heads: `(first column, vectors)`, the
-/// widest first.
-pub fn column_passes(g: usize, hd: usize) -> impl Iterator<Item = (usize, usize)> {
-    let widest = columns_per_pass(g);
-    let mut d = 0;
-    std::iter::from_fn(move || {
-        let left = (hd - d) / 16;
-        if left == 0 {
-            return None;
-        }
-        let w = [8, 4, 2, 1]
-            .into_iter()
-            .find(|&w| w <= widest && w <= left)
-            .expect("1 fits");
-        d += 16 * w;
-        Some((d - 16 * w, w))
-    })
-}
-
-/// `acc[h] = acc[h] * rescale[h] + Σ_c w[c * G + h] * v[rows[c]]` for `G` heads (`acc` is
-/// `[G, hd]`), in the passes of [`column_passes`]: each head's columns stay in registers while
-/// every row passes (the step's rows are in L1 after the first pass).
+/// [`kernels::softmax`] on AVX-512.
 ///
 /// # Safety
-/// [`available`]; `hd % 16 == 0`; `acc.len() == G * hd`; every row lies in `v`;
-/// `w.len() >= rows.len() * G`; without `NAN_CODES`, no e4m3 NaN code in the rows.
-#[allow(clippy::too_many_arguments)]
+/// [`available`]; as [`kernels::softmax`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn softmax<const G: usize>(
+    s: &mut [f32],
+    maxs: &mut [f32; G],
+    sums: &mut [f32; G],
+) -> [f32; 4] {
+    kernels::softmax::<Avx512, G>(s, maxs, sums)
+}
+
+/// [`kernels::accumulate`] on AVX-512.
+///
+/// # Safety
+/// [`available`]; as [`kernels::accumulate`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn accumulate<T: KvElem, const G: usize, const NAN_CODES: bool>(
     w: &[f32],
@@ -285,61 +344,7 @@ pub unsafe fn accumulate<T: KvElem, const G: usize, const NAN_CODES: bool>(
     acc: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    debug_assert!(hd.is_multiple_of(16) && acc.len() == G * hd && w.len() >= rows.len() * G);
-    for (d, width) in column_passes(G, hd) {
-        ahead.beat();
-        match width {
-            8 => columns::<T, G, 8, NAN_CODES>(w, v, rows, hd, rescale, acc, d),
-            4 => columns::<T, G, 4, NAN_CODES>(w, v, rows, hd, rescale, acc, d),
-            2 => columns::<T, G, 2, NAN_CODES>(w, v, rows, hd, rescale, acc, d),
-            _ => columns::<T, G, 1, NAN_CODES>(w, v, rows, hd, rescale, acc, d),
-        }
-    }
-}
-
-/// Columns `d..d + 16 W` of [`accumulate`].
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn columns<T: KvElem, const G: usize, const W: usize, const NAN_CODES: bool>(
-    w: &[f32],
-    v: &[T],
-    rows: &[usize],
-    hd: usize,
-    rescale: &[f32; 4],
-    acc: &mut [f32],
-    d: usize,
-) {
-    let (vp, ap, wp) = (v.as_ptr(), acc.as_mut_ptr(), w.as_ptr());
-    // The accumulators hold the sums times `widening` while the rows pass.
-    let mut a = [[_mm512_setzero_ps(); W]; G];
-    for h in 0..G {
-        let r = _mm512_set1_ps(rescale[h] * widening::<T>());
-        for j in 0..W {
-            a[h][j] = _mm512_mul_ps(r, _mm512_loadu_ps(ap.add(h * hd + d + 16 * j)));
-        }
-    }
-    for (c, &r) in rows.iter().enumerate() {
-        let mut x = [_mm512_setzero_ps(); W];
-        if W == 1 {
-            x[0] = load16::<T, NAN_CODES>(vp.add(r + d));
-        } else {
-            for j in (0..W).step_by(2) {
-                [x[j], x[j + 1]] = load32::<T, NAN_CODES>(vp.add(r + d + 16 * j));
-            }
-        }
-        for h in 0..G {
-            let wh = _mm512_set1_ps(*wp.add(c * G + h));
-            for j in 0..W {
-                a[h][j] = _mm512_fmadd_ps(wh, x[j], a[h][j]);
-            }
-        }
-    }
-    let unwiden = _mm512_set1_ps(1.0 / widening::<T>());
-    for h in 0..G {
-        for j in 0..W {
-            _mm512_storeu_ps(ap.add(h * hd + d + 16 * j), _mm512_mul_ps(a[h][j], unwiden));
-        }
-    }
+    kernels::accumulate::<Avx512, T, G, NAN_CODES>(w, v, rows, hd, rescale, acc, ahead)
 }
 
 #[cfg(test)]
@@ -365,20 +370,24 @@ mod tests {
         }
     }
 
+    fn passes(g: usize, hd: usize) -> impl Iterator<Item = (usize, usize)> {
+        kernels::column_passes(16, Avx512::widest_pass(g), hd)
+    }
+
     #[test]
     fn column_passes_cover_the_row_once_widest_first() {
         for g in [1, 2, 4] {
             for hd in (16..=512).step_by(16) {
                 let mut next = 0;
-                for (d, w) in column_passes(g, hd) {
+                for (d, w) in passes(g, hd) {
                     assert_eq!(d, next);
-                    assert!(w <= columns_per_pass(g) && w.is_power_of_two());
+                    assert!(w <= Avx512::widest_pass(g) && w.is_power_of_two());
                     next += 16 * w;
                 }
                 assert_eq!(next, hd, "g {g} hd {hd}");
             }
         }
-        assert_eq!(column_passes(4, 128).count(), 2);
-        assert_eq!(column_passes(2, 128).count(), 1);
+        assert_eq!(passes(4, 128).count(), 2);
+        assert_eq!(passes(2, 128).count(), 1);
     }
 }

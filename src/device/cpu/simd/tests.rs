@@ -62,10 +62,10 @@ fn check_step<T: KvElem>(
         true => {
             let made = kernels.for_rows(&k, &v, StepRows::new(&rows, hd));
             // Values in [-1, 1) hold no NaN code.
-            let avx512 = kernels.isa == Isa::Avx512;
+            let sixteen = kernels.lanes() == 16;
             assert_eq!(
                 made.nan_free,
-                avx512 && T::DTYPE == crate::kv::Dtype::Fp8E4m3
+                sixteen && T::DTYPE == crate::kv::Dtype::Fp8E4m3
             );
             made
         }
@@ -152,11 +152,21 @@ fn check_step<T: KvElem>(
     }
 }
 
+/// Every kernel set this CPU runs for rows of `hd` elements, and the sixteen lanes of plain Rust
+/// where `hd` allows them (the sixteen-lane kernels checked on a CPU without AVX-512).
+fn every_set(hd: usize) -> Vec<Kernels> {
+    let mut sets = Kernels::available(hd);
+    if hd.is_multiple_of(16) {
+        sets.push(Kernels::lanes16(hd));
+    }
+    sets
+}
+
 #[test]
 fn every_kernel_set_matches_f64_loops() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     for hd in [8, 16, 24, 48, 64, 128, 12] {
-        for kernels in Kernels::available(hd) {
+        for kernels in every_set(hd) {
             for g in [1, 2, 4] {
                 for (n_rows, f) in [1, 3, 16, 17, MAX_STEP_ROWS]
                     .into_iter()
@@ -180,6 +190,7 @@ fn every_kernel_set_matches_f64_loops() {
         Isa::Avx512 => assert_eq!(Kernels::detect(24).isa(), Isa::Avx2),
         Isa::Avx2 => eprintln!("AVX-512 kernels not tested: this CPU lacks AVX-512 F/BW/VL"),
         Isa::Portable => eprintln!("vector kernels not tested: this CPU lacks AVX2/FMA/F16C"),
+        Isa::Lanes16 => unreachable!("never detected"),
     }
 }
 
@@ -198,7 +209,7 @@ fn kernels_beat_as_often_as_they_announce_at(hd: usize) {
         start: 0,
         len: k.len(),
     }];
-    for kernels in Kernels::available(hd) {
+    for kernels in every_set(hd) {
         for group in [1, 2, 3, 4, 8] {
             let mut ahead = Ahead::new(&k, &k, &spans, kernels.beats(group, rows.len()));
             let mut s = vec![0f32; SCORES_LEN];
@@ -324,10 +335,16 @@ fn vector_fp8_widening_matches_every_code() {
 /// step with one gives NaN scores (K) or accumulators (V), as the widening with the fix-up does.
 #[test]
 fn e4m3_nan_codes_are_found_in_the_rows_and_give_nan() {
-    let kernels = match Kernels::available(16).pop() {
-        Some(k) if k.isa == Isa::Avx512 => k,
-        _ => return eprintln!("skipped: no AVX-512"),
-    };
+    let sets = every_set(16).into_iter().filter(|k| k.lanes() == 16);
+    if !Kernels::available(16).iter().any(|k| k.isa == Isa::Avx512) {
+        eprintln!("AVX-512 not tested: this CPU lacks AVX-512 F/BW/VL (the sixteen lanes of plain Rust are)");
+    }
+    for kernels in sets {
+        e4m3_nan_codes_are_found_by(kernels);
+    }
+}
+
+fn e4m3_nan_codes_are_found_by(kernels: Kernels) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let nan = 0x7f_u8; // S 1111 111 with either sign
     for hd in [16, 48, 80, 128] {
