@@ -238,7 +238,7 @@ fn check(a: CheckArgs) -> CmdResult {
                 };
                 let covered = match Measured::new(&p, &m, tp) {
                     Ok(_) => "yes".to_string(),
-                    Err(why) => format!("no: {}", why.trim_start_matches(&*p.label).trim()),
+                    Err(why) => format!("no: has no {}", why.what),
                 };
                 t.row(vec![
                     m.name.clone(),

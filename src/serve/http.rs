@@ -232,14 +232,14 @@ fn prompt_tokens(s: &AppState, prompt: Option<PromptInput>) -> Result<(Vec<u32>,
         PromptInput::Text(t) => (
             s.tokenizer
                 .encode(&t)
-                .map_err(|e| ApiError::validation(&e, Some("prompt"), None))?,
+                .map_err(|e| ApiError::validation(&e.to_string(), Some("prompt"), None))?,
             true,
         ),
         PromptInput::Tokens(t) => (t, false),
         PromptInput::Texts(v) if v.len() == 1 => (
             s.tokenizer
                 .encode(&v[0])
-                .map_err(|e| ApiError::validation(&e, Some("prompt"), None))?,
+                .map_err(|e| ApiError::validation(&e.to_string(), Some("prompt"), None))?,
             true,
         ),
         PromptInput::TokenLists(mut v) if v.len() == 1 => (v.remove(0), false),
@@ -542,7 +542,7 @@ async fn chat_completions(State(s): State<Shared>, headers: HeaderMap, body: Bod
         let prompt = s
             .tokenizer
             .encode(&r.prompt_text())
-            .map_err(|e| ApiError::validation(&e, Some("messages"), None))?;
+            .map_err(|e| ApiError::validation(&e.to_string(), Some("messages"), None))?;
         if prompt.is_empty() {
             return Err(ApiError::validation(
                 "the messages hold no text to count",

@@ -9,13 +9,24 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// A log file that could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {source}")]
+pub struct LogFileError {
+    pub path: String,
+    pub source: std::io::Error,
+}
+
 /// A JSON-lines file every replica writes to.
 #[derive(Clone)]
 pub struct LogSink(Arc<Mutex<BufWriter<Box<dyn Write + Send>>>>);
 
 impl LogSink {
-    pub fn create(path: &Path) -> Result<LogSink, String> {
-        let f = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn create(path: &Path) -> Result<LogSink, LogFileError> {
+        let f = std::fs::File::create(path).map_err(|source| LogFileError {
+            path: path.display().to_string(),
+            source,
+        })?;
         Ok(LogSink::new(Box::new(f)))
     }
 

@@ -57,10 +57,10 @@ pub fn tokenize(
     let tokens = match (r.prompt, r.messages) {
         (Some(text), None) => t
             .encode_with(&text, r.add_special_tokens.unwrap_or(true))
-            .map_err(|e| invalid(&e, "prompt"))?,
+            .map_err(|e| invalid(&e.to_string(), "prompt"))?,
         (None, Some(messages)) => t
             .encode(&messages_text(&messages))
-            .map_err(|e| invalid(&e, "messages"))?,
+            .map_err(|e| invalid(&e.to_string(), "messages"))?,
         _ => {
             return Err(invalid(
                 "Either prompt or messages must be provided, not both.",
@@ -69,7 +69,10 @@ pub fn tokenize(
         }
     };
     let token_strs = match r.return_token_strs {
-        Some(true) => Some(t.pieces(&tokens).map_err(|e| invalid(&e, "prompt"))?),
+        Some(true) => Some(
+            t.pieces(&tokens)
+                .map_err(|e| invalid(&e.to_string(), "prompt"))?,
+        ),
         _ => None,
     };
     Ok(TokenizeResponse {
@@ -90,6 +93,8 @@ pub fn detokenize(t: &Tokenizer, r: DetokenizeRequest) -> Result<DetokenizeRespo
             ));
         }
     }
-    let prompt = t.decode(&r.tokens).map_err(|e| invalid(&e, "tokens"))?;
+    let prompt = t
+        .decode(&r.tokens)
+        .map_err(|e| invalid(&e.to_string(), "tokens"))?;
     Ok(DetokenizeResponse { prompt })
 }

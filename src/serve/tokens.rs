@@ -23,8 +23,23 @@ const FILLER_CANDIDATES: &[&str] = &[" the", " a", "the", "a", " x", "x", "."];
 /// Vocabulary entries tried after the candidates, at most.
 const FILLER_SCAN: u32 = 20_000;
 
-const WORDS_KEEP_NO_TEXT: &str =
-    "the word tokenizer keeps no text for its ids (its ids are hashes of words)";
+/// Why a tokenizer could not be loaded, or could not encode or decode.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("{file}: not a tokenizer.json: {reason}")]
+    NotATokenizer { file: String, reason: String },
+    #[error(
+        "{name}: no piece of text in its first {FILLER_SCAN} tokens encodes to one token per \
+         repetition, so generated text could not count as its tokens"
+    )]
+    NoFiller { name: String },
+    #[error("the tokenizer failed on the text: {0}")]
+    Encode(String),
+    #[error("the tokenizer could not decode the ids: {0}")]
+    Decode(String),
+    #[error("the word tokenizer keeps no text for its ids (its ids are hashes of words)")]
+    WordsKeepNoText,
+}
 
 /// How prompts become tokens, and what one generated token reads as.
 pub struct Tokenizer {
@@ -54,30 +69,29 @@ impl Tokenizer {
     }
 
     /// A `tokenizer.json` (the Hugging Face format), or a folder holding one.
-    pub fn from_path(path: &Path) -> Result<Tokenizer, String> {
+    pub fn from_path(path: &Path) -> Result<Tokenizer, TokenizerError> {
         let file = if path.is_dir() {
             path.join("tokenizer.json")
         } else {
             path.to_path_buf()
         };
-        let t = tokenizers::Tokenizer::from_file(&file)
-            .map_err(|e| format!("{}: not a tokenizer.json: {e}", file.display()))?;
+        let t =
+            tokenizers::Tokenizer::from_file(&file).map_err(|e| TokenizerError::NotATokenizer {
+                file: file.display().to_string(),
+                reason: e.to_string(),
+            })?;
         Tokenizer::hf(t, &file.display().to_string())
     }
 
-    fn hf(mut t: tokenizers::Tokenizer, name: &str) -> Result<Tokenizer, String> {
+    fn hf(mut t: tokenizers::Tokenizer, name: &str) -> Result<Tokenizer, TokenizerError> {
         // No cache of encoded pieces: a prompt is seldom seen twice, and a model without a
         // pre-tokenizer (the shipped one) would keep up to 10,000 whole prompts (~100 MB at
         // 1,000 requests/s of 200 characters).
         let mut model = t.get_model().clone();
         model.resize_cache(0);
         t.with_model(model);
-        let filler = find_filler(&t).ok_or_else(|| {
-            format!(
-                "{name}: no piece of text in its first {FILLER_SCAN} tokens encodes to one \
-                 token per repetition, so generated text could not count as its tokens"
-            )
-        })?;
+        let filler =
+            find_filler(&t).ok_or_else(|| TokenizerError::NoFiller { name: name.into() })?;
         Ok(Tokenizer {
             kind: Kind::Hf(Box::new(t)),
             filler,
@@ -86,34 +100,36 @@ impl Tokenizer {
 
     /// The prompt's token ids. As vLLM encodes a completion prompt: with the tokenizer's
     /// special tokens (`add_special_tokens=True`, `CompletionRequest`'s default).
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         self.encode_with(text, true)
     }
 
     /// The ids of `text`, with the tokenizer's special tokens or without.
-    pub fn encode_with(&self, text: &str, special: bool) -> Result<Vec<u32>, String> {
+    pub fn encode_with(&self, text: &str, special: bool) -> Result<Vec<u32>, TokenizerError> {
         match &self.kind {
             Kind::Words => Ok(text.split_whitespace().map(word_id).collect()),
             Kind::Hf(t) => t
                 .encode(text, special)
                 .map(|e| e.get_ids().to_vec())
-                .map_err(|e| format!("the tokenizer failed on the prompt: {e}")),
+                .map_err(|e| TokenizerError::Encode(e.to_string())),
         }
     }
 
     /// The text of `ids`, special tokens kept (`tokenizer.decode`'s default). The word rule
     /// keeps no text for its ids.
-    pub fn decode(&self, ids: &[u32]) -> Result<String, String> {
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         match &self.kind {
-            Kind::Words => Err(WORDS_KEEP_NO_TEXT.into()),
-            Kind::Hf(t) => t.decode(ids, false).map_err(|e| e.to_string()),
+            Kind::Words => Err(TokenizerError::WordsKeepNoText),
+            Kind::Hf(t) => t
+                .decode(ids, false)
+                .map_err(|e| TokenizerError::Decode(e.to_string())),
         }
     }
 
     /// Each id's piece of the vocabulary (`convert_ids_to_tokens`).
-    pub fn pieces(&self, ids: &[u32]) -> Result<Vec<String>, String> {
+    pub fn pieces(&self, ids: &[u32]) -> Result<Vec<String>, TokenizerError> {
         match &self.kind {
-            Kind::Words => Err(WORDS_KEEP_NO_TEXT.into()),
+            Kind::Words => Err(TokenizerError::WordsKeepNoText),
             Kind::Hf(t) => Ok(ids
                 .iter()
                 .map(|&id| t.id_to_token(id).unwrap_or_default())
@@ -122,13 +138,13 @@ impl Tokenizer {
     }
 
     /// How many tokens `text` is as a client counts generated text: without special tokens.
-    pub fn count_plain(&self, text: &str) -> Result<usize, String> {
+    pub fn count_plain(&self, text: &str) -> Result<usize, TokenizerError> {
         match &self.kind {
             Kind::Words => Ok(text.split_whitespace().count()),
             Kind::Hf(t) => t
                 .encode(text, false)
                 .map(|e| e.len())
-                .map_err(|e| e.to_string()),
+                .map_err(|e| TokenizerError::Encode(e.to_string())),
         }
     }
 
@@ -210,7 +226,8 @@ mod tests {
         assert_eq!(t.vocab_size(), Some(9));
         assert_eq!(t.encode("w0 w7  w3\nw9").unwrap(), [1, 8, 4, 0]);
         let bad = Tokenizer::from_path(&data("src")).err().unwrap();
-        assert!(bad.contains("not a tokenizer.json"), "{bad}");
+        assert!(matches!(bad, TokenizerError::NotATokenizer { .. }), "{bad}");
+        assert!(bad.to_string().contains("not a tokenizer.json"), "{bad}");
     }
 
     #[test]
@@ -304,6 +321,7 @@ mod tests {
         // One word of anything, always: no piece repeats.
         let t = hf_json(r#"{"type":"WordLevel","vocab":{"[UNK]":0},"unk_token":"[UNK]"}"#);
         let e = Tokenizer::hf(t, "test").err().unwrap();
-        assert!(e.contains("no piece of text"), "{e}");
+        assert!(matches!(e, TokenizerError::NoFiller { .. }), "{e}");
+        assert!(e.to_string().contains("no piece of text"), "{e}");
     }
 }

@@ -204,7 +204,8 @@ impl SweepConfig {
             )),
             None => None,
         };
-        choose(self.step_times, own, m, &crate::hw::H200, self.gpus.max(1)).map_err(invalid)
+        choose(self.step_times, own, m, &crate::hw::H200, self.gpus.max(1))
+            .map_err(|e| invalid(e.to_string()))
     }
 
     /// The KV pool in bytes, and how it was chosen (a sentence for the report).
@@ -259,7 +260,7 @@ impl SweepConfig {
         let (preset, why) = fitting_preset(format);
         self.slo
             .resolve((preset, &why), m.params_billion, true)
-            .map_err(invalid)
+            .map_err(|e| invalid(e.to_string()))
     }
 
     /// How the capacity search looks: 2% resolution in at most 12 engine runs per search; `quick`

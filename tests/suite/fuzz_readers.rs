@@ -111,7 +111,9 @@ fn radix(path: &Path) -> Result<usize, String> {
 }
 
 fn profile(path: &Path) -> Result<usize, String> {
-    pagedkv::sim::engine::load_profile(path).map(|p| p.efficiency.len())
+    pagedkv::sim::engine::load_profile(path)
+        .map(|p| p.efficiency.len())
+        .map_err(|e| e.to_string())
 }
 
 /// The reader under `--offload-bandwidth swap.json` and the other JSON the CLI reads.

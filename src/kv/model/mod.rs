@@ -169,12 +169,13 @@ impl ModelShape {
     /// vLLM's checks of a tensor-parallel size: the attention heads split evenly
     /// (`ModelConfig.verify_with_parallel_config`), and the KV heads split evenly or, with more
     /// GPUs than KV heads, are replicated evenly (`QKVParallelLinear`).
-    pub fn check_tp(&self, tp: usize) -> Result<(), String> {
+    pub fn check_tp(&self, tp: usize) -> Result<(), TensorParallelError> {
         if tp == 0 || !self.num_heads.is_multiple_of(tp) {
-            return Err(format!(
-                "--tp {tp}: vLLM needs the {} attention heads of {} divisible by the tensor-parallel size",
-                self.num_heads, self.name
-            ));
+            return Err(TensorParallelError::Heads {
+                tp,
+                heads: self.num_heads,
+                model: self.name.clone(),
+            });
         }
         let kv_ok = if tp >= self.kv_heads {
             tp.is_multiple_of(self.kv_heads)
@@ -182,13 +183,37 @@ impl ModelShape {
             self.kv_heads.is_multiple_of(tp)
         };
         if !kv_ok {
-            return Err(format!(
-                "--tp {tp}: vLLM needs the {} KV heads of {} and the tensor-parallel size to divide one another",
-                self.kv_heads, self.name
-            ));
+            return Err(TensorParallelError::KvHeads {
+                tp,
+                kv_heads: self.kv_heads,
+                model: self.name.clone(),
+            });
         }
         Ok(())
     }
+}
+
+/// Why a model's heads do not split over a tensor-parallel size, as vLLM refuses it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TensorParallelError {
+    #[error(
+        "--tp {tp}: vLLM needs the {heads} attention heads of {model} divisible by the \
+         tensor-parallel size"
+    )]
+    Heads {
+        tp: usize,
+        heads: usize,
+        model: String,
+    },
+    #[error(
+        "--tp {tp}: vLLM needs the {kv_heads} KV heads of {model} and the tensor-parallel size to \
+         divide one another"
+    )]
+    KvHeads {
+        tp: usize,
+        kv_heads: usize,
+        model: String,
+    },
 }
 
 /// The KV pool vLLM would leave: `gpus × memory_mib × utilization − weights`, in bytes; `None`
@@ -269,10 +294,17 @@ mod tests {
         l.check_tp(1).unwrap();
         l.check_tp(8).unwrap();
         l.check_tp(16).unwrap(); // 8 KV heads replicated twice over 16 GPUs
-        assert!(l.check_tp(3).unwrap_err().contains("32 attention heads"));
+        assert!(l
+            .check_tp(3)
+            .unwrap_err()
+            .to_string()
+            .contains("32 attention heads"));
         let q = preset("qwen2.5-7b").unwrap(); // 28 heads, 4 KV heads
         q.check_tp(2).unwrap();
-        assert!(q.check_tp(7).unwrap_err().contains("KV heads"));
+        assert!(matches!(
+            q.check_tp(7),
+            Err(TensorParallelError::KvHeads { tp: 7, .. })
+        ));
         // GQA: every preset's query heads are a whole multiple of its KV heads.
         for name in preset_names() {
             let m = preset(name).unwrap();

@@ -97,10 +97,10 @@ pub use metrics::{
     Distribution, EngineReport, Latencies, ObjectiveShares, Occupancy, Offload, Preemptions,
     PrefixCache, Refused, Slo, SloOutcome, Throughput, TimeUnit,
 };
-pub use profile::{load_profile, parse_profile, Profile};
+pub use profile::{load_profile, parse_profile, Profile, ProfileFileError};
 pub use run::{Outcome, RunSettings, TierReport};
 pub use setup::{prepare, Prepared, Submission};
-pub use slo::{Judged, ResolvedSlo, SloFlags, SloPreset, SloTargets};
+pub use slo::{Judged, ResolvedSlo, SloError, SloFlags, SloPreset, SloTargets};
 pub use step_log::StepRecord;
 pub use step_time::StepModel;
 

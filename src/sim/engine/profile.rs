@@ -20,6 +20,29 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// Why a file is no efficiency profile; each names the file.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProfileFileError {
+    #[error("{name}: {reason}")]
+    Unread { name: String, reason: String },
+    #[error(
+        "{name}: not a profile, sweep or attention report (expected an \"efficiency\" list, \
+         sweep \"rows\", or attention reports with block_size and paged_frac_of_stream)"
+    )]
+    NotAProfile { name: String },
+    #[error("{name}: the profile holds no block sizes")]
+    Empty { name: String },
+    #[error(
+        "{name}: block size {block_size} has efficiency {efficiency} (need block size >= 1 and \
+         efficiency > 0)"
+    )]
+    BadPoint {
+        name: String,
+        block_size: usize,
+        efficiency: f64,
+    },
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProfilePoint {
     pub block_size: usize,
@@ -94,19 +117,21 @@ impl Profile {
     }
 
     /// Checks that a loaded profile is usable.
-    fn validate(self, name: &str) -> Result<Profile, String> {
+    fn validate(self, name: &str) -> Result<Profile, ProfileFileError> {
+        let name = name.to_string();
         if self.efficiency.is_empty() {
-            return Err(format!("{name}: the profile holds no block sizes"));
+            return Err(ProfileFileError::Empty { name });
         }
         if let Some(p) = self
             .efficiency
             .iter()
             .find(|p| p.block_size == 0 || !(p.efficiency.is_finite() && p.efficiency > 0.0))
         {
-            return Err(format!(
-                "{name}: block size {} has efficiency {} (need block size >= 1 and efficiency > 0)",
-                p.block_size, p.efficiency
-            ));
+            return Err(ProfileFileError::BadPoint {
+                name,
+                block_size: p.block_size,
+                efficiency: p.efficiency,
+            });
         }
         Ok(self)
     }
@@ -159,30 +184,32 @@ fn from_attention(reports: &[serde_json::Value]) -> Option<Profile> {
 }
 
 /// Parses any of the accepted forms (see the module docs); `name` is used in errors.
-pub fn parse_profile(text: &str, name: &str) -> Result<Profile, String> {
-    let values = crate::workload::strict_json::values(text).map_err(|e| format!("{name}: {e}"))?;
+pub fn parse_profile(text: &str, name: &str) -> Result<Profile, ProfileFileError> {
+    let unread = |reason: String| ProfileFileError::Unread {
+        name: name.into(),
+        reason,
+    };
+    let values = crate::workload::strict_json::values(text).map_err(|e| unread(e.to_string()))?;
     let found = match values.as_slice() {
         [] => None,
         [v] if v.get("efficiency").is_some() => {
-            Some(serde_json::from_value::<Profile>(v.clone()).map_err(|e| format!("{name}: {e}"))?)
+            Some(serde_json::from_value::<Profile>(v.clone()).map_err(|e| unread(e.to_string()))?)
         }
         [v] if v.get("rows").is_some() => from_sweep(v),
         [serde_json::Value::Array(items)] => from_attention(items),
         many => from_attention(many),
     };
     found
-        .ok_or_else(|| {
-            format!(
-                "{name}: not a profile, sweep or attention report (expected an \"efficiency\" list, \
-                 sweep \"rows\", or attention reports with block_size and paged_frac_of_stream)"
-            )
-        })?
+        .ok_or_else(|| ProfileFileError::NotAProfile { name: name.into() })?
         .validate(name)
 }
 
-pub fn load_profile(path: &Path) -> Result<Profile, String> {
+pub fn load_profile(path: &Path) -> Result<Profile, ProfileFileError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| ProfileFileError::Unread {
+        name: name.clone(),
+        reason: e.to_string(),
+    })?;
     parse_profile(&text, &name)
 }
 
@@ -233,7 +260,7 @@ mod tests {
             "{\"efficiency\": [{\"block_size\": 0, \"efficiency\": 1}]}",
             "nope",
         ] {
-            let e = parse_profile(bad, "bad.json").unwrap_err();
+            let e = parse_profile(bad, "bad.json").unwrap_err().to_string();
             assert!(
                 e.starts_with("bad.json: ") && !e.contains('\n'),
                 "{bad}: {e}"

@@ -181,7 +181,7 @@ impl RunSettings {
         };
         let profile = self.step_times.profile.as_deref();
         models_at(profile, &self.model, &self.gpu, self.tp, block_size, at)
-            .map_err(|e| super::config::ConfigError(e).into())
+            .map_err(|e| super::config::ConfigError(e.to_string()).into())
     }
 
     /// The GPU's step times at `block_size`: the measured model under measured step times, else

@@ -402,10 +402,21 @@ impl ResolvedSlo {
     }
 }
 
-fn positive(name: &str, x: Option<f64>) -> Result<Option<f64>, String> {
+/// Why the SLO flags are no objectives.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SloError {
+    #[error("--{flag} must be a positive number, got {value}")]
+    NotPositive { flag: &'static str, value: f64 },
+    #[error("--slo-attainment must be in (0, 1], got {0}")]
+    Attainment(f64),
+    #[error("--slo custom needs --slo-ttft, --slo-tpot or --slo-tbt")]
+    CustomWithoutObjective,
+}
+
+fn positive(flag: &'static str, x: Option<f64>) -> Result<Option<f64>, SloError> {
     match x {
-        Some(v) if !(v.is_finite() && v > 0.0) => {
-            Err(format!("--{name} must be a positive number, got {v}"))
+        Some(value) if !(value.is_finite() && value > 0.0) => {
+            Err(SloError::NotPositive { flag, value })
         }
         _ => Ok(x),
     }
@@ -425,13 +436,13 @@ impl SloFlags {
         fallback: (SloPreset, &str),
         params_billion: f64,
         custom_defaults: bool,
-    ) -> Result<ResolvedSlo, String> {
+    ) -> Result<ResolvedSlo, SloError> {
         let ttft = positive("slo-ttft", self.ttft_s)?;
         let tpot = positive("slo-tpot", self.tpot_s)?;
         let tbt = positive("slo-tbt", self.tbt_s)?;
         if let Some(a) = self.attainment {
             if !(a > 0.0 && a <= 1.0) {
-                return Err(format!("--slo-attainment must be in (0, 1], got {a}"));
+                return Err(SloError::Attainment(a));
             }
         }
         let (preset, why) = match self.preset {
@@ -467,7 +478,7 @@ impl SloFlags {
             t.judged = Judged::Joint;
         }
         if t.ttft_s.is_none() && t.tpot_s.is_none() && t.tbt_s.is_none() {
-            return Err("--slo custom needs --slo-ttft, --slo-tpot or --slo-tbt".into());
+            return Err(SloError::CustomWithoutObjective);
         }
         let set_for = match row.params_billion {
             Some(_) => format!(
@@ -605,7 +616,8 @@ mod tests {
         let e = flags(Some(SloPreset::Custom))
             .resolve((SloPreset::Custom, "-"), 8.0, false)
             .unwrap_err();
-        assert!(e.contains("--slo custom needs"), "{e}");
+        assert_eq!(e, SloError::CustomWithoutObjective);
+        assert!(e.to_string().contains("--slo custom needs"), "{e}");
         for (f, msg) in [
             (
                 SloFlags {
@@ -623,7 +635,8 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                f.resolve((SloPreset::Mlperf, "-"), 8.0, true),
+                f.resolve((SloPreset::Mlperf, "-"), 8.0, true)
+                    .map_err(|e| e.to_string()),
                 Err(msg.into())
             );
         }

@@ -91,8 +91,8 @@ impl StepRecord {
         serde_json::to_string(self).expect("a step record serialises")
     }
 
-    pub fn parse_line(line: &str) -> Result<StepRecord, String> {
-        serde_json::from_str(line).map_err(|e| e.to_string())
+    pub fn parse_line(line: &str) -> Result<StepRecord, serde_json::Error> {
+        serde_json::from_str(line)
     }
 
     /// A step in which nothing happened: nothing scheduled, preempted, finished, hit, loaded or

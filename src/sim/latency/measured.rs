@@ -66,12 +66,24 @@ fn kv_class(d: Dtype) -> Option<KvClass> {
     }
 }
 
+/// What a step profile's tables lack for a run.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{profile} has no {what}")]
+pub struct Lacks {
+    /// The profile's label.
+    pub profile: String,
+    pub what: String,
+}
+
 impl Measured {
     /// `model` on one of `tp` GPUs from `profile`'s tables at the profile's block size, or what
     /// they lack (one line).
-    pub fn new(profile: &StepProfile, model: &ModelShape, tp: usize) -> Result<Measured, String> {
+    pub fn new(profile: &StepProfile, model: &ModelShape, tp: usize) -> Result<Measured, Lacks> {
         let tp = tp.max(1);
-        let lacks = |what: String| format!("{} has no {what}", profile.label);
+        let lacks = |what: String| Lacks {
+            profile: profile.label.clone(),
+            what,
+        };
         let weights = match model.weights {
             Weights::Bf16 | Weights::F16 => GemmClass::Bits16,
             Weights::Fp8 => GemmClass::Fp8,
@@ -104,8 +116,10 @@ impl Measured {
         let o_proj = gemm(g.o_proj, weights, "o_proj")?;
         let gate_up = gemm(g.gate_up, weights, "gate_up_proj")?;
         let down = gemm(g.down, weights, "down_proj")?;
-        let lm_head = gemm(g.lm_head, GemmClass::Bits16, "lm_head")
-            .map_err(|e| format!("{e} (the LM head stays bf16 under {wname} weights)"))?;
+        let lm_head = gemm(g.lm_head, GemmClass::Bits16, "lm_head").map_err(|e| Lacks {
+            what: format!("{} (the LM head stays bf16 under {wname} weights)", e.what),
+            ..e
+        })?;
         let kv = kv_class(model.dtype)
             .ok_or_else(|| lacks(format!("attention over a {} KV cache", model.dtype)))?;
         let key = AttentionKey {
@@ -327,12 +341,16 @@ mod tests {
     #[test]
     fn a_missing_row_is_named() {
         let model = preset("llama-3.1-8b").unwrap();
-        let e = Measured::new(&profile(), &model, 1).unwrap_err();
+        let e = Measured::new(&profile(), &model, 1)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("bf16 GEMM n=6144 k=4096 (qkv_proj of llama-3.1-8b at tp 1)"),
             "{e}"
         );
-        let e = Measured::new(&profile(), &model, 4).unwrap_err();
+        let e = Measured::new(&profile(), &model, 4)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("by hand has no"), "{e}");
     }
 }

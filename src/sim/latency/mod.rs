@@ -19,7 +19,7 @@ pub mod profile;
 pub mod roofline;
 
 pub use batch::BatchShape;
-pub use measured::Measured;
+pub use measured::{Lacks, Measured};
 pub use profile::{ProfileError, StepProfile};
 pub use roofline::{kv_bytes_per_token_per_gpu, Roofline, ALLREDUCE_LATENCY_S};
 
@@ -76,7 +76,7 @@ pub fn models_at(
     tp: usize,
     block_size: usize,
     efficiency: impl Fn(usize) -> f64,
-) -> Result<(Option<Latency>, Latency), String> {
+) -> Result<(Option<Latency>, Latency), Lacks> {
     let measured = match profile {
         Some(p) => Some(Latency::Measured(Arc::new(
             Measured::new(p, model, tp)?.at_block_size(block_size, &efficiency),
@@ -168,34 +168,34 @@ pub fn choose(
     model: &ModelShape,
     gpu: &Gpu,
     tp: usize,
-) -> Result<Choice, String> {
+) -> Result<Choice, StepTimesError> {
     if ask == StepTimes::Roofline {
         if own.is_some() {
-            return Err("--step-profile needs --step-times auto or measured".into());
+            return Err(StepTimesError::ProfileWithRoofline);
         }
         return Ok(Choice::roofline("--step-times roofline"));
     }
     if let Some(p) = &own {
         if p.gpu != gpu.name {
-            return Err(format!(
-                "--step-profile {:?} is for {}, the run's GPU is {}",
-                p.label, p.gpu, gpu.name
-            ));
+            return Err(StepTimesError::OtherGpu {
+                label: p.label.clone(),
+                profile_gpu: p.gpu.clone(),
+                gpu: gpu.name.into(),
+            });
         }
     }
     let Some(profile) = own.or_else(|| shipped(gpu.name)) else {
-        let why = format!(
-            "no measured tables for {} (shipped: {}; --step-profile FILE brings your own)",
-            gpu.name,
-            profile::SHIPPED
+        let why = NoTables {
+            gpu: gpu.name.into(),
+            shipped: profile::SHIPPED
                 .iter()
                 .map(|s| s.0)
                 .collect::<Vec<_>>()
-                .join(", ")
-        );
+                .join(", "),
+        };
         return match ask {
-            StepTimes::Measured => Err(format!("--step-times measured: {why}")),
-            _ => Ok(Choice::roofline(&why)),
+            StepTimes::Measured => Err(StepTimesError::NoTables(why)),
+            _ => Ok(Choice::roofline(&why.to_string())),
         };
     };
     match Measured::new(&profile, model, tp) {
@@ -203,9 +203,39 @@ pub fn choose(
             line: format!("step times: measured, {}", m.label),
             profile: Some(profile),
         }),
-        Err(why) if ask == StepTimes::Auto => Ok(Choice::roofline(&why)),
-        Err(why) => Err(format!("--step-times measured: {why}")),
+        Err(why) if ask == StepTimes::Auto => Ok(Choice::roofline(&why.to_string())),
+        Err(why) => Err(StepTimesError::Lacks(why)),
     }
+}
+
+/// Why a run gets no step times: the flags disagree, or `--step-times measured` finds no tables
+/// that cover it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepTimesError {
+    #[error("--step-profile needs --step-times auto or measured")]
+    ProfileWithRoofline,
+    #[error("--step-profile {label:?} is for {profile_gpu}, the run's GPU is {gpu}")]
+    OtherGpu {
+        label: String,
+        profile_gpu: String,
+        gpu: String,
+    },
+    #[error("--step-times measured: {0}")]
+    NoTables(NoTables),
+    #[error("--step-times measured: {0}")]
+    Lacks(Lacks),
+    /// `--step-profile FILE` unread.
+    #[error(transparent)]
+    Unread(#[from] ProfileError),
+}
+
+/// No step profile for the run's GPU, shipped or given.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("no measured tables for {gpu} (shipped: {shipped}; --step-profile FILE brings your own)")]
+pub struct NoTables {
+    pub gpu: String,
+    /// The GPUs with a shipped profile.
+    pub shipped: String,
 }
 
 #[cfg(test)]
@@ -269,8 +299,9 @@ mod tests {
         let m = preset("llama-3.1-8b").unwrap();
         let h100 = shipped("h100").unwrap();
         let e = choose(StepTimes::Auto, Some(h100.clone()), &m, &crate::hw::H200, 1).unwrap_err();
-        assert!(e.contains("is for h100"), "{e}");
+        assert!(e.to_string().contains("is for h100"), "{e}");
         let e = choose(StepTimes::Roofline, Some(h100), &m, &crate::hw::H100, 1).unwrap_err();
-        assert!(e.contains("--step-profile needs"), "{e}");
+        assert_eq!(e, StepTimesError::ProfileWithRoofline);
+        assert!(e.to_string().contains("--step-profile needs"), "{e}");
     }
 }

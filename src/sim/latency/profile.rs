@@ -52,7 +52,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
 ];
 
 /// Why a profile cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
 #[error("{name}: {detail}")]
 pub struct ProfileError {
     pub name: String,

@@ -1,8 +1,11 @@
 //! Why a spec is no run: each a one-line message naming the flag it came from, as the CLI says
 //! it.
 
-use crate::kv::model::ModelError;
+use super::tier::HostTierError;
+use crate::kv::model::{ModelError, TensorParallelError};
 use crate::sim::engine::config::ConfigError;
+use crate::sim::engine::{ProfileFileError, SloError};
+use crate::sim::latency::StepTimesError;
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq)]
@@ -14,8 +17,8 @@ pub enum SpecError {
     #[error(transparent)]
     Model(#[from] ModelError),
     /// The model's heads do not split over the GPUs.
-    #[error("{0}")]
-    TensorParallel(String),
+    #[error(transparent)]
+    TensorParallel(#[from] TensorParallelError),
     /// vLLM's checks of the engine's settings.
     #[error(transparent)]
     Engine(#[from] ConfigError),
@@ -28,14 +31,14 @@ pub enum SpecError {
     #[error("--step-overhead-ms must be >= 0, got {0}")]
     StepOverhead(f64),
     /// The host tier's size, chunking or bandwidth.
-    #[error("{0}")]
-    HostTier(String),
+    #[error(transparent)]
+    HostTier(#[from] HostTierError),
     /// A step profile unread, or tables that do not cover the run.
-    #[error("{0}")]
-    StepTimes(String),
+    #[error(transparent)]
+    StepTimes(#[from] StepTimesError),
     /// An efficiency profile unread.
-    #[error("{0}")]
-    Profile(String),
-    #[error("{0}")]
-    Slo(String),
+    #[error(transparent)]
+    Profile(#[from] ProfileFileError),
+    #[error(transparent)]
+    Slo(#[from] SloError),
 }

@@ -9,9 +9,9 @@ use crate::hw::{gpu, gpu_names};
 use crate::kv::model::{self, ModelError, ModelShape, Weights};
 use crate::sim::engine::config::{preset, preset_names, Prediction, Preemption, Preset};
 use crate::sim::engine::{
-    load_profile, EngineConfig, Profile, ResolvedSlo, RunSettings, SloFlags, SloPreset,
+    load_profile, EngineConfig, Profile, ResolvedSlo, RunSettings, SloError, SloFlags, SloPreset,
 };
-use crate::sim::latency::{choose, Choice, StepProfile};
+use crate::sim::latency::{choose, Choice, StepProfile, StepTimesError};
 use crate::workload::scenario::EngineFields;
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ pub fn model_shape(
 
 /// `sim engine`'s and `sim cluster`'s SLOs: none without a value; the values alone without a
 /// preset.
-pub fn run_slo(flags: &SloFlags, params_billion: f64) -> Result<Option<ResolvedSlo>, String> {
+pub fn run_slo(flags: &SloFlags, params_billion: f64) -> Result<Option<ResolvedSlo>, SloError> {
     if flags.is_empty() {
         return Ok(None);
     }
@@ -136,14 +136,16 @@ fn engine(
 }
 
 /// The step-time model for `model` on `gpu`, as the spec asks.
-fn step_times(spec: &RunSpec, model: &ModelShape, gpu: &crate::hw::Gpu) -> Result<Choice, String> {
+fn step_times(
+    spec: &RunSpec,
+    model: &ModelShape,
+    gpu: &crate::hw::Gpu,
+) -> Result<Choice, StepTimesError> {
     if spec.clock == Clock::Steps {
         return Ok(Choice::roofline("unused: --clock steps"));
     }
     let own = match &spec.step_profile {
-        Some(path) => Some(Arc::new(
-            StepProfile::read(path).map_err(|e| e.to_string())?,
-        )),
+        Some(path) => Some(Arc::new(StepProfile::read(path)?)),
         None => None,
     };
     choose(spec.step_times, own, model, gpu, spec.tp)
@@ -164,7 +166,7 @@ pub fn resolve(
         dtype: spec.kv_cache_dtype,
         ..model_shape(&spec.model, spec.quantization)?
     };
-    model.check_tp(spec.tp).map_err(SpecError::TensorParallel)?;
+    model.check_tp(spec.tp)?;
     let Engine {
         config: mut e,
         num_gpu_blocks_override,
@@ -175,8 +177,7 @@ pub fn resolve(
     if block_size == 0 {
         return Err(SpecError::ZeroBlockSize);
     }
-    let tier =
-        tier::resolve(&spec.tier, &model, spec.tp, block_size).map_err(SpecError::HostTier)?;
+    let tier = tier::resolve(&spec.tier, &model, spec.tp, block_size)?;
     let offload_source = tier.map(|(o, source)| {
         e.cpu_offload = Some(o);
         source
@@ -194,16 +195,16 @@ pub fn resolve(
         name: gpu_name,
         known: gpu_names().join(", "),
     })?;
-    let step_times = step_times(spec, &model, &g).map_err(SpecError::StepTimes)?;
+    let step_times = step_times(spec, &model, &g)?;
     let profile = match &spec.profile {
-        Some(path) => load_profile(path).map_err(SpecError::Profile)?,
+        Some(path) => load_profile(path)?,
         None => Profile::h200_assumed(),
     };
     let overhead = spec.step_overhead_ms;
     if !(overhead.is_finite() && overhead >= 0.0) {
         return Err(SpecError::StepOverhead(overhead));
     }
-    let slo = run_slo(&spec.slo, model.params_billion).map_err(SpecError::Slo)?;
+    let slo = run_slo(&spec.slo, model.params_billion)?;
     let settings = RunSettings {
         engine: e,
         num_gpu_blocks_override,

@@ -15,12 +15,49 @@ pub const PCIE5_X16_GBPS: f64 = 63.0;
 /// vLLM's CPU page size, to which it rounds a chunk's bytes (`SharedOffloadRegion`).
 const PAGE_BYTES: u64 = 4096;
 
+/// Why the tier flags are no host tier; each names its flag.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HostTierError {
+    #[error("{0} needs a tier (--kv-offloading-size, --cpu-offload-blocks or --cpu-offload-gib)")]
+    NoTier(&'static str),
+    #[error(
+        "--kv-offloading-backend lmcache (an external LMCache server) is not modelled; use native"
+    )]
+    Lmcache,
+    #[error("--offload-block-size {tokens} is not a multiple of the block size {block_size}")]
+    OffloadBlockSize { tokens: usize, block_size: usize },
+    #[error(
+        "--cpu-offload-mode store-on-evict holds single blocks (no --offload-blocks-per-chunk or \
+         --offload-block-size)"
+    )]
+    StoreOnEvictChunks,
+    #[error("--{flag} must be > 0, got {gib}")]
+    NotPositive { flag: &'static str, gib: f64 },
+    #[error(
+        "{flag}: the host tier holds no whole chunk of {blocks_per_chunk} blocks of {block_size} \
+         tokens"
+    )]
+    NoWholeChunk {
+        flag: &'static str,
+        blocks_per_chunk: usize,
+        block_size: usize,
+    },
+    #[error("--offload-bandwidth must be > 0 GB/s, got {0}")]
+    Bandwidth(f64),
+    /// `--offload-bandwidth FILE`: unread, or not `pagedkv swap --json` output.
+    #[error("{file}: {reason}")]
+    SwapFile { file: String, reason: String },
+}
+
 /// The host link from `pagedkv swap --json` output at the row nearest `block_size`: the slower
 /// direction's batched copy rate.
-fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), String> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
-    let v = crate::workload::strict_json::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
+fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), HostTierError> {
+    let file = |reason: String| HostTierError::SwapFile {
+        file: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
+    let v = crate::workload::strict_json::from_str(&text).map_err(|e| file(e.to_string()))?;
     let rate = |r: &serde_json::Value, dir: &str| r.get(dir)?.get("batched_gbps")?.as_f64();
     let row = v
         .get("rows")
@@ -30,11 +67,11 @@ fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), Strin
                 .filter_map(|r| Some((r.get("block_size")?.as_u64()? as usize, r)))
                 .min_by_key(|(b, _)| b.abs_diff(block_size))
         })
-        .ok_or_else(|| format!("{name}: not `pagedkv swap --json` output (no rows)"))?;
+        .ok_or_else(|| file("not `pagedkv swap --json` output (no rows)".into()))?;
     let gbps = rate(row.1, "swap_in")
         .zip(rate(row.1, "swap_out"))
         .map(|(i, o)| i.min(o))
-        .ok_or_else(|| format!("{name}: row for block size {} lacks batched_gbps", row.0))?;
+        .ok_or_else(|| file(format!("row for block size {} lacks batched_gbps", row.0)))?;
     let device = v.get("device").and_then(|d| d.as_str()).unwrap_or("?");
     Ok((
         gbps,
@@ -45,11 +82,11 @@ fn swap_file_gbps(path: &Path, block_size: usize) -> Result<(f64, String), Strin
     ))
 }
 
-fn positive_gib(flag: &str, gib: f64) -> Result<f64, String> {
+fn positive_gib(flag: &'static str, gib: f64) -> Result<f64, HostTierError> {
     if gib.is_finite() && gib > 0.0 {
         Ok(gib)
     } else {
-        Err(format!("--{flag} must be > 0, got {gib}"))
+        Err(HostTierError::NotPositive { flag, gib })
     }
 }
 
@@ -60,7 +97,7 @@ pub fn resolve(
     model: &ModelShape,
     tp: usize,
     block_size: usize,
-) -> Result<Option<(CpuOffload, String)>, String> {
+) -> Result<Option<(CpuOffload, String)>, HostTierError> {
     let sized = a.kv_offloading_size.is_some()
         || a.cpu_offload_blocks.is_some()
         || a.cpu_offload_gib.is_some();
@@ -75,29 +112,23 @@ pub fn resolve(
             (a.offload_block_size.is_some(), "--offload-block-size"),
         ] {
             if set {
-                return Err(format!(
-                    "{flag} needs a tier (--kv-offloading-size, --cpu-offload-blocks or --cpu-offload-gib)"
-                ));
+                return Err(HostTierError::NoTier(flag));
             }
         }
         return Ok(None);
     }
     if a.kv_offloading_backend == Some(Backend::Lmcache) {
-        return Err("--kv-offloading-backend lmcache (an external LMCache server) is not modelled; use native".into());
+        return Err(HostTierError::Lmcache);
     }
     let native = a.cpu_offload_mode == OffloadMode::Native;
     let blocks_per_chunk = match (a.offload_blocks_per_chunk, a.offload_block_size) {
         (Some(n), _) => n,
         (None, Some(t)) if t % block_size == 0 => t / block_size,
-        (None, Some(t)) => {
-            return Err(format!(
-                "--offload-block-size {t} is not a multiple of the block size {block_size}"
-            ))
-        }
+        (None, Some(tokens)) => return Err(HostTierError::OffloadBlockSize { tokens, block_size }),
         (None, None) => 1,
     };
     if !native && blocks_per_chunk != 1 {
-        return Err("--cpu-offload-mode store-on-evict holds single blocks (no --offload-blocks-per-chunk or --offload-block-size)".into());
+        return Err(HostTierError::StoreOnEvictChunks);
     }
     // One GPU's share of a block, and every GPU's.
     let gpu_block = kv_bytes_per_token_per_gpu(model, tp) * block_size as u64;
@@ -135,9 +166,11 @@ pub fn resolve(
         (None, None, None) => unreachable!("sized above"),
     };
     if chunks == 0 {
-        return Err(format!(
-            "{flag}: the host tier holds no whole chunk of {blocks_per_chunk} blocks of {block_size} tokens"
-        ));
+        return Err(HostTierError::NoWholeChunk {
+            flag,
+            blocks_per_chunk,
+            block_size,
+        });
     }
     let (gbps, source) = match &a.offload_bandwidth {
         None => (
@@ -146,7 +179,7 @@ pub fn resolve(
         ),
         Some(s) => match s.parse::<f64>() {
             Ok(g) if g.is_finite() && g > 0.0 => (g, "--offload-bandwidth".to_string()),
-            Ok(g) => return Err(format!("--offload-bandwidth must be > 0 GB/s, got {g}")),
+            Ok(g) => return Err(HostTierError::Bandwidth(g)),
             Err(_) => swap_file_gbps(Path::new(s), block_size)?,
         },
     };
