@@ -253,6 +253,7 @@ impl Kernels {
         assert!(!rows.is_empty() && rows.len() <= MAX_STEP_ROWS && s.len() >= SCORES_LEN);
         let lanes = self.lanes();
         let (n, padded) = (rows.len() * g, (rows.len() * g).div_ceil(lanes) * lanes);
+        let kr = kernels::PoolRows { x: k, rows, hd };
         #[cfg(target_arch = "x86_64")]
         match self.isa {
             // SAFETY: `available` found the features and `hd % 16 == 0`; rows and lengths
@@ -260,12 +261,12 @@ impl Kernels {
             Isa::Avx512 => unsafe {
                 use avx512::scores as sc;
                 match (g, self.nan_free) {
-                    (1, true) => sc::<T, 1, 16, false>(q, k, rows, hd, scale, s, ahead),
-                    (2, true) => sc::<T, 2, 8, false>(q, k, rows, hd, scale, s, ahead),
-                    (_, true) => sc::<T, 4, 4, false>(q, k, rows, hd, scale, s, ahead),
-                    (1, false) => sc::<T, 1, 16, true>(q, k, rows, hd, scale, s, ahead),
-                    (2, false) => sc::<T, 2, 8, true>(q, k, rows, hd, scale, s, ahead),
-                    (_, false) => sc::<T, 4, 4, true>(q, k, rows, hd, scale, s, ahead),
+                    (1, true) => sc::<T, 1, 16, false>(q, kr, scale, s, ahead),
+                    (2, true) => sc::<T, 2, 8, false>(q, kr, scale, s, ahead),
+                    (_, true) => sc::<T, 4, 4, false>(q, kr, scale, s, ahead),
+                    (1, false) => sc::<T, 1, 16, true>(q, kr, scale, s, ahead),
+                    (2, false) => sc::<T, 2, 8, true>(q, kr, scale, s, ahead),
+                    (_, false) => sc::<T, 4, 4, true>(q, kr, scale, s, ahead),
                 }
                 s[n..padded].fill(f32::NEG_INFINITY);
                 return;
@@ -273,9 +274,9 @@ impl Kernels {
             // SAFETY: `available` found the features and `hd % 8 == 0`; rows and lengths checked.
             Isa::Avx2 => unsafe {
                 match g {
-                    1 => avx2::scores::<T, 1, 8>(q, k, rows, hd, scale, s, ahead),
-                    2 => avx2::scores::<T, 2, 4>(q, k, rows, hd, scale, s, ahead),
-                    _ => avx2::scores::<T, 4, 2>(q, k, rows, hd, scale, s, ahead),
+                    1 => avx2::scores::<T, 1, 8>(q, kr, scale, s, ahead),
+                    2 => avx2::scores::<T, 2, 4>(q, kr, scale, s, ahead),
+                    _ => avx2::scores::<T, 4, 2>(q, kr, scale, s, ahead),
                 }
                 s[n..padded].fill(f32::NEG_INFINITY);
                 return;
@@ -289,12 +290,12 @@ impl Kernels {
             // SAFETY: plain Rust; `hd % 16 == 0`; rows and lengths checked.
             unsafe {
                 match (g, self.nan_free) {
-                    (1, true) => sc::<L, T, 1, 16, false>(q, k, rows, hd, scale, s, ahead),
-                    (2, true) => sc::<L, T, 2, 8, false>(q, k, rows, hd, scale, s, ahead),
-                    (_, true) => sc::<L, T, 4, 4, false>(q, k, rows, hd, scale, s, ahead),
-                    (1, false) => sc::<L, T, 1, 16, true>(q, k, rows, hd, scale, s, ahead),
-                    (2, false) => sc::<L, T, 2, 8, true>(q, k, rows, hd, scale, s, ahead),
-                    (_, false) => sc::<L, T, 4, 4, true>(q, k, rows, hd, scale, s, ahead),
+                    (1, true) => sc::<L, T, 1, 16, false>(q, kr, scale, s, ahead),
+                    (2, true) => sc::<L, T, 2, 8, false>(q, kr, scale, s, ahead),
+                    (_, true) => sc::<L, T, 4, 4, false>(q, kr, scale, s, ahead),
+                    (1, false) => sc::<L, T, 1, 16, true>(q, kr, scale, s, ahead),
+                    (2, false) => sc::<L, T, 2, 8, true>(q, kr, scale, s, ahead),
+                    (_, false) => sc::<L, T, 4, 4, true>(q, kr, scale, s, ahead),
                 }
             }
             s[n..padded].fill(f32::NEG_INFINITY);
@@ -393,27 +394,28 @@ impl Kernels {
         let rows = rows.within(hd, v.len());
         assert!(matches!(g, 1 | 2 | 4) && acc.len() == g * hd);
         assert!(rows.len() <= MAX_STEP_ROWS && s.len() >= rows.len() * g);
+        let vr = kernels::PoolRows { x: v, rows, hd };
         #[cfg(target_arch = "x86_64")]
         match self.isa {
             // SAFETY: as in `scores`.
             Isa::Avx512 => unsafe {
                 use avx512::accumulate as ac;
                 match (g, self.nan_free) {
-                    (1, true) => ac::<T, 1, false>(s, v, rows, hd, rescale, acc, ahead),
-                    (2, true) => ac::<T, 2, false>(s, v, rows, hd, rescale, acc, ahead),
-                    (_, true) => ac::<T, 4, false>(s, v, rows, hd, rescale, acc, ahead),
-                    (1, false) => ac::<T, 1, true>(s, v, rows, hd, rescale, acc, ahead),
-                    (2, false) => ac::<T, 2, true>(s, v, rows, hd, rescale, acc, ahead),
-                    (_, false) => ac::<T, 4, true>(s, v, rows, hd, rescale, acc, ahead),
+                    (1, true) => ac::<T, 1, false>(s, vr, rescale, acc, ahead),
+                    (2, true) => ac::<T, 2, false>(s, vr, rescale, acc, ahead),
+                    (_, true) => ac::<T, 4, false>(s, vr, rescale, acc, ahead),
+                    (1, false) => ac::<T, 1, true>(s, vr, rescale, acc, ahead),
+                    (2, false) => ac::<T, 2, true>(s, vr, rescale, acc, ahead),
+                    (_, false) => ac::<T, 4, true>(s, vr, rescale, acc, ahead),
                 }
                 return;
             },
             // SAFETY: as in `scores`.
             Isa::Avx2 => unsafe {
                 match g {
-                    1 => avx2::accumulate::<T, 1>(s, v, rows, hd, rescale, acc, ahead),
-                    2 => avx2::accumulate::<T, 2>(s, v, rows, hd, rescale, acc, ahead),
-                    _ => avx2::accumulate::<T, 4>(s, v, rows, hd, rescale, acc, ahead),
+                    1 => avx2::accumulate::<T, 1>(s, vr, rescale, acc, ahead),
+                    2 => avx2::accumulate::<T, 2>(s, vr, rescale, acc, ahead),
+                    _ => avx2::accumulate::<T, 4>(s, vr, rescale, acc, ahead),
                 }
                 return;
             },
@@ -426,12 +428,12 @@ impl Kernels {
             // SAFETY: as in `scores`.
             unsafe {
                 match (g, self.nan_free) {
-                    (1, true) => ac::<L, T, 1, false>(s, v, rows, hd, rescale, acc, ahead),
-                    (2, true) => ac::<L, T, 2, false>(s, v, rows, hd, rescale, acc, ahead),
-                    (_, true) => ac::<L, T, 4, false>(s, v, rows, hd, rescale, acc, ahead),
-                    (1, false) => ac::<L, T, 1, true>(s, v, rows, hd, rescale, acc, ahead),
-                    (2, false) => ac::<L, T, 2, true>(s, v, rows, hd, rescale, acc, ahead),
-                    (_, false) => ac::<L, T, 4, true>(s, v, rows, hd, rescale, acc, ahead),
+                    (1, true) => ac::<L, T, 1, false>(s, vr, rescale, acc, ahead),
+                    (2, true) => ac::<L, T, 2, false>(s, vr, rescale, acc, ahead),
+                    (_, true) => ac::<L, T, 4, false>(s, vr, rescale, acc, ahead),
+                    (1, false) => ac::<L, T, 1, true>(s, vr, rescale, acc, ahead),
+                    (2, false) => ac::<L, T, 2, true>(s, vr, rescale, acc, ahead),
+                    (_, false) => ac::<L, T, 4, true>(s, vr, rescale, acc, ahead),
                 }
             }
             return;

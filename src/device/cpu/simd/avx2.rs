@@ -6,7 +6,7 @@
 //! feature-enabled frame once was not: `mul_add` became a call to software `fmaf`). They are
 //! `unsafe` only because the features must be present: callers check with [`available`] first.
 
-use super::kernels;
+use super::kernels::{self, PoolRows};
 use super::lanes::Lanes;
 use super::Ahead;
 use crate::kv::{Dtype, KvElem};
@@ -200,18 +200,15 @@ fn across_rows<const G: usize>(v: __m256, op: impl Fn(__m256, __m256) -> __m256)
 ///
 /// # Safety
 /// [`available`]; as [`kernels::scores`].
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scores<T: KvElem, const G: usize, const R: usize>(
     q: &[f32],
-    k: &[T],
-    rows: &[usize],
-    hd: usize,
+    k: PoolRows<T>,
     scale: f32,
     s: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    kernels::scores::<Avx2, T, G, R, true>(q, k, rows, hd, scale, s, ahead)
+    kernels::scores::<Avx2, T, G, R, true>(q, k, scale, s, ahead)
 }
 
 /// [`kernels::softmax`] on AVX2.
@@ -234,14 +231,12 @@ pub unsafe fn softmax<const G: usize>(
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn accumulate<T: KvElem, const G: usize>(
     w: &[f32],
-    v: &[T],
-    rows: &[usize],
-    hd: usize,
+    v: PoolRows<T>,
     rescale: &[f32; 4],
     acc: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    kernels::accumulate::<Avx2, T, G, true>(w, v, rows, hd, rescale, acc, ahead)
+    kernels::accumulate::<Avx2, T, G, true>(w, v, rescale, acc, ahead)
 }
 
 /// [`kernels::sum`] on AVX2.

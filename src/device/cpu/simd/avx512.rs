@@ -11,7 +11,7 @@
 //! As in [`super::avx2`]: the entry points and helpers carry their target features; rows are
 //! bounds-checked by the caller, loads within a row use raw pointers.
 
-use super::kernels;
+use super::kernels::{self, PoolRows};
 use super::lanes::Lanes;
 use super::Ahead;
 use crate::kv::{Dtype, KvElem};
@@ -303,18 +303,15 @@ fn across_rows<const G: usize>(v: __m512, op: impl Fn(__m512, __m512) -> __m512)
 ///
 /// # Safety
 /// [`available`]; as [`kernels::scores`].
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn scores<T: KvElem, const G: usize, const R: usize, const NAN_CODES: bool>(
     q: &[f32],
-    k: &[T],
-    rows: &[usize],
-    hd: usize,
+    k: PoolRows<T>,
     scale: f32,
     s: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    kernels::scores::<Avx512, T, G, R, NAN_CODES>(q, k, rows, hd, scale, s, ahead)
+    kernels::scores::<Avx512, T, G, R, NAN_CODES>(q, k, scale, s, ahead)
 }
 
 /// [`kernels::softmax`] on AVX-512.
@@ -337,14 +334,12 @@ pub unsafe fn softmax<const G: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn accumulate<T: KvElem, const G: usize, const NAN_CODES: bool>(
     w: &[f32],
-    v: &[T],
-    rows: &[usize],
-    hd: usize,
+    v: PoolRows<T>,
     rescale: &[f32; 4],
     acc: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    kernels::accumulate::<Avx512, T, G, NAN_CODES>(w, v, rows, hd, rescale, acc, ahead)
+    kernels::accumulate::<Avx512, T, G, NAN_CODES>(w, v, rescale, acc, ahead)
 }
 
 #[cfg(test)]

@@ -14,6 +14,14 @@ use super::{Ahead, SCORES_LEN};
 use crate::kv::KvElem;
 use std::mem::MaybeUninit;
 
+/// One step's rows of a pool: row `c` is `x[rows[c]..][..hd]`.
+#[derive(Clone, Copy)]
+pub struct PoolRows<'a, T> {
+    pub x: &'a [T],
+    pub rows: &'a [usize],
+    pub hd: usize,
+}
+
 /// Scores of `rows` for `G` heads, `R = LANES / G` rows at a time: one accumulator per (row,
 /// head), reduced together by [`Lanes::sums`] into `s[c * G..][..LANES]`, the `[row][head]`
 /// layout. Each K row is converted once for all `G` heads; each query vector is loaded once for
@@ -24,17 +32,15 @@ use std::mem::MaybeUninit;
 /// `S`'s instruction set is available; `hd % LANES == 0`; `G * R == LANES`; `q.len() >= G * hd`;
 /// every row lies in `k`; `s.len() >= rows.len().div_ceil(R) * LANES`; without `NAN_CODES`, no
 /// e4m3 NaN code in the rows.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub unsafe fn scores<S: Lanes, T: KvElem, const G: usize, const R: usize, const NAN_CODES: bool>(
     q: &[f32],
-    k: &[T],
-    rows: &[usize],
-    hd: usize,
+    k: PoolRows<T>,
     scale: f32,
     s: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
+    let PoolRows { x: k, rows, hd } = k;
     let lanes = S::LANES;
     debug_assert!(G * R == lanes && hd.is_multiple_of(lanes) && q.len() >= G * hd);
     debug_assert!(s.len() >= rows.len().div_ceil(R) * lanes);
@@ -197,29 +203,22 @@ pub fn column_passes(
 ///
 /// # Safety
 /// `S`'s instruction set is available; `hd % LANES == 0`; `acc.len() == G * hd`; every row lies
-/// in `v`; `w.len() >= rows.len() * G`; without `NAN_CODES`, no e4m3 NaN code in the rows.
-#[allow(clippy::too_many_arguments)]
+/// in `v`; `w.len() >= v.rows.len() * G`; without `NAN_CODES`, no e4m3 NaN code in the rows.
 #[inline(always)]
 pub unsafe fn accumulate<S: Lanes, T: KvElem, const G: usize, const NAN_CODES: bool>(
     w: &[f32],
-    v: &[T],
-    rows: &[usize],
-    hd: usize,
+    v: PoolRows<T>,
     rescale: &[f32; 4],
     acc: &mut [f32],
     ahead: &mut Ahead<T>,
 ) {
-    debug_assert!(hd.is_multiple_of(S::LANES) && acc.len() == G * hd && w.len() >= rows.len() * G);
+    let hd = v.hd;
+    debug_assert!(
+        hd.is_multiple_of(S::LANES) && acc.len() == G * hd && w.len() >= v.rows.len() * G
+    );
     for (d, width) in column_passes(S::LANES, S::widest_pass(G), hd) {
         ahead.beat();
-        let pass = Pass {
-            w,
-            v,
-            rows,
-            hd,
-            rescale,
-            d,
-        };
+        let pass = Pass { w, v, rescale, d };
         match width {
             8 => columns::<S, T, G, 8, NAN_CODES>(pass, acc),
             4 => columns::<S, T, G, 4, NAN_CODES>(pass, acc),
@@ -233,9 +232,7 @@ pub unsafe fn accumulate<S: Lanes, T: KvElem, const G: usize, const NAN_CODES: b
 #[derive(Clone, Copy)]
 struct Pass<'a, T> {
     w: &'a [f32],
-    v: &'a [T],
-    rows: &'a [usize],
-    hd: usize,
+    v: PoolRows<'a, T>,
     rescale: &'a [f32; 4],
     d: usize,
 }
@@ -246,14 +243,8 @@ unsafe fn columns<S: Lanes, T: KvElem, const G: usize, const W: usize, const NAN
     pass: Pass<T>,
     acc: &mut [f32],
 ) {
-    let Pass {
-        w,
-        v,
-        rows,
-        hd,
-        rescale,
-        d,
-    } = pass;
+    let Pass { w, v, rescale, d } = pass;
+    let PoolRows { x: v, rows, hd } = v;
     let lanes = S::LANES;
     let (vp, ap, wp) = (v.as_ptr(), acc.as_mut_ptr(), w.as_ptr());
     // The accumulators hold the sums times `widening` while the rows pass.
