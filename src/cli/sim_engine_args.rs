@@ -56,11 +56,30 @@ pub struct WorkloadArgs {
     pub seed: u64,
 }
 
+/// The engine's flags: a preset, then what overrides it, by concern (clap lists them in this
+/// order).
 #[derive(clap::Args)]
 pub struct EngineArgs {
     /// vLLM's defaults for a GPU and usage.
     #[arg(long, default_value_t = RunSpec::default().preset)]
     pub preset: String,
+    #[command(flatten)]
+    pub vllm: VllmArgs,
+    #[command(flatten)]
+    pub beyond: BeyondVllmArgs,
+    #[command(flatten)]
+    pub tier: crate::cli::sim_tier_args::TierArgs,
+    #[command(flatten)]
+    pub hardware: HardwareArgs,
+    #[command(flatten)]
+    pub timing: StepTimeArgs,
+    #[command(flatten)]
+    pub slo: SloArgs,
+}
+
+/// vLLM's own engine flags, as vLLM names them.
+#[derive(clap::Args)]
+pub struct VllmArgs {
     /// vLLM's --block-size.
     #[arg(long, value_parser = count(0..))]
     pub block_size: Option<usize>,
@@ -111,7 +130,12 @@ pub struct EngineArgs {
     /// Tensor parallelism: weights and KV heads split over this many GPUs, the pool per GPU.
     #[arg(long, default_value_t = RunSpec::default().tp, value_parser = count(1..=64))]
     pub tp: usize,
+}
 
+/// Scheduling beyond vLLM's: preemption by swapping, and the predicted lengths and aging of the
+/// sjf, srpt and aging policies.
+#[derive(clap::Args)]
+pub struct BeyondVllmArgs {
     /// Beyond vLLM: preempt by swapping KV to host memory and back instead of recomputing.
     #[arg(long)]
     pub swap_preemption: bool,
@@ -128,10 +152,11 @@ pub struct EngineArgs {
     /// aging: seconds (steps) per priority level.
     #[arg(long, default_value_t = RunSpec::default().aging_delay)]
     pub aging_delay: f64,
+}
 
-    #[command(flatten)]
-    pub tier: crate::cli::sim_tier_args::TierArgs,
-
+/// What runs: the model, its weights and KV dtype, the GPU.
+#[derive(clap::Args)]
+pub struct HardwareArgs {
     /// A model preset (data/models/), or a Hugging Face config.json (a file, or a folder holding
     /// one).
     #[arg(long, default_value_t = RunSpec::default().model)]
@@ -148,6 +173,11 @@ pub struct EngineArgs {
     /// h200, h100, a100 [default: the preset's].
     #[arg(long)]
     pub gpu: Option<String>,
+}
+
+/// How long a step takes, and the clock the run keeps.
+#[derive(clap::Args)]
+pub struct StepTimeArgs {
     /// Where step times come from: measured kernel tables where they cover the model, GPU,
     /// dtypes and tensor parallelism, else the roofline (auto); or one of them.
     #[arg(long, value_enum, default_value_t = RunSpec::default().step_times)]
@@ -166,9 +196,6 @@ pub struct EngineArgs {
     pub step_overhead_ms: f64,
     #[arg(long, value_enum, default_value_t = RunSpec::default().clock)]
     pub clock: Clock,
-
-    #[command(flatten)]
-    pub slo: SloArgs,
 }
 
 /// The SLO flags of `sim engine`, `sim cluster` and `sweep` ([`crate::sim::engine::slo`]).
@@ -333,40 +360,40 @@ impl EngineArgs {
         };
         RunSpec {
             preset: self.preset.clone(),
-            block_size: self.block_size,
-            num_gpu_blocks_override: self.num_gpu_blocks_override,
-            gpu_memory_utilization: self.gpu_memory_utilization,
-            max_num_seqs: self.max_num_seqs,
-            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.vllm.block_size,
+            num_gpu_blocks_override: self.vllm.num_gpu_blocks_override,
+            gpu_memory_utilization: self.vllm.gpu_memory_utilization,
+            max_num_seqs: self.vllm.max_num_seqs,
+            max_num_batched_tokens: self.vllm.max_num_batched_tokens,
             enable_prefix_caching: either(
-                self.enable_prefix_caching,
-                self.no_enable_prefix_caching,
+                self.vllm.enable_prefix_caching,
+                self.vllm.no_enable_prefix_caching,
             ),
             enable_chunked_prefill: either(
-                self.enable_chunked_prefill,
-                self.no_enable_chunked_prefill,
+                self.vllm.enable_chunked_prefill,
+                self.vllm.no_enable_chunked_prefill,
             ),
-            long_prefill_token_threshold: self.long_prefill_token_threshold,
-            scheduling_policy: self.scheduling_policy,
-            max_model_len: self.max_model_len,
-            watermark: self.watermark,
-            async_scheduling: self.async_scheduling,
-            tp: self.tp,
-            swap_preemption: self.swap_preemption,
-            swap_gbps: self.swap_gbps,
-            swap_space_gib: self.swap_space_gib,
-            predict_sigma: self.predict_sigma,
-            aging_delay: self.aging_delay,
+            long_prefill_token_threshold: self.vllm.long_prefill_token_threshold,
+            scheduling_policy: self.vllm.scheduling_policy,
+            max_model_len: self.vllm.max_model_len,
+            watermark: self.vllm.watermark,
+            async_scheduling: self.vllm.async_scheduling,
+            tp: self.vllm.tp,
+            swap_preemption: self.beyond.swap_preemption,
+            swap_gbps: self.beyond.swap_gbps,
+            swap_space_gib: self.beyond.swap_space_gib,
+            predict_sigma: self.beyond.predict_sigma,
+            aging_delay: self.beyond.aging_delay,
             tier: self.tier.spec(),
-            model: self.model.clone(),
-            quantization: self.quantization,
-            kv_cache_dtype: self.kv_cache_dtype,
-            gpu: self.gpu.clone(),
-            step_times: self.step_times,
-            step_profile: self.step_profile.clone(),
-            profile: self.profile.clone(),
-            step_overhead_ms: self.step_overhead_ms,
-            clock: self.clock,
+            model: self.hardware.model.clone(),
+            quantization: self.hardware.quantization,
+            kv_cache_dtype: self.hardware.kv_cache_dtype,
+            gpu: self.hardware.gpu.clone(),
+            step_times: self.timing.step_times,
+            step_profile: self.timing.step_profile.clone(),
+            profile: self.timing.profile.clone(),
+            step_overhead_ms: self.timing.step_overhead_ms,
+            clock: self.timing.clock,
             slo: self.slo.flags(),
         }
     }
