@@ -213,7 +213,9 @@ where
         .and_then(|m| Cli::from_arg_matches(&m))
         .map_err(Failure::Usage)?;
     // Settings read from the environment are input too: refused before any command starts.
-    if let Err(e) = crate::device::cpu::last_level_cache::llc_override() {
+    let llc = crate::device::cpu::last_level_cache::llc_override().map(|_| ());
+    let kernels = crate::device::cpu::kernels_cap().map(|_| ());
+    if let Err(e) = llc.and(kernels) {
         return Err(Failure::Failed {
             code: 2,
             message: e.to_string(),

@@ -551,6 +551,37 @@ fn a_last_level_cache_setting_that_is_not_a_size_is_refused_before_any_command()
 }
 
 #[test]
+fn a_kernel_set_cap_that_names_no_set_is_refused_and_one_that_does_is_obeyed() {
+    for value in ["avx", "", "AVX2", "sse", "avx512 "] {
+        let out = cli::pagedkv_with_env(&["info"], "PAGEDKV_CPU_KERNELS", value);
+        let err = own_error(&out);
+        assert!(
+            err.contains("PAGEDKV_CPU_KERNELS must be portable, avx2 or avx512"),
+            "{value}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{value}: nothing ran");
+    }
+    // The portable loops, checked against the oracle, beside a one-lane FMA limit.
+    let args = [
+        "attention",
+        "--device",
+        "cpu",
+        "--batch",
+        "2",
+        "--context",
+        "100",
+        "--json",
+    ];
+    let v = cli::json(&cli::pagedkv_with_env(
+        &args,
+        "PAGEDKV_CPU_KERNELS",
+        "portable",
+    ));
+    assert_eq!(v["roofline"]["fma"]["lanes"], 1, "{v}");
+    assert_eq!(v["checked"], true, "{v}");
+}
+
+#[test]
 fn a_sweep_without_bandwidth_probes_does_not_ask_for_their_memory() {
     // Was: refused in 2 GiB for the probes' buffers (4x the last-level cache and more) that
     // --no-bandwidth never maps.

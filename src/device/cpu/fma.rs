@@ -48,14 +48,16 @@ pub fn fma_limit(passes: usize) -> FmaLimit {
     }
 }
 
-/// The widest FMA this CPU runs, in f32 lanes.
+/// The widest FMA this CPU runs, in f32 lanes, no wider than the kernels may use
+/// ([`super::KERNELS_ENV`]).
 fn widest_lanes() -> usize {
     #[cfg(target_arch = "x86_64")]
     {
-        if super::simd::avx512_available() {
+        use super::Isa;
+        if super::simd::avx512_available() && Isa::Avx512.allowed() {
             return 16;
         }
-        if super::simd::avx2_available() {
+        if super::simd::avx2_available() && Isa::Avx2.allowed() {
             return 8;
         }
     }

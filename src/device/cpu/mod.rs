@@ -8,6 +8,7 @@ pub mod gather;
 pub mod last_level_cache;
 pub mod pages;
 mod simd;
+pub use simd::{kernels_cap, Isa, KERNELS_ENV};
 pub mod stream;
 pub mod topology;
 mod wide;

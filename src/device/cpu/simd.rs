@@ -127,11 +127,56 @@ pub fn group_runs(group: usize) -> impl Iterator<Item = (usize, usize)> {
     })
 }
 
+/// The environment variable that caps the kernel sets [`Kernels::detect`] picks from:
+/// `portable`, `avx2` or `avx512` (one build compared with itself on another instruction set).
+pub const KERNELS_ENV: &str = "PAGEDKV_CPU_KERNELS";
+
+/// The widest kernel set [`KERNELS_ENV`] allows: `None` when unset, an error naming it when it
+/// names no set. The CLI checks it before any command runs.
+pub fn kernels_cap() -> Result<Option<Isa>, String> {
+    let text = match std::env::var(KERNELS_ENV) {
+        Err(std::env::VarError::NotPresent) => return Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => String::new(),
+        Ok(text) => text,
+    };
+    match text.as_str() {
+        "portable" => Ok(Some(Isa::Portable)),
+        "avx2" => Ok(Some(Isa::Avx2)),
+        "avx512" => Ok(Some(Isa::Avx512)),
+        _ => Err(format!(
+            "{KERNELS_ENV} must be portable, avx2 or avx512, got '{}'",
+            crate::quote::clip(&text)
+        )),
+    }
+}
+
+impl Isa {
+    /// Whether [`KERNELS_ENV`] lets this set run (it caps the sets, narrowest first).
+    pub fn allowed(self) -> bool {
+        kernels_cap()
+            .ok()
+            .flatten()
+            .is_none_or(|cap| self.rank() <= cap.rank())
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            Isa::Portable => 0,
+            Isa::Avx2 => 1,
+            Isa::Avx512 => 2,
+            #[cfg(test)]
+            Isa::Lanes16 => 3,
+        }
+    }
+}
+
 impl Kernels {
-    /// The fastest kernels this CPU runs for rows of `hd` elements.
+    /// The fastest kernels this CPU runs for rows of `hd` elements, no wider than
+    /// [`KERNELS_ENV`] allows.
     pub fn detect(hd: usize) -> Self {
         Self::available(hd)
-            .pop()
+            .into_iter()
+            .rfind(|k| k.isa.allowed())
             .expect("the portable loops run anywhere")
     }
 

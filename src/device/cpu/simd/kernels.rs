@@ -12,7 +12,6 @@ use super::exp_consts::{EXP_HI, EXP_LN2_HI, EXP_LN2_LO, EXP_LO, EXP_POLY};
 use super::lanes::Lanes;
 use super::{Ahead, SCORES_LEN};
 use crate::kv::KvElem;
-use std::mem::MaybeUninit;
 
 /// One step's rows of a pool: row `c` is `x[rows[c]..][..hd]`.
 #[derive(Clone, Copy)]
@@ -88,16 +87,13 @@ pub unsafe fn scores<S: Lanes, T: KvElem, const G: usize, const R: usize, const 
     }
 }
 
-/// `op` (a maximum or a sum) over `x`'s vectors by four independent chains, then the four
-/// together: one chain would make the step wait on each operation's latency.
+/// The four chains of a maximum or a sum, as one.
 #[inline(always)]
-unsafe fn fold4<S: Lanes, const MAX: bool>(x: &[S::V], init: S::V) -> S::V {
-    let op = |a, b| if MAX { S::max(a, b) } else { S::add(a, b) };
-    let mut acc = [init; 4];
-    for (i, &v) in x.iter().enumerate() {
-        acc[i % 4] = op(acc[i % 4], v);
+unsafe fn join4<S: Lanes, const MAX: bool>(a: [S::V; 4]) -> S::V {
+    match MAX {
+        true => S::max(S::max(a[0], a[1]), S::max(a[2], a[3])),
+        false => S::add(S::add(a[0], a[1]), S::add(a[2], a[3])),
     }
-    op(op(acc[0], acc[1]), op(acc[2], acc[3]))
 }
 
 /// A vector whose lane `l` holds `x[l % G]`: one value per head, in the `[row][head]` layout.
@@ -110,11 +106,8 @@ unsafe fn per_lane<S: Lanes, const G: usize>(x: &[f32; G]) -> S::V {
 /// The widest vector of any instruction set.
 const MAX_LANES: usize = 16;
 
-/// The most vectors of one step's scores.
-const MAX_VECTORS: usize = SCORES_LEN / 8;
-
-/// [`super::Kernels::softmax`] over whole vectors of `[row][head]` scores (padding lanes -inf):
-/// the scores are held in registers between the maximum and the weights.
+/// [`super::Kernels::softmax`] over whole vectors of `[row][head]` scores (padding lanes -inf),
+/// in two passes over them (in L1): their maximum, then their weights and the weights' sum.
 ///
 /// # Safety
 /// `S`'s instruction set is available; `s.len() % LANES == 0`, `0 < s.len() <= SCORES_LEN`; `G`
@@ -127,24 +120,41 @@ pub unsafe fn softmax<S: Lanes, const G: usize>(
 ) -> [f32; 4] {
     let lanes = S::LANES;
     debug_assert!(s.len().is_multiple_of(lanes) && !s.is_empty() && s.len() <= SCORES_LEN);
-    // Not zeroed: only the first `s.len() / LANES` are written and read.
-    let mut v = [const { MaybeUninit::<S::V>::uninit() }; MAX_VECTORS];
-    let v = &mut v[..s.len() / lanes];
-    for (x, c) in v.iter_mut().zip(s.chunks_exact(lanes)) {
-        x.write(S::load(c.as_ptr()));
+    // Each pass in four independent chains (one would wait on each operation's latency),
+    // unrolled so that each chain has a register (no closures: one not inlined into the
+    // instruction set's entry point would call its intrinsics).
+    let (p, n) = (s.as_mut_ptr(), s.len() / lanes);
+    let whole = n - n % 4;
+    let mut m = [S::splat(f32::NEG_INFINITY); 4];
+    for i in (0..whole).step_by(4) {
+        for (j, m) in m.iter_mut().enumerate() {
+            *m = S::max(*m, S::load(p.add((i + j) * lanes)));
+        }
     }
-    // SAFETY: every element was written just above.
-    let v = &mut *(v as *mut [MaybeUninit<S::V>] as *mut [S::V]);
-    let m = fold4::<S, true>(v, S::splat(f32::NEG_INFINITY));
+    for i in whole..n {
+        m[0] = S::max(m[0], S::load(p.add(i * lanes)));
+    }
+    let m = join4::<S, true>(m);
     let old = per_lane::<S, G>(maxs);
     let new = S::max(S::max_across_rows::<G>(m), old);
     // 0 on the first step (max was -inf), when the sums and accumulators are still 0.
     let rescale = exp::<S>(S::sub(old, new));
-    for (x, c) in v.iter_mut().zip(s.chunks_exact_mut(lanes)) {
-        *x = exp::<S>(S::sub(*x, new));
-        S::store(c.as_mut_ptr(), *x);
+    let mut sum = [S::zero(); 4];
+    for i in (0..whole).step_by(4) {
+        for (j, sum) in sum.iter_mut().enumerate() {
+            let at = p.add((i + j) * lanes);
+            let w = exp::<S>(S::sub(S::load(at), new));
+            S::store(at, w);
+            *sum = S::add(*sum, w);
+        }
     }
-    let sum = S::sum_across_rows::<G>(fold4::<S, false>(v, S::zero()));
+    for i in whole..n {
+        let at = p.add(i * lanes);
+        let w = exp::<S>(S::sub(S::load(at), new));
+        S::store(at, w);
+        sum[0] = S::add(sum[0], w);
+    }
+    let sum = S::sum_across_rows::<G>(join4::<S, false>(sum));
     let (mut new_l, mut rescale_l, mut sum_l) =
         ([0f32; MAX_LANES], [0f32; MAX_LANES], [0f32; MAX_LANES]);
     S::store(new_l.as_mut_ptr(), new);
