@@ -171,7 +171,7 @@ fn print_llmd(
     requests: &[ServingRequest],
     outcomes: &[ClusterOutcome],
 ) -> CmdResult {
-    let bs = resolved.block_size;
+    let bs = resolved.block_size.get();
     let [o] = outcomes else {
         return Err(
             "--report-format llmd reports one run: give one router and one replica count".into(),
@@ -220,7 +220,7 @@ pub fn run(args: Args) -> CmdResult {
         return Err("--step-log and --request-log need one router and one replica count".into());
     }
     let s = &resolved.settings;
-    let bs = resolved.block_size;
+    let bs = resolved.block_size.get();
     let tier = s.engine.cpu_offload.is_some();
     let runs = specs.len() * if tier { 2 } else { 1 };
     let bar = Bar::new(

@@ -9,6 +9,7 @@ use crate::cli::sim_engine_args::{
     WorkloadArgs,
 };
 use crate::cli::{count, CmdResult};
+use crate::kv::BlockSize;
 use crate::progress::Bar;
 use crate::report::llmd::benchmark_report;
 use crate::report::Table;
@@ -68,10 +69,16 @@ pub fn run(args: Args) -> CmdResult {
     let mut resolved = settings(&args.engine, fields.as_ref(), args.workload.seed)?;
     resolved.settings.clients = args.clients.clients();
     let s = &resolved.settings;
+    // Checked before any runs: a size the engine refuses would end the others' runs too.
     let sizes = match &args.block_sizes {
-        Some(v) if !v.is_empty() && !v.contains(&0) => v.clone(),
-        Some(_) => return Err("block sizes must be at least 1".into()),
-        None => vec![resolved.block_size],
+        Some(v) if !v.is_empty() => {
+            for &b in v {
+                BlockSize::new(b as u64)?;
+            }
+            v.clone()
+        }
+        Some(_) => return Err("--block-sizes needs at least one size".into()),
+        None => vec![resolved.block_size.get()],
     };
     if args.step_log.is_some() && sizes.len() > 1 {
         return Err("--step-log needs a single block size".into());

@@ -4,6 +4,7 @@
 //! with CUDA's conversions and vLLM's scales ([`fp8`]).
 
 mod allocator;
+mod block_size;
 mod dtype;
 pub mod fp8;
 pub mod model;
@@ -12,6 +13,7 @@ mod spec;
 mod table;
 
 pub use allocator::{AllocError, Append, BlockAllocator, BlockCopy, SeqId, Usage};
+pub use block_size::{BlockSize, BlockSizeError, MAX_POOL_TOKENS};
 pub use dtype::{Dtype, Fp8E4m3, Fp8E5m2, KvElem};
 pub use fp8::Fp8Format;
 pub use pool::{HostPool, PoolData};

@@ -32,7 +32,7 @@ fn req(id: &str, arrival: f64, prompt: u32, output_len: u32) -> ServingRequest {
 /// A small engine: blocks of 4, room for every case here, a budget no prompt here fills.
 fn small() -> EngineConfig {
     EngineConfig {
-        block_size: 4,
+        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
         num_gpu_blocks: 256,
         max_num_seqs: 16,
         max_num_batched_tokens: 256,

@@ -84,7 +84,7 @@ fn random_requests(rng: &mut StdRng, n: usize, span: f64) -> Vec<ServingRequest>
 
 fn small_cfg(rng: &mut StdRng, async_scheduling: bool) -> EngineConfig {
     EngineConfig {
-        block_size: rng.random_range(2..6),
+        block_size: pagedkv::kv::BlockSize::new(rng.random_range(2..6) as u64).unwrap(),
         num_gpu_blocks: rng.random_range(30..60),
         max_num_seqs: rng.random_range(2..6),
         max_num_batched_tokens: rng.random_range(8..40),
@@ -116,7 +116,7 @@ fn run_cluster(
         cfg,
         clock,
         replicas,
-        build(router, &router_cfg, replicas, cfg.block_size as u32),
+        build(router, &router_cfg, replicas, cfg.block_size.tokens()),
         rec(),
         Slo::default(),
     )
@@ -195,7 +195,7 @@ fn routed(router: RouterKind, seed: u64) -> (Vec<usize>, Vec<u32>) {
         req("r4", 20.0, cat(&q, &[70, 71]), 2),
     ];
     let cfg = EngineConfig {
-        block_size: 4,
+        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
         num_gpu_blocks: 40,
         max_num_seqs: 4,
         max_num_batched_tokens: 16,
@@ -288,7 +288,7 @@ fn evict_and_return(
         ]
     };
     let cfg = EngineConfig {
-        block_size: 4,
+        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
         // 11 usable blocks.
         num_gpu_blocks: 12,
         max_num_seqs: 4,
@@ -430,7 +430,7 @@ fn requests_and_blocks_are_conserved_on_every_replica_after_every_step() {
 #[test]
 fn replicas_idle_until_a_distant_arrival_skip_their_idle_steps_together() {
     let cfg = EngineConfig {
-        block_size: 4,
+        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
         num_gpu_blocks: 64,
         ..EngineConfig::default()
     };

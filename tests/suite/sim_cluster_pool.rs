@@ -44,7 +44,7 @@ fn pooled(cfg: &EngineConfig, p: usize, d: usize, threshold: f64, mode: KvTransf
         RouterKind::Conductor,
         &RouterConfig::default(),
         p,
-        cfg.block_size as u32,
+        cfg.block_size.tokens(),
     );
     let prefill = ClusterCore::new(cfg, &clock, p, router, rec, Slo::default()).unwrap();
     let dcfg = EngineConfig {
@@ -91,7 +91,7 @@ fn submit(c: &mut PdCore, r: &ServingRequest, uid: u64) {
 
 fn cfg() -> EngineConfig {
     EngineConfig {
-        block_size: 16,
+        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
         num_gpu_blocks: 4000,
         max_num_batched_tokens: 8192,
         cpu_offload: Some(tier(OffloadMode::Native, 1000, 1)),
@@ -244,7 +244,8 @@ fn requests_tokens_blocks_and_tier_hits_are_conserved_with_the_pool_on() {
             1
         };
         let cfg = EngineConfig {
-            block_size: [4, 16][rng.random_range(0..2)],
+            block_size: pagedkv::kv::BlockSize::new([4, 16][rng.random_range(0..2)] as u64)
+                .unwrap(),
             num_gpu_blocks: rng.random_range(250..600),
             max_num_seqs: rng.random_range(4..32),
             max_num_batched_tokens: 2048,
@@ -273,9 +274,9 @@ fn requests_tokens_blocks_and_tier_hits_are_conserved_with_the_pool_on() {
             if let Some(f) = q.fetch {
                 // It reached its instance when its fetch ended, the bytes as its tokens say.
                 assert_eq!(pre.arrival, f.end, "seed {seed}");
-                let tokens = u64::from((f.to - f.from) * cfg.block_size as u32);
+                let tokens = u64::from((f.to - f.from) * cfg.block_size.tokens());
                 assert_eq!(f.bytes, tokens * KV_BYTES_PER_TOKEN, "seed {seed}");
-                assert!(f.to as usize * cfg.block_size < q_len(&reqs, q.id()));
+                assert!(f.to as usize * cfg.block_size.get() < q_len(&reqs, q.id()));
             }
         }
         for e in c.prefill.engines.iter().chain(&c.decode) {

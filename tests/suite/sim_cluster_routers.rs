@@ -35,7 +35,7 @@ fn run(
         })
         .collect();
     let engine = EngineConfig {
-        block_size: 4,
+        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
         num_gpu_blocks: 64,
         max_num_seqs: 8,
         max_num_batched_tokens: 16,

@@ -18,7 +18,7 @@ fn req(id: &str, arrival: f64, prompt: Prompt, out: u32) -> ServingRequest {
 
 fn cfg(block_size: usize, num_gpu_blocks: usize, budget: usize, caching: bool) -> EngineConfig {
     EngineConfig {
-        block_size,
+        block_size: pagedkv::kv::BlockSize::new(block_size as u64).unwrap(),
         num_gpu_blocks,
         max_num_seqs: 8,
         max_num_batched_tokens: budget,

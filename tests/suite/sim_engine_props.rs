@@ -108,7 +108,7 @@ impl Case {
             self.budget.max(peak)
         };
         EngineConfig {
-            block_size: self.block_size,
+            block_size: pagedkv::kv::BlockSize::new(self.block_size as u64).unwrap(),
             num_gpu_blocks: peak.div_ceil(self.block_size) + 1 + self.extra_blocks,
             max_num_seqs: self.max_num_seqs,
             max_num_batched_tokens: budget,
@@ -136,7 +136,7 @@ proptest! {
         let ours = step_records(cfg.clone(), &reqs).unwrap();
         let reference = Reference::new(
             Settings {
-                block_size: cfg.block_size,
+                block_size: cfg.block_size.get(),
                 num_gpu_blocks: cfg.num_gpu_blocks,
                 max_num_seqs: cfg.max_num_seqs,
                 budget: cfg.max_num_batched_tokens,

@@ -47,7 +47,7 @@ fn tbt_matches_token_times_observed_outside_the_engine() {
             .max()
             .unwrap();
         let cfg = EngineConfig {
-            block_size,
+            block_size: pagedkv::kv::BlockSize::new(block_size as u64).unwrap(),
             num_gpu_blocks: peak.div_ceil(block_size) + 1 + rng.random_range(0..12),
             max_num_seqs: 8,
             max_num_batched_tokens: 32,

@@ -426,7 +426,7 @@ mod tests {
     /// Two replicas with a native host tier each (chunks of `per_chunk` blocks of 4 tokens).
     fn cluster(per_chunk: usize) -> ClusterCore {
         let cfg = EngineConfig {
-            block_size: 4,
+            block_size: crate::kv::BlockSize::new(4).unwrap(),
             num_gpu_blocks: 64,
             cpu_offload: Some(CpuOffload {
                 mode: OffloadMode::Native,

@@ -1,6 +1,7 @@
 //! The engine's settings, named after vLLM's (`SchedulerConfig`, `CacheConfig`), and the presets
 //! that carry vLLM 0.33's defaults per GPU and usage (`EngineArgs.get_batch_defaults`).
 
+use crate::kv::BlockSize;
 use crate::workload::scenario::EngineFields;
 use serde::Serialize;
 
@@ -57,7 +58,7 @@ pub struct Prediction {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EngineConfig {
-    pub block_size: usize,
+    pub block_size: crate::kv::BlockSize,
     /// Blocks in the pool, vLLM's null block included (so `num_gpu_blocks - 1` are usable).
     pub num_gpu_blocks: usize,
     pub max_num_seqs: usize,
@@ -85,17 +86,14 @@ pub struct EngineConfig {
 /// vLLM 0.33's `max_model_len` comes from the model; the simulator has no limit unless told.
 pub const UNLIMITED_MODEL_LEN: usize = 1 << 40;
 
-/// The most tokens a pool may hold (blocks × block size): a request that fits in the pool then
-/// counts its tokens (prompt, outputs and those in flight) in the engine's 32-bit counters with
-/// room to spare. An H200's pool holds about a million tokens of an 8B model.
-pub const MAX_POOL_TOKENS: u64 = 1 << 31;
+pub use crate::kv::MAX_POOL_TOKENS;
 
 impl Default for EngineConfig {
     /// vLLM's defaults on an H200 serving online, with a placeholder pool size.
     fn default() -> Self {
         let p = preset("h200").expect("built-in preset");
         EngineConfig {
-            block_size: p.block_size,
+            block_size: BlockSize::new(p.block_size as u64).expect("vLLM's block size"),
             num_gpu_blocks: 1 << 16,
             max_num_seqs: p.max_num_seqs,
             max_num_batched_tokens: p.max_num_batched_tokens,
@@ -165,16 +163,9 @@ pub fn preset(name: &str) -> Option<Preset> {
         })
 }
 
-/// A block size the engine takes: 1 to [`MAX_POOL_TOKENS`] (checked before a pool is sized from
-/// it, and again by [`EngineConfig::validate`]).
-pub fn check_block_size(block_size: usize) -> Result<(), ConfigError> {
-    match block_size as u64 {
-        0 => Err(ConfigError("the block size must be at least 1".into())),
-        b if b > MAX_POOL_TOKENS => Err(ConfigError(format!(
-            "block size {b} is more than the 2^31 tokens a pool may hold"
-        ))),
-        _ => Ok(()),
-    }
+/// A block size the engine takes, from any integer: 1 to [`MAX_POOL_TOKENS`] tokens.
+pub fn block_size(tokens: u64) -> Result<BlockSize, ConfigError> {
+    BlockSize::new(tokens).map_err(|e| ConfigError(e.to_string()))
 }
 
 fn at_least_one(name: &str, v: i64) -> Result<usize, ConfigError> {
@@ -188,7 +179,7 @@ impl EngineConfig {
     /// Takes every field a scenario sets.
     pub fn apply(&mut self, f: &EngineFields) -> Result<(), ConfigError> {
         if let Some(v) = f.block_size {
-            self.block_size = at_least_one("block_size", v)?;
+            self.block_size = block_size(at_least_one("block_size", v)? as u64)?;
         }
         if let Some(v) = f.num_gpu_blocks {
             self.num_gpu_blocks = at_least_one("num_gpu_blocks", v)?;
@@ -230,7 +221,6 @@ impl EngineConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError(m));
         for (name, v) in [
-            ("block_size", self.block_size),
             ("max_num_seqs", self.max_num_seqs),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
             ("max_model_len", self.max_model_len),
@@ -248,10 +238,7 @@ impl EngineConfig {
         if self.num_gpu_blocks >= u32::MAX as usize - 2 {
             return bad(format!("{} blocks is too many", self.num_gpu_blocks));
         }
-        // Sizes from scenario files and flags alike meet this one check before the engine casts
-        // them to its 32-bit counters.
-        check_block_size(self.block_size)?;
-        let pool_tokens = self.usable_blocks() as u64 * self.block_size as u64;
+        let pool_tokens = self.usable_blocks() as u64 * u64::from(self.block_size);
         if pool_tokens > MAX_POOL_TOKENS {
             return bad(format!(
                 "a pool of {} blocks of {} tokens holds {pool_tokens} tokens, more than the 2^31 the engine counts",
@@ -362,7 +349,7 @@ mod tests {
         };
         c.apply(&f).unwrap();
         assert_eq!(
-            (c.block_size, c.num_gpu_blocks, c.usable_blocks()),
+            (c.block_size.get(), c.num_gpu_blocks, c.usable_blocks()),
             (4, 20, 19)
         );
         assert_eq!(c.scheduling_policy, Policy::Priority);

@@ -161,7 +161,7 @@ impl Engine {
         // The host tier's link: one GPU's share of a block over it.
         let offload_seconds_per_block = match (&cfg.cpu_offload, &clock) {
             (Some(o), Clock::Seconds(m)) => Some(
-                kv_bytes_per_token_per_gpu(&m.model, m.tp) as f64 * cfg.block_size as f64
+                kv_bytes_per_token_per_gpu(&m.model, m.tp) as f64 * cfg.block_size.get() as f64
                     / (o.gbps * 1e9),
             ),
             _ => None,

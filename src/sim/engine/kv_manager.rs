@@ -43,7 +43,7 @@ impl KvManager {
     pub fn new(cfg: &EngineConfig) -> Self {
         KvManager {
             pool: BlockPool::new(cfg.num_gpu_blocks, cfg.enable_prefix_caching),
-            block_size: cfg.block_size as u32,
+            block_size: cfg.block_size.tokens(),
             caching: cfg.enable_prefix_caching,
             max_model_len: cfg.max_model_len as u64,
             watermark_blocks: cfg.watermark_blocks(),

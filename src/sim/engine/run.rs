@@ -127,9 +127,8 @@ impl RunSettings {
 
     /// The engine settings and clock at `block_size`.
     pub fn at(&self, block_size: usize) -> Result<(EngineConfig, Clock, f64), EngineError> {
-        super::config::check_block_size(block_size)?;
         let mut cfg = self.engine.clone();
-        cfg.block_size = block_size;
+        cfg.block_size = super::config::block_size(block_size as u64)?;
         cfg.num_gpu_blocks = match self.num_gpu_blocks_override {
             Some(n) => n,
             None => num_gpu_blocks(

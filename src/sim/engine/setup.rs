@@ -163,7 +163,7 @@ pub fn check_request(cfg: &EngineConfig, r: &ServingRequest) -> Result<(), Engin
     // than max_model_len − 1 tokens (`Scheduler.schedule` caps a step at max_model_len −
     // num_computed_tokens − 1; `check_stop` ends the request at max_model_len tokens).
     let peak = (prompt + u64::from(r.output_len) - 1).min(cfg.max_model_len as u64 - 1);
-    let blocks = peak.div_ceil(cfg.block_size as u64);
+    let blocks = peak.div_ceil(u64::from(cfg.block_size));
     if blocks > cfg.usable_blocks() as u64 {
         return bad(format!(
             "{peak} tokens need {blocks} blocks of {}, the pool holds {} (num_gpu_blocks {} less the null block)",

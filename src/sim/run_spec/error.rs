@@ -3,6 +3,7 @@
 
 use super::tier::HostTierError;
 use crate::kv::model::{ModelError, TensorParallelError};
+use crate::kv::BlockSizeError;
 use crate::sim::engine::config::ConfigError;
 use crate::sim::engine::{ProfileFileError, SloError};
 use crate::sim::latency::StepTimesError;
@@ -22,8 +23,8 @@ pub enum SpecError {
     /// vLLM's checks of the engine's settings.
     #[error(transparent)]
     Engine(#[from] ConfigError),
-    #[error("block sizes must be at least 1")]
-    ZeroBlockSize,
+    #[error(transparent)]
+    BlockSize(#[from] BlockSizeError),
     #[error("--swap-space-gib must be >= 0, got {0}")]
     SwapSpace(f64),
     #[error("--gpu-memory-utilization must be in (0, 1], got {0}")]

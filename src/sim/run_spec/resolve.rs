@@ -7,6 +7,7 @@ use super::spec::RunSpec;
 use super::tier;
 use crate::hw::{gpu, gpu_names};
 use crate::kv::model::{self, ModelError, ModelShape, Weights};
+use crate::kv::BlockSize;
 use crate::sim::engine::config::{preset, preset_names, Prediction, Preemption, Preset};
 use crate::sim::engine::{
     load_profile, EngineConfig, Profile, ResolvedSlo, RunSettings, SloError, SloFlags, SloPreset,
@@ -20,7 +21,7 @@ use std::sync::Arc;
 pub struct ResolvedRun {
     pub settings: RunSettings,
     /// The block size the spec, the scenario or the preset gives.
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub preset_name: String,
     /// Where max_model_len comes from.
     pub max_model_len_source: String,
@@ -86,7 +87,9 @@ fn engine(
             override_blocks = Some(e.num_gpu_blocks);
         }
     }
-    let fixed_block = fields.and_then(|f| f.block_size).map(|_| e.block_size);
+    let fixed_block = fields
+        .and_then(|f| f.block_size)
+        .map(|_| e.block_size.get());
     let take = |slot: &mut usize, v: Option<usize>| *slot = v.unwrap_or(*slot);
     take(&mut e.max_num_seqs, spec.max_num_seqs);
     take(&mut e.max_num_batched_tokens, spec.max_num_batched_tokens);
@@ -173,11 +176,9 @@ pub fn resolve(
         fixed_block,
         max_model_len_source,
     } = engine(spec, &p, fields, seed, &model)?;
-    let block_size = spec.block_size.or(fixed_block).unwrap_or(p.block_size);
-    if block_size == 0 {
-        return Err(SpecError::ZeroBlockSize);
-    }
-    let tier = tier::resolve(&spec.tier, &model, spec.tp, block_size)?;
+    let block_size =
+        BlockSize::new(spec.block_size.or(fixed_block).unwrap_or(p.block_size) as u64)?;
+    let tier = tier::resolve(&spec.tier, &model, spec.tp, block_size.get())?;
     let offload_source = tier.map(|(o, source)| {
         e.cpu_offload = Some(o);
         source
