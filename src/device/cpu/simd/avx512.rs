@@ -12,7 +12,7 @@
 //! bounds-checked by the caller, loads within a row use raw pointers.
 
 use super::kernels::{self, PoolRows};
-use super::lanes::Lanes;
+use super::lanes::{sixteen, Lanes};
 use super::Ahead;
 use crate::kv::{Dtype, KvElem};
 use std::arch::x86_64::*;
@@ -26,17 +26,7 @@ pub fn available() -> bool {
         && std::is_x86_feature_detected!("avx512vl")
 }
 
-/// What [`load16`] multiplies a `T` value by: 2^-8 for e4m3 (read as an f16 that holds its bits,
-/// a power of two below its value, so exact), 1 otherwise. The kernels undo it where it costs
-/// least: in the scale of the scores, and in the accumulators' load and store.
-pub(super) const fn widening<T: KvElem>() -> f32 {
-    match T::DTYPE {
-        Dtype::Fp8E4m3 => 1.0 / 256.0,
-        _ => 1.0,
-    }
-}
-
-/// Sixteen elements at `p` widened to f32 times [`widening`], exactly. `NAN_CODES`: whether the
+/// Sixteen elements at `p` widened to f32 times [`sixteen::widening`], exactly. `NAN_CODES`: whether the
 /// elements may hold e4m3's NaN code (S 1111 111), which costs three more instructions to turn
 /// into a NaN; without it [`e4m3_nan_in_rows`] must have found none (the code would read 1.875).
 #[inline]
@@ -184,16 +174,11 @@ impl Lanes for Avx512 {
     const LANES: usize = 16;
     const PAIRED_LOADS: bool = true;
 
-    /// Sixteen accumulators for four heads, eight for fewer (enough to hide the FMA latency).
     fn widest_pass(g: usize) -> usize {
-        if g >= 4 {
-            4
-        } else {
-            8
-        }
+        sixteen::widest_pass(g)
     }
     fn widening<T: KvElem>() -> f32 {
-        widening::<T>()
+        sixteen::widening::<T>()
     }
 
     #[inline(always)]

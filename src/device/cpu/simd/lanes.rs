@@ -66,3 +66,27 @@ pub(super) trait Lanes {
     unsafe fn max_across_rows<const G: usize>(v: Self::V) -> Self::V;
     unsafe fn sum_across_rows<const G: usize>(v: Self::V) -> Self::V;
 }
+
+/// The choices of the sixteen-lane sets: AVX-512's, and the tests' plain-Rust copy of its shape.
+pub(super) mod sixteen {
+    use crate::kv::{Dtype, KvElem};
+
+    /// Sixteen accumulators for four heads, eight for fewer (enough to hide the FMA latency).
+    pub fn widest_pass(g: usize) -> usize {
+        if g >= 4 {
+            4
+        } else {
+            8
+        }
+    }
+
+    /// 2^-8 for e4m3 (read as an f16 that holds its bits, a power of two below its value, so
+    /// exact), 1 otherwise. The kernels undo it where it costs least: in the scale of the scores,
+    /// and in the accumulators' load and store.
+    pub const fn widening<T: KvElem>() -> f32 {
+        match T::DTYPE {
+            Dtype::Fp8E4m3 => 1.0 / 256.0,
+            _ => 1.0,
+        }
+    }
+}

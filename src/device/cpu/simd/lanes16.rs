@@ -4,7 +4,7 @@
 //! is checked on any CPU, AVX-512 or not; what stays unchecked without AVX-512 is only the
 //! intrinsics of [`super::avx512`]'s `Lanes`.
 
-use super::lanes::Lanes;
+use super::lanes::{sixteen, Lanes};
 use crate::kv::KvElem;
 
 pub(super) struct Lanes16;
@@ -31,17 +31,10 @@ impl Lanes for Lanes16 {
     const PAIRED_LOADS: bool = true;
 
     fn widest_pass(g: usize) -> usize {
-        if g >= 4 {
-            4
-        } else {
-            8
-        }
+        sixteen::widest_pass(g)
     }
     fn widening<T: KvElem>() -> f32 {
-        match T::DTYPE {
-            crate::kv::Dtype::Fp8E4m3 => 1.0 / 256.0,
-            _ => 1.0,
-        }
+        sixteen::widening::<T>()
     }
 
     unsafe fn zero() -> V {

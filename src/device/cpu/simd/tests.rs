@@ -298,7 +298,7 @@ fn vector_fp8_widening_matches_every_code() {
                 "lane {lane}: {o} != {f}"
             );
         }
-        out.map(|x| x / avx512::widening::<T>())
+        out.map(|x| x / super::lanes::sixteen::widening::<T>())
     }
     fn thirty_two<T: KvElem>(elems: &[T]) -> [f32; 32] {
         let (mut out, mut fast) = ([0f32; 32], [0f32; 32]);
