@@ -212,7 +212,7 @@ pub fn run(args: Args) -> CmdResult {
     let pooled = (resolved.settings.engine.cpu_offload)
         .is_some_and(|o| o.scope == crate::sim::engine::OffloadScope::Global);
     if disagg.is_some_and(|d| d.balancing_threshold.is_some()) && !pooled {
-        return Err(crate::sim::cluster::pd::pool::NEEDS_POOL.into());
+        return Err(crate::sim::engine::config::ConfigError::ThresholdWithoutPool.into());
     }
     let specs = cluster_specs(&args, disagg, router_cfg)?;
     let single = specs.len() == 1;

@@ -104,7 +104,7 @@ impl ClusterCore {
         slo: Slo,
     ) -> Result<ClusterCore, EngineError> {
         if replicas == 0 {
-            return Err(ConfigError("a cluster needs at least one replica".into()).into());
+            return Err(ConfigError::NoReplica.into());
         }
         let engines = (0..replicas)
             .map(|_| Engine::open(cfg.clone(), clock.clone(), recording, slo))
@@ -115,10 +115,7 @@ impl ClusterCore {
             // vLLM's manager serves one engine's connector; shared, a replica would wait on
             // chunks another replica is still storing with nothing to wake it.
             if o.mode == OffloadMode::Native && o.scope == OffloadScope::Global && replicas > 1 {
-                return Err(ConfigError(
-                    "a native host tier serves one replica (vLLM's OffloadingConnector); a tier shared by replicas is modelled in store-on-evict mode only".into(),
-                )
-                .into());
+                return Err(ConfigError::SharedNativeTier.into());
             }
             let count = match o.scope {
                 OffloadScope::Local => replicas,
@@ -296,19 +293,9 @@ impl ClusterCore {
         };
         let choice = match chosen {
             Some(c) if c.replica < self.engines.len() => c,
-            Some(c) => {
-                return Err(ConfigError(format!(
-                    "replica {} chosen of {}",
-                    c.replica,
-                    self.engines.len()
-                ))
-                .into())
-            }
+            Some(c) => return Err(ConfigError::NoSuchReplica(c.replica, self.engines.len()).into()),
             None if self.router.kind() == RouterKind::Conductor => {
-                return Err(ConfigError(
-                    "the conductor router chooses prefill instances: it needs disaggregated serving (--prefill-replicas and --decode-replicas)".into(),
-                )
-                .into())
+                return Err(ConfigError::ConductorColocated.into())
             }
             None => self.router.route(&arrival, now, &view),
         };

@@ -34,9 +34,7 @@ pub struct Colocated {
 impl Colocated {
     pub fn new(replicas: usize, router: RouterKind) -> Result<Colocated, ConfigError> {
         if router == RouterKind::Conductor {
-            return Err(ConfigError(
-                "the conductor router chooses prefill instances: it needs disaggregated serving (--prefill-replicas and --decode-replicas)".into(),
-            ));
+            return Err(ConfigError::ConductorColocated);
         }
         Ok(Colocated { replicas, router })
     }
@@ -118,7 +116,9 @@ mod tests {
     #[test]
     fn the_conductor_is_refused_colocated() {
         let e = ClusterSpec::colocated(2, RouterKind::Conductor, RouterConfig::default());
-        assert!(e.unwrap_err().0.contains("needs disaggregated serving"));
+        let e = e.unwrap_err();
+        assert_eq!(e, ConfigError::ConductorColocated);
+        assert!(e.to_string().contains("needs disaggregated serving"));
         let ok = ClusterSpec::colocated(2, RouterKind::KvAware, RouterConfig::default()).unwrap();
         assert_eq!(
             (ok.replicas(), ok.router(), ok.disagg()),

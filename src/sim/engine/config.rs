@@ -165,14 +165,14 @@ pub fn preset(name: &str) -> Option<Preset> {
 
 /// A block size the engine takes, from any integer: 1 to [`MAX_POOL_TOKENS`] tokens.
 pub fn block_size(tokens: u64) -> Result<BlockSize, ConfigError> {
-    BlockSize::new(tokens).map_err(|e| ConfigError(e.to_string()))
+    Ok(BlockSize::new(tokens)?)
 }
 
-fn at_least_one(name: &str, v: i64) -> Result<usize, ConfigError> {
-    usize::try_from(v)
+fn at_least_one(name: &'static str, value: i64) -> Result<usize, ConfigError> {
+    usize::try_from(value)
         .ok()
         .filter(|&x| x >= 1)
-        .ok_or_else(|| ConfigError(format!("{name} must be at least 1, got {v}")))
+        .ok_or(ConfigError::BelowOne { name, value })
 }
 
 impl EngineConfig {
@@ -194,11 +194,8 @@ impl EngineConfig {
             self.max_model_len = at_least_one("max_model_len", v)?;
         }
         if let Some(v) = f.long_prefill_token_threshold {
-            self.long_prefill_token_threshold = usize::try_from(v).map_err(|_| {
-                ConfigError(format!(
-                    "long_prefill_token_threshold must be >= 0, got {v}"
-                ))
-            })?;
+            self.long_prefill_token_threshold =
+                usize::try_from(v).map_err(|_| ConfigError::NegativeThreshold(v))?;
         }
         if let Some(v) = f.enable_prefix_caching {
             self.enable_prefix_caching = v;
@@ -207,8 +204,8 @@ impl EngineConfig {
             self.enable_chunked_prefill = v;
         }
         if let Some(p) = &f.scheduling_policy {
-            self.scheduling_policy =
-                crate::value_names::parse(p, "scheduling policy").map_err(ConfigError)?;
+            self.scheduling_policy = crate::value_names::parse(p, "scheduling policy")
+                .map_err(ConfigError::UnknownValue)?;
         }
         if let Some(w) = f.watermark {
             self.watermark = w;
@@ -219,54 +216,41 @@ impl EngineConfig {
     /// Checks what the engine relies on; a message names the setting as vLLM's config does (the
     /// scenario file's key; the command line's flag is the same name with dashes).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |m: String| Err(ConfigError(m));
         for (name, v) in [
             ("max_num_seqs", self.max_num_seqs),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
             ("max_model_len", self.max_model_len),
         ] {
             if v == 0 {
-                return bad(format!("{name} must be at least 1"));
+                return Err(ConfigError::Zero(name));
             }
         }
         if self.num_gpu_blocks < 2 {
-            return bad(format!(
-                "the pool needs at least 2 blocks (one is vLLM's null block), got {}",
-                self.num_gpu_blocks
-            ));
+            return Err(ConfigError::PoolTooSmall(self.num_gpu_blocks));
         }
         if self.num_gpu_blocks >= u32::MAX as usize - 2 {
-            return bad(format!("{} blocks is too many", self.num_gpu_blocks));
+            return Err(ConfigError::TooManyBlocks(self.num_gpu_blocks));
         }
-        let pool_tokens = self.usable_blocks() as u64 * u64::from(self.block_size);
-        if pool_tokens > MAX_POOL_TOKENS {
-            return bad(format!(
-                "a pool of {} blocks of {} tokens holds {pool_tokens} tokens, more than the 2^31 the engine counts",
-                self.usable_blocks(),
-                self.block_size
-            ));
+        let tokens = self.usable_blocks() as u64 * u64::from(self.block_size);
+        if tokens > MAX_POOL_TOKENS {
+            return Err(ConfigError::PoolTooLarge {
+                blocks: self.usable_blocks(),
+                block_size: self.block_size,
+                tokens,
+            });
         }
         if !(0.0..1.0).contains(&self.watermark) {
-            return bad(format!(
-                "watermark must be in [0, 1), got {}",
-                self.watermark
-            ));
+            return Err(ConfigError::Watermark(self.watermark));
         }
         if !(self.prediction.sigma.is_finite() && self.prediction.sigma >= 0.0) {
-            return bad(format!(
-                "prediction sigma must be >= 0, got {}",
-                self.prediction.sigma
-            ));
+            return Err(ConfigError::PredictionSigma(self.prediction.sigma));
         }
         if !(self.aging_delay.is_finite() && self.aging_delay >= 0.0) {
-            return bad(format!(
-                "aging delay must be >= 0, got {}",
-                self.aging_delay
-            ));
+            return Err(ConfigError::AgingDelay(self.aging_delay));
         }
         if let Preemption::Swap { gbps, .. } = self.preemption {
             if !(gbps.is_finite() && gbps > 0.0) {
-                return bad(format!("swap bandwidth must be > 0 GB/s, got {gbps}"));
+                return Err(ConfigError::SwapBandwidth(gbps));
             }
         }
         if let Some(o) = &self.cpu_offload {
@@ -279,27 +263,26 @@ impl EngineConfig {
     /// gives; the simulator itself runs any of them (its property tests do). A `max_model_len`
     /// left unlimited is not checked.
     pub fn check_as_vllm(&self) -> Result<(), ConfigError> {
-        let bad = |m: String| Err(ConfigError(m));
         if self.max_num_batched_tokens < self.max_num_seqs {
-            return bad(format!(
-                "vLLM refuses max_num_batched_tokens ({}) below max_num_seqs ({})",
-                self.max_num_batched_tokens, self.max_num_seqs
-            ));
+            return Err(ConfigError::BudgetBelowSeqs {
+                tokens: self.max_num_batched_tokens,
+                seqs: self.max_num_seqs,
+            });
         }
         if self.max_model_len == UNLIMITED_MODEL_LEN {
             return Ok(());
         }
         if !self.enable_chunked_prefill && self.max_num_batched_tokens < self.max_model_len {
-            return bad(format!(
-                "vLLM refuses max_num_batched_tokens ({}) below max_model_len ({}) without chunked prefill (raise the budget, lower max_model_len, or enable chunked prefill)",
-                self.max_num_batched_tokens, self.max_model_len
-            ));
+            return Err(ConfigError::BudgetBelowModelLen {
+                tokens: self.max_num_batched_tokens,
+                len: self.max_model_len,
+            });
         }
         if self.long_prefill_token_threshold > self.max_model_len {
-            return bad(format!(
-                "vLLM refuses long_prefill_token_threshold ({}) above max_model_len ({})",
-                self.long_prefill_token_threshold, self.max_model_len
-            ));
+            return Err(ConfigError::ThresholdAboveModelLen {
+                threshold: self.long_prefill_token_threshold,
+                len: self.max_model_len,
+            });
         }
         Ok(())
     }

@@ -130,11 +130,7 @@ pub fn drive_clients(
                 finishes.clear();
                 sys.last_finished(&mut finishes);
                 if finishes.len() != done {
-                    return Err(super::config::ConfigError(
-                        "closed-loop clients need a system that says when its requests finish"
-                            .into(),
-                    )
-                    .into());
+                    return Err(super::config::ConfigError::ClientsWithoutFinishes.into());
                 }
                 for &(uid, at) in &finishes {
                     c.finished(uid, at);

@@ -93,11 +93,9 @@ pub fn accepted(
         }
     }
     if out.requests.is_empty() && out.counts.rejected > 0 {
-        return Err(super::config::ConfigError(format!(
-            "vLLM's server refuses all {} requests under max_model_len {max_model_len} (a prompt of max_model_len tokens or more, or an output above it)",
-            out.counts.rejected
-        ))
-        .into());
+        return Err(
+            super::config::ConfigError::AllRefused(out.counts.rejected, max_model_len).into(),
+        );
     }
     Ok(out)
 }

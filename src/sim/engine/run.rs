@@ -138,11 +138,11 @@ impl RunSettings {
                 self.tp,
                 block_size,
             )
-            .ok_or_else(|| {
-                super::config::ConfigError(format!(
-                    "{}'s weights leave no KV pool on {} × {} at gpu_memory_utilization {} (raise tensor_parallel_size or set num_gpu_blocks_override)",
-                    self.model.name, self.tp, self.gpu.name, self.gpu_memory_utilization
-                ))
+            .ok_or_else(|| super::config::ConfigError::NoPoolLeft {
+                model: self.model.name.clone(),
+                tp: self.tp,
+                gpu: self.gpu.name,
+                utilization: self.gpu_memory_utilization,
             })?,
         };
         cfg.validate()?;
@@ -180,7 +180,7 @@ impl RunSettings {
         };
         let profile = self.step_times.profile.as_deref();
         models_at(profile, &self.model, &self.gpu, self.tp, block_size, at)
-            .map_err(|e| super::config::ConfigError(e.to_string()).into())
+            .map_err(|e| super::config::ConfigError::StepTimes(e).into())
     }
 
     /// The GPU's step times at `block_size`: the measured model under measured step times, else

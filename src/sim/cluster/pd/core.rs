@@ -157,17 +157,10 @@ impl PdCore {
         local: Option<LocalPrefill>,
     ) -> Result<PdCore, EngineError> {
         if decode.is_empty() || prefill.engines.is_empty() {
-            return Err(ConfigError(
-                "disaggregated serving needs at least one prefill and one decode instance".into(),
-            )
-            .into());
+            return Err(ConfigError::NoPrefillOrDecode.into());
         }
         if !(link.gbps.is_finite() && link.gbps > 0.0) {
-            return Err(ConfigError(format!(
-                "the KV link's bandwidth must be > 0 GB/s, got {}",
-                link.gbps
-            ))
-            .into());
+            return Err(ConfigError::KvLink(link.gbps).into());
         }
         let block_size = decode[0].block_size();
         let conductor = prefill.router_kind() == RouterKind::Conductor;
@@ -206,24 +199,14 @@ impl PdCore {
     /// Conductor, each instance with a tier of its own.
     pub fn with_pool(mut self, pool: Pool) -> Result<PdCore, EngineError> {
         if !self.conductor {
-            return Err(ConfigError(
-                "the KV pool across prefill nodes is read by Mooncake's Conductor: it needs --prefill-router conductor".into(),
-            )
-            .into());
+            return Err(ConfigError::PoolWithoutConductor.into());
         }
         let n = self.prefill.engines.len();
         if (0..n).any(|p| self.prefill.tier_of(p) != Some(p)) {
-            return Err(ConfigError(
-                "the KV pool across prefill nodes needs a host tier on each prefill node".into(),
-            )
-            .into());
+            return Err(ConfigError::PoolWithoutTiers.into());
         }
         if !(pool.threshold.is_finite() && pool.threshold >= 1.0) {
-            return Err(ConfigError(format!(
-                "the KV cache balancing threshold is a ratio of prefix lengths, >= 1; got {}",
-                pool.threshold
-            ))
-            .into());
+            return Err(ConfigError::BalancingThreshold(pool.threshold).into());
         }
         self.pool = Some(pool);
         Ok(self)
@@ -644,8 +627,5 @@ impl System for PdCore {
 }
 
 pub(super) fn needs_seconds() -> EngineError {
-    ConfigError(
-        "the conductor estimates in seconds: it needs a model's clock, not --clock steps".into(),
-    )
-    .into()
+    ConfigError::ConductorWithSteps.into()
 }

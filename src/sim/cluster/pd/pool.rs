@@ -42,9 +42,6 @@ use serde::Serialize;
 /// loads whenever the store's hit is longer than the tokens computed locally.
 pub const DEFAULT_BALANCING_THRESHOLD: f64 = 1.0;
 
-/// The error for a balancing threshold without the pool.
-pub const NEEDS_POOL: &str = "--kvcache-balancing-threshold needs the KV pool across prefill nodes: a host tier (--kv-offloading-size, --cpu-offload-blocks or --cpu-offload-gib) with --cpu-offload-scope global";
-
 /// The pool's setting.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Pool {

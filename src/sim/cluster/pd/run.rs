@@ -6,7 +6,7 @@
 
 use super::core::PdCore;
 use super::link::Link;
-use super::pool::{Pool, DEFAULT_BALANCING_THRESHOLD, NEEDS_POOL};
+use super::pool::{Pool, DEFAULT_BALANCING_THRESHOLD};
 use super::report::{whole_path, PdReport, Sides};
 use crate::sim::cluster::core::ClusterCore;
 use crate::sim::cluster::outcome::{ClusterOutcome, Finished, RunInput};
@@ -36,10 +36,7 @@ fn at_tp(
     }
     let (cfg, clock, eff) = s.at(block_size)?;
     if matches!(clock, Clock::Steps) {
-        return Err(ConfigError(
-            "disaggregated serving times the KV transfer in seconds: it needs a model's clock, not --clock steps".into(),
-        )
-        .into());
+        return Err(ConfigError::DisaggregatedWithSteps.into());
     }
     Ok((cfg, clock, eff, s.tp))
 }
@@ -68,7 +65,7 @@ pub(crate) fn run(
     };
     // Without any tier (the CLI's comparison run without it) the threshold has nothing to read.
     if pool.is_none() && pcfg.cpu_offload.is_some() && d.balancing_threshold.is_some() {
-        return Err(ConfigError(NEEDS_POOL.into()).into());
+        return Err(ConfigError::ThresholdWithoutPool.into());
     }
     let (mut dcfg, dclock, _, dtp) = at_tp(s, d.decode_tp, block_size)?;
     dcfg.cpu_offload = None;

@@ -83,19 +83,14 @@ impl HostTier {
     pub fn new(o: &CpuOffload) -> Result<HostTier, ConfigError> {
         Ok(match o.mode {
             OffloadMode::Native => {
-                let policy = TierPolicy::of(o.policy).ok_or_else(|| {
-                    ConfigError(format!(
-                        "the native tier evicts by vLLM's lru or arc, not {}",
-                        o.policy
-                    ))
-                })?;
+                let policy = TierPolicy::of(o.policy).ok_or(ConfigError::NativePolicy(o.policy))?;
                 if o.chunks == 0 {
-                    return Err(ConfigError("the host tier needs at least 1 chunk".into()));
+                    return Err(ConfigError::NoChunk);
                 }
                 HostTier::Native(Box::new(Manager::new(o.chunks, policy)))
             }
             OffloadMode::StoreOnEvict => {
-                HostTier::StoreOnEvict(EvictTier::new(o.policy, o.chunks).map_err(ConfigError)?)
+                HostTier::StoreOnEvict(EvictTier::new(o.policy, o.chunks)?)
             }
         })
     }

@@ -69,39 +69,27 @@ pub struct CpuOffload {
 impl CpuOffload {
     /// What the tier refuses; `swap_preemption`: the engine preempts by swapping to host memory.
     pub fn check(&self, swap_preemption: bool) -> Result<(), ConfigError> {
-        let bad = |m: String| Err(ConfigError(m));
         if self.chunks == 0 || self.blocks_per_chunk == 0 {
-            return bad("the host tier needs at least 1 chunk of at least 1 block".into());
+            return Err(ConfigError::NoChunk);
         }
         if !(self.gbps.is_finite() && self.gbps > 0.0) {
-            return bad(format!(
-                "the host link's bandwidth must be > 0 GB/s, got {}",
-                self.gbps
-            ));
+            return Err(ConfigError::HostLink(self.gbps));
         }
         match self.mode {
             OffloadMode::Native => {
                 if TierPolicy::of(self.policy).is_none() {
-                    return bad(format!(
-                        "the native host tier evicts by vLLM's lru or arc, not {} (other policies: the store-on-evict tier)",
-                        self.policy
-                    ));
+                    return Err(ConfigError::NativePolicy(self.policy));
                 }
                 if swap_preemption {
-                    return bad("swap preemption and the native host tier both model a host copy of KV; use one, or the store-on-evict tier".into());
+                    return Err(ConfigError::SwapWithNativeTier);
                 }
             }
             OffloadMode::StoreOnEvict => {
                 if self.policy == crate::sim::cache::Policy::Opt {
-                    return bad(format!(
-                        "the host tier cannot evict by opt, which needs the future; use one of {}",
-                        evict_policy_names()
-                    ));
+                    return Err(ConfigError::EvictByOpt(evict_policy_names()));
                 }
                 if self.blocks_per_chunk != 1 {
-                    return bad(
-                        "the store-on-evict tier holds single blocks (blocks per chunk 1)".into(),
-                    );
+                    return Err(ConfigError::StoreOnEvictChunks);
                 }
             }
         }

@@ -9,6 +9,7 @@
 
 use super::{HashMapOfKeys, OffloadMode, TierStats};
 use crate::sim::cache::{CachePolicy, Fifo, Lfu, Lru, Policy, S3Fifo, Sieve};
+use crate::sim::engine::config_error::ConfigError;
 use crate::sim::engine::hash::BlockHash;
 use crate::sim::engine::request::Req;
 
@@ -40,9 +41,9 @@ const FIRST_KEY_SPACE: usize = 1024;
 
 impl EvictTier {
     /// A tier of `capacity_blocks` (at least 1) evicting by `policy`.
-    pub fn new(policy: Policy, capacity_blocks: usize) -> Result<Self, String> {
+    pub fn new(policy: Policy, capacity_blocks: usize) -> Result<Self, ConfigError> {
         if capacity_blocks == 0 {
-            return Err("the host tier needs at least 1 block".into());
+            return Err(ConfigError::NoChunk);
         }
         let ks = FIRST_KEY_SPACE;
         let policy: Box<dyn CachePolicy + Send> = match policy {
@@ -53,12 +54,7 @@ impl EvictTier {
             Policy::Arc => Box::new(crate::sim::cache::Arc::new(capacity_blocks, ks)),
             Policy::S3Fifo => Box::new(S3Fifo::new(capacity_blocks, ks)),
             Policy::Sieve => Box::new(Sieve::new(capacity_blocks, ks)),
-            Policy::Opt => {
-                return Err(format!(
-                    "the opt policy needs the future; use one of {}",
-                    evict_policy_names()
-                ))
-            }
+            Policy::Opt => return Err(ConfigError::EvictByOpt(evict_policy_names())),
         };
         Ok(EvictTier {
             policy,
