@@ -153,10 +153,12 @@ pub fn kernels_cap() -> Result<Option<Isa>, String> {
 impl Isa {
     /// Whether [`KERNELS_ENV`] lets this set run (it caps the sets, narrowest first).
     pub fn allowed(self) -> bool {
-        kernels_cap()
-            .ok()
-            .flatten()
-            .is_none_or(|cap| self.rank() <= cap.rank())
+        self.within(kernels_cap().ok().flatten())
+    }
+
+    /// Whether this set is no wider than `cap` (any set without one).
+    fn within(self, cap: Option<Isa>) -> bool {
+        cap.is_none_or(|cap| self.rank() <= cap.rank())
     }
 
     fn rank(self) -> u8 {
@@ -174,9 +176,11 @@ impl Kernels {
     /// The fastest kernels this CPU runs for rows of `hd` elements, no wider than
     /// [`KERNELS_ENV`] allows.
     pub fn detect(hd: usize) -> Self {
+        // The environment read once a call, not once a set.
+        let cap = kernels_cap().ok().flatten();
         Self::available(hd)
             .into_iter()
-            .rfind(|k| k.isa.allowed())
+            .rfind(|k| k.isa.within(cap))
             .expect("the portable loops run anywhere")
     }
 
@@ -222,7 +226,8 @@ impl Kernels {
     /// cache, whether the rows hold e4m3's NaN code (the widening without it is 5 instructions a
     /// vector of 16 rather than 8, the scan half an instruction a vector).
     pub fn for_rows<T: KvElem>(self, k: &[T], v: &[T], rows: StepRows) -> Self {
-        if T::DTYPE != crate::kv::Dtype::Fp8E4m3 {
+        // Once a step: only the sixteen-lane sets widen without the NaN fix-up.
+        if T::DTYPE != crate::kv::Dtype::Fp8E4m3 || self.lanes() != 16 {
             return self;
         }
         let hd = self.hd;
