@@ -44,8 +44,8 @@ pub struct DetokenizeResponse {
     prompt: String,
 }
 
-fn invalid(message: &str, param: &str) -> ApiError {
-    ApiError::validation(message, Some(param), None)
+fn invalid(message: impl std::fmt::Display, param: &str) -> ApiError {
+    ApiError::validation(&message.to_string(), Some(param), None)
 }
 
 /// The ids of the request's text, and their pieces when asked.
@@ -57,10 +57,10 @@ pub fn tokenize(
     let tokens = match (r.prompt, r.messages) {
         (Some(text), None) => t
             .encode_with(&text, r.add_special_tokens.unwrap_or(true))
-            .map_err(|e| invalid(&e.to_string(), "prompt"))?,
+            .map_err(|e| invalid(e, "prompt"))?,
         (None, Some(messages)) => t
             .encode(&messages_text(&messages))
-            .map_err(|e| invalid(&e.to_string(), "messages"))?,
+            .map_err(|e| invalid(e, "messages"))?,
         _ => {
             return Err(invalid(
                 "Either prompt or messages must be provided, not both.",
@@ -69,10 +69,7 @@ pub fn tokenize(
         }
     };
     let token_strs = match r.return_token_strs {
-        Some(true) => Some(
-            t.pieces(&tokens)
-                .map_err(|e| invalid(&e.to_string(), "prompt"))?,
-        ),
+        Some(true) => Some(t.pieces(&tokens).map_err(|e| invalid(e, "prompt"))?),
         _ => None,
     };
     Ok(TokenizeResponse {
@@ -88,13 +85,11 @@ pub fn detokenize(t: &Tokenizer, r: DetokenizeRequest) -> Result<DetokenizeRespo
     if let Some(vocab) = t.vocab_size() {
         if let Some(&bad) = r.tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(invalid(
-                &format!("Token id {bad} is out of vocabulary"),
+                format!("Token id {bad} is out of vocabulary"),
                 "tokens",
             ));
         }
     }
-    let prompt = t
-        .decode(&r.tokens)
-        .map_err(|e| invalid(&e.to_string(), "tokens"))?;
+    let prompt = t.decode(&r.tokens).map_err(|e| invalid(e, "tokens"))?;
     Ok(DetokenizeResponse { prompt })
 }

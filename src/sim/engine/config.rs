@@ -58,7 +58,7 @@ pub struct Prediction {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EngineConfig {
-    pub block_size: crate::kv::BlockSize,
+    pub block_size: BlockSize,
     /// Blocks in the pool, vLLM's null block included (so `num_gpu_blocks - 1` are usable).
     pub num_gpu_blocks: usize,
     pub max_num_seqs: usize,

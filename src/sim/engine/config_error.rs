@@ -2,7 +2,7 @@
 //! engines of a cluster are put together (the runs of every simulator end in an
 //! [`super::EngineError`]).
 
-use crate::kv::BlockSizeError;
+use crate::kv::{BlockSize, BlockSizeError};
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -29,7 +29,7 @@ pub enum ConfigError {
     )]
     PoolTooLarge {
         blocks: usize,
-        block_size: crate::kv::BlockSize,
+        block_size: BlockSize,
         tokens: u64,
     },
     #[error("watermark must be in [0, 1), got {0}")]
