@@ -19,7 +19,7 @@ use pagedkv::device::cpu::last_level_cache::last_level_cache;
 use pagedkv::device::cpu::pages::{thp_available, HostBuf, Pages};
 use pagedkv::device::cpu::stream::{limit_bytes, MemoryProbe};
 use pagedkv::device::cuda::{CudaDevice, Layout};
-use pagedkv::kv::{Dtype, KvSpec};
+use pagedkv::kv::{BlockSize, Dtype, KvSpec};
 use pagedkv::launch::gather::GatherGeometry;
 use pagedkv::sweep::block_sizes;
 use pagedkv::sweep::cpu_probe::shuffled_table;
@@ -99,7 +99,7 @@ fn bench_cpu(c: &mut Criterion) {
         (2 * half).div_ceil(SEQ_TOKENS * token_bytes),
         SEQ_TOKENS,
     );
-    for bs in block_sizes() {
+    for bs in block_sizes().into_iter().map(BlockSize::get) {
         let spec = spec(bs);
         let table = shuffled_table(&spec, half, SEQ_TOKENS, 7).unwrap();
         let tokens: usize = table.lens.iter().map(|&l| l as usize).sum();
@@ -180,7 +180,7 @@ fn bench_gpu(c: &mut Criterion, dev: &CudaDevice) {
         })
     });
     let batch = AttentionBatch::fixed(32, 32, 2048);
-    for bs in block_sizes() {
+    for bs in block_sizes().into_iter().map(BlockSize::get) {
         let spec = spec(bs);
         let table = shuffled_table(&spec, half, SEQ_TOKENS, 7).unwrap();
         let mut gather = dev

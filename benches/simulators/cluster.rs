@@ -77,7 +77,7 @@ pub fn mooncake_16_replicas(c: &mut Criterion<ThreadCpuTime>) {
                 b.iter(|| {
                     pagedkv::sim::cluster::run(
                         &settings,
-                        16,
+                        pagedkv::kv::BlockSize::of(16),
                         spec,
                         black_box(&requests),
                         false,

@@ -12,6 +12,7 @@ use criterion::measurement::Measurement;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use pagedkv::hw::gpu;
 use pagedkv::kv::model::preset;
+use pagedkv::kv::BlockSize;
 use pagedkv::sim::engine::RunSettings;
 use pagedkv::sim::latency::{choose, Choice, StepTimes};
 use pagedkv::workload::azure::read_azure_csv;
@@ -54,7 +55,13 @@ fn on_azure_trace<M: Measurement>(c: &mut Criterion<M>, clock: &str) {
                 |b, &bs| {
                     b.iter(|| {
                         settings
-                            .run(bs, black_box(&requests), false, None, |_, _| {})
+                            .run(
+                                BlockSize::of(bs),
+                                black_box(&requests),
+                                false,
+                                None,
+                                |_, _| {},
+                            )
                             .expect("valid run")
                     })
                 },

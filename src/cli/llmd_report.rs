@@ -3,6 +3,7 @@
 //! its workload.
 
 use crate::cli::sim_engine_args::WorkloadArgs;
+use crate::kv::BlockSize;
 use crate::report::llmd::{EngineStack, ReplicaState, Run, Summary, Workload};
 use crate::sim::engine::metrics::Distribution;
 use crate::sim::engine::{EngineReport, RunSettings, TimeUnit};
@@ -72,7 +73,7 @@ pub fn workload(args: &WorkloadArgs, name: &str, requests: &[ServingRequest]) ->
 }
 
 /// The engine as the report's stack describes it.
-pub fn engine_stack(resolved: &ResolvedRun, block_size: usize, replicas: usize) -> EngineStack {
+pub fn engine_stack(resolved: &ResolvedRun, block_size: BlockSize, replicas: usize) -> EngineStack {
     let s: &RunSettings = &resolved.settings;
     EngineStack {
         tool: "vllm".into(),

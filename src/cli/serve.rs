@@ -83,7 +83,7 @@ pub fn run(args: Args) -> CmdResult {
             .clone()
             .unwrap_or_else(|| resolved.settings.model.name.to_string()),
         settings: resolved.settings.clone(),
-        block_size: resolved.block_size.get(),
+        block_size: resolved.block_size,
         tokenizer: Arc::new(tokenizer),
         max_num_queued_reqs: args.max_num_queued_reqs,
         max_num_queued_tokens: args.max_num_queued_tokens,
@@ -129,11 +129,7 @@ pub fn run(args: Args) -> CmdResult {
             let run = summarize(
                 &read_log(&text)?,
                 ServedRun {
-                    engine: llmd_report::engine_stack(
-                        &resolved,
-                        resolved.block_size.get(),
-                        replicas,
-                    ),
+                    engine: llmd_report::engine_stack(&resolved, resolved.block_size, replicas),
                     refused: refused.load(std::sync::atomic::Ordering::Relaxed),
                     time_scale: scale,
                     uid: llmd_report::uid(),

@@ -12,6 +12,7 @@ use crate::cli::llmd_report::{self, ReportFormat};
 use crate::cli::router_args::RouterArgs;
 use crate::cli::sim_engine_args::{settings, workload, BoxError, EngineArgs, WorkloadArgs};
 use crate::cli::CmdResult;
+use crate::kv::BlockSize;
 use crate::progress::Bar;
 use crate::sim::cluster::pd::Disagg;
 use crate::sim::cluster::request_line::write_request_log;
@@ -140,7 +141,7 @@ fn cluster_specs(
 fn run_logged(
     args: &Args,
     s: &RunSettings,
-    bs: usize,
+    bs: BlockSize,
     spec: &ClusterSpec,
     requests: &[ServingRequest],
     timeline: bool,
@@ -171,7 +172,7 @@ fn print_llmd(
     requests: &[ServingRequest],
     outcomes: &[ClusterOutcome],
 ) -> CmdResult {
-    let bs = resolved.block_size.get();
+    let bs = resolved.block_size;
     let [o] = outcomes else {
         return Err(
             "--report-format llmd reports one run: give one router and one replica count".into(),
@@ -220,7 +221,7 @@ pub fn run(args: Args) -> CmdResult {
         return Err("--step-log and --request-log need one router and one replica count".into());
     }
     let s = &resolved.settings;
-    let bs = resolved.block_size.get();
+    let bs = resolved.block_size;
     let tier = s.engine.cpu_offload.is_some();
     let runs = specs.len() * if tier { 2 } else { 1 };
     let bar = Bar::new(

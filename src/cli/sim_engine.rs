@@ -71,14 +71,12 @@ pub fn run(args: Args) -> CmdResult {
     let s = &resolved.settings;
     // Checked before any runs: a size the engine refuses would end the others' runs too.
     let sizes = match &args.block_sizes {
-        Some(v) if !v.is_empty() => {
-            for &b in v {
-                BlockSize::new(b as u64)?;
-            }
-            v.clone()
-        }
+        Some(v) if !v.is_empty() => v
+            .iter()
+            .map(|&b| BlockSize::new(b as u64))
+            .collect::<Result<Vec<_>, _>>()?,
         Some(_) => return Err("--block-sizes needs at least one size".into()),
-        None => vec![resolved.block_size.get()],
+        None => vec![resolved.block_size],
     };
     if args.step_log.is_some() && sizes.len() > 1 {
         return Err("--step-log needs a single block size".into());

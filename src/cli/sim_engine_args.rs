@@ -431,7 +431,7 @@ pub fn model_lines(r: &ResolvedRun, per: &str) -> Vec<String> {
         ),
         s.step_times.line.clone(),
     ];
-    out.extend(s.beside_roofline(r.block_size.get()));
+    out.extend(s.beside_roofline(r.block_size));
     out.push(format!(
         "attention efficiency per block size from {} ({}){}",
         s.profile.device,
@@ -457,11 +457,7 @@ pub fn describe_limits(r: &ResolvedRun) -> Vec<String> {
             )
     }];
     if let (Some(o), Some(src)) = (e.cpu_offload, &r.offload_source) {
-        out.push(crate::cli::sim_tier_args::describe(
-            &o,
-            src,
-            r.block_size.get(),
-        ));
+        out.push(crate::cli::sim_tier_args::describe(&o, src, r.block_size));
     }
     out
 }

@@ -4,6 +4,7 @@
 
 use crate::cli::count;
 use crate::cli::latency_unit::latency_unit;
+use crate::kv::BlockSize;
 use crate::sim::cache::Policy as CachePolicy;
 use crate::sim::engine::host_tier::{OffloadMode, TierStats};
 use crate::sim::engine::{CpuOffload, EngineReport, OffloadScope};
@@ -77,13 +78,13 @@ impl TierArgs {
 }
 
 /// The line that says what the tier is.
-pub fn describe(o: &CpuOffload, source: &str, block_size: usize) -> String {
+pub fn describe(o: &CpuOffload, source: &str, block_size: BlockSize) -> String {
     match o.mode {
         OffloadMode::Native => format!(
             "host tier: native (vLLM 0.33's OffloadingConnector): {} chunks of {} blocks ({} tokens), {} eviction, {}, {} scope, {} GB/s per GPU ({source}); stores as chunks are computed, loads asynchronously",
             o.chunks,
             o.blocks_per_chunk,
-            o.blocks_per_chunk * block_size,
+            o.blocks_per_chunk * block_size.get(),
             o.policy,
             if o.prompt_only { "prompt chunks only" } else { "prompt and output chunks" },
             o.scope,

@@ -35,6 +35,16 @@ impl BlockSize {
         }
     }
 
+    /// A block size written in the code (a constant, a test): panics on 0 or above 2^31 tokens.
+    /// Every number from outside goes through [`BlockSize::new`].
+    #[track_caller]
+    pub const fn of(tokens: u32) -> BlockSize {
+        match BlockSize::new(tokens as u64) {
+            Ok(b) => b,
+            Err(_) => panic!("not a block size: 0 or above 2^31 tokens"),
+        }
+    }
+
     /// The tokens, as the engine counts them.
     pub fn tokens(self) -> u32 {
         self.0.get()
@@ -86,5 +96,11 @@ mod tests {
         assert_eq!(serde_json::from_str::<BlockSize>("16").unwrap(), b);
         let e = serde_json::from_str::<BlockSize>("0").unwrap_err();
         assert!(e.to_string().contains("at least 1"), "{e}");
+    }
+
+    #[test]
+    #[should_panic(expected = "not a block size")]
+    fn a_block_size_written_in_the_code_as_zero_panics() {
+        BlockSize::of(0);
     }
 }

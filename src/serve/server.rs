@@ -9,6 +9,7 @@ use super::log::LogSink;
 use super::metrics::ReplicaMetrics;
 use super::replica::{self, Msg, Outputs};
 use super::tokens::Tokenizer;
+use crate::kv::BlockSize;
 use crate::sim::engine::host_tier::HostTier;
 use crate::sim::engine::{Engine, Recording, RunSettings};
 use axum::serve::ListenerExt;
@@ -33,7 +34,7 @@ pub struct ServeConfig {
     /// Simulated seconds (or steps) per wall-clock second.
     pub time_scale: f64,
     pub settings: RunSettings,
-    pub block_size: usize,
+    pub block_size: BlockSize,
     /// The name `/v1/models` lists and requests must use.
     pub model_name: String,
     pub tokenizer: Arc<Tokenizer>,

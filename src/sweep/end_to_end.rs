@@ -22,6 +22,7 @@ use super::recommend::Banded;
 use super::SweepRow;
 use crate::hw::gpu;
 use crate::kv::model::ModelShape;
+use crate::kv::BlockSize;
 use crate::sim::engine::config::preset;
 use crate::sim::engine::profile::ProfilePoint;
 use crate::sim::engine::{
@@ -82,7 +83,7 @@ impl NaturalRate {
 /// One block size end to end.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EndToEnd {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub num_gpu_blocks: usize,
     pub efficiency: f64,
     /// The band its low and high searches span: `efficiency × (1 ± noise)`.
@@ -162,7 +163,7 @@ pub fn profile(rows: &[SweepRow], device: &str) -> Profile {
         .iter()
         .filter_map(|r| {
             r.efficiency().map(|e| ProfilePoint {
-                block_size: r.block_size,
+                block_size: r.block_size.get(),
                 efficiency: e,
             })
         })
@@ -367,7 +368,7 @@ mod tests {
             system_prompt_tokens: 0,
         };
         let mut rows = memory_rows(&requests, &config).unwrap();
-        rows.retain(|r| [1, 16, 256].contains(&r.block_size));
+        rows.retain(|r| [1, 16, 256].contains(&r.block_size.get()));
         let profile = Profile::h200_assumed();
         let search = SearchLimits::default();
         let go = |flags: SloFlags| {

@@ -137,7 +137,12 @@ pub fn measure_bandwidth(
     for round in 0..rounds {
         let mut convert = vec![None; probes.len()];
         for (i, (row, row_samples)) in rows.iter().zip(samples.iter_mut()).enumerate() {
-            let spec = KvSpec::new(model.kv_heads, model.head_dim, row.block_size, model.dtype)?;
+            let spec = KvSpec::new(
+                model.kv_heads,
+                model.head_dim,
+                row.block_size.get(),
+                model.dtype,
+            )?;
             let probes_here = probes.iter_mut().zip(row_samples.iter_mut());
             for (p, (probe, probe_samples)) in probes_here.enumerate() {
                 let memory = probe.memory();

@@ -52,19 +52,16 @@ pub use run::{run_plan, run_sweep, NoProgress, Phase, Progress, SweepPlan};
 pub use summary::{kv_dtype_summary, limit_medians, KvDtypeSummary, LimitMedians, SweepReport};
 
 use crate::device::DeviceError;
-use crate::kv::{KvSpec, SpecError, MAX_BLOCK_SIZE};
+use crate::kv::{BlockSize, KvSpec, SpecError, MAX_BLOCK_SIZE};
 use crate::sim::engine::EngineError;
 use crate::workload::azure::{Request, TraceError};
 use serde::Serialize;
 use thiserror::Error;
 
-/// vLLM's default block size (tokens).
-pub const VLLM_DEFAULT_BLOCK_SIZE: usize = 16;
-
 /// Every block size the sweep covers: 1, 2, 4, ..., 256.
-pub fn block_sizes() -> Vec<usize> {
+pub fn block_sizes() -> Vec<BlockSize> {
     (0..=MAX_BLOCK_SIZE.trailing_zeros())
-        .map(|i| 1usize << i)
+        .map(|i| BlockSize::of(1 << i))
         .collect()
 }
 
@@ -73,7 +70,10 @@ pub enum SweepError {
     #[error("the workload holds no tokens (every request has 0 prompt and 0 output tokens)")]
     NoTokens,
     #[error("the KV pool of {pool_bytes} bytes holds less than one block of {block_size} tokens")]
-    PoolTooSmall { pool_bytes: u64, block_size: usize },
+    PoolTooSmall {
+        pool_bytes: u64,
+        block_size: BlockSize,
+    },
     #[error(transparent)]
     Spec(#[from] SpecError),
     #[error(transparent)]
@@ -105,7 +105,7 @@ pub struct MemoryConfig {
 /// in this order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SweepRow {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub pool_blocks: u64,
     #[serde(flatten)]
     pub pool: PoolUse,
@@ -218,7 +218,8 @@ pub fn memory_rows(
         prefix::shared_prefixes(requests, config.turns.max(1), config.system_prompt_tokens);
     block_sizes()
         .into_iter()
-        .map(|bs| {
+        .map(|block_size| {
+            let bs = block_size.get();
             KvSpec::new(
                 config.model.kv_heads,
                 config.model.head_dim,
@@ -229,14 +230,14 @@ pub fn memory_rows(
             if pool_blocks == 0 {
                 return Err(SweepError::PoolTooSmall {
                     pool_bytes: config.pool_bytes,
-                    block_size: bs,
+                    block_size,
                 });
             }
             let f = fragmentation::fragmentation(requests, bs, pool_blocks)
                 .ok_or(SweepError::NoTokens)?;
             let r = replay::replay(requests, bs, pool_blocks, &config.durations);
             Ok(SweepRow {
-                block_size: bs,
+                block_size,
                 pool_blocks,
                 pool: PoolUse {
                     internal_waste_pct: f.internal_waste_pct,
@@ -326,6 +327,7 @@ mod tests {
 
     #[test]
     fn covers_every_power_of_two_to_256() {
-        assert_eq!(block_sizes(), vec![1, 2, 4, 8, 16, 32, 64, 128, 256]);
+        let tokens: Vec<usize> = block_sizes().into_iter().map(BlockSize::get).collect();
+        assert_eq!(tokens, vec![1, 2, 4, 8, 16, 32, 64, 128, 256]);
     }
 }

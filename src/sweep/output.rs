@@ -71,7 +71,7 @@ struct ProbeCells {
 impl From<&SweepRow> for RowCells {
     fn from(r: &SweepRow) -> Self {
         RowCells {
-            block_size: r.block_size,
+            block_size: r.block_size.get(),
             pool_blocks: r.pool_blocks,
             internal_waste_pct: r.pool.internal_waste_pct,
             concurrent_requests: r.pool.concurrent_requests,
@@ -165,7 +165,7 @@ fn series(name: &str, rows: &[SweepRow], y: impl Fn(&SweepRow) -> Option<f64>) -
         name: name.into(),
         points: rows
             .iter()
-            .filter_map(|r| y(r).map(|v| (r.block_size as f64, v)))
+            .filter_map(|r| y(r).map(|v| (r.block_size.get() as f64, v)))
             .collect(),
     }
 }
@@ -173,12 +173,12 @@ fn series(name: &str, rows: &[SweepRow], y: impl Fn(&SweepRow) -> Option<f64>) -
 /// The plots' marks: vLLM's 16 and the recommended block size.
 fn marks(report: &SweepReport) -> Vec<Mark> {
     let mut m = vec![Mark {
-        x: report.vllm_default_block_size as f64,
+        x: report.vllm_default_block_size.get() as f64,
         label: format!("{}: vLLM's default", report.vllm_default_block_size),
     }];
     if let Some(r) = report.recommended_block_size {
         m.push(Mark {
-            x: r as f64,
+            x: r.get() as f64,
             label: format!("{r}: recommended"),
         });
     }
@@ -283,7 +283,11 @@ fn bandwidth_series(rows: &[SweepRow]) -> (Vec<Series>, Vec<Band>) {
                 .filter_map(|r| {
                     let m = at(r)?;
                     let (v, n) = (f(&m)?, m.efficiency_noise?);
-                    Some((r.block_size as f64, (v * (1.0 - n)).max(0.0), v * (1.0 + n)))
+                    Some((
+                        r.block_size.get() as f64,
+                        (v * (1.0 - n)).max(0.0),
+                        v * (1.0 + n),
+                    ))
                 })
                 .collect(),
         };
@@ -368,7 +372,7 @@ fn plot_end_to_end(
             .iter()
             .filter_map(|r| {
                 Some((
-                    r.block_size as f64,
+                    r.block_size.get() as f64,
                     r.capacity.slo_capacity_low_rps?,
                     r.capacity.slo_capacity_high_rps?,
                 ))
@@ -415,10 +419,10 @@ mod tests {
         }
     }
 
-    fn row(block_size: usize, memory: Vec<MemoryBandwidth>) -> SweepRow {
+    fn row(block_size: u32, memory: Vec<MemoryBandwidth>) -> SweepRow {
         SweepRow {
-            block_size,
-            pool_blocks: 1000 / block_size as u64,
+            block_size: crate::kv::BlockSize::of(block_size),
+            pool_blocks: 1000 / u64::from(block_size),
             pool: PoolUse {
                 internal_waste_pct: 12.5,
                 concurrent_requests: 3.0,

@@ -15,6 +15,8 @@
 //! half-range across rounds, relative) and the run's ([`tie_tolerance`], the median over block
 //! sizes), which set the bands the recommendation compares.
 
+use crate::kv::BlockSize;
+
 /// The least noise a run's band assumes.
 pub const MIN_TIE_TOLERANCE: f64 = 0.01;
 
@@ -38,7 +40,7 @@ pub fn tie_tolerance(noise: &[Option<f64>]) -> f64 {
 /// One row's inputs to the proxy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ProxyInput {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub concurrent_requests: f64,
     /// Fraction of the stream limit achieved; `None` when not measured.
     pub efficiency: Option<f64>,
@@ -65,9 +67,9 @@ pub fn proxy(rows: &[ProxyInput]) -> Vec<f64> {
 mod tests {
     use super::*;
 
-    fn row(block_size: usize, conc: f64, eff: Option<f64>) -> ProxyInput {
+    fn row(block_size: u32, conc: f64, eff: Option<f64>) -> ProxyInput {
         ProxyInput {
-            block_size,
+            block_size: BlockSize::of(block_size),
             concurrent_requests: conc,
             efficiency: eff,
         }

@@ -9,12 +9,13 @@
 //! block size measured badly can then neither win nor lose on its luck, and 16 stays unless the
 //! evidence against it survives the noise.
 
+use crate::kv::BlockSize;
 use serde::Serialize;
 
 /// One block size's figure with its noise band (`low ≤ nominal ≤ high` in the usual case).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Banded {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub nominal: f64,
     pub low: f64,
     pub high: f64,
@@ -23,11 +24,11 @@ pub struct Banded {
 /// What [`pick`] concluded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Pick {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     /// Whether the pick beats vLLM's 16 beyond the noise (else it is 16).
     pub beats_default: bool,
     /// Block sizes neither beating 16 nor beaten by it beyond the noise.
-    pub tied_with_default: Vec<usize>,
+    pub tied_with_default: Vec<BlockSize>,
 }
 
 /// Whether `a` beats `b` beyond the noise: `a`'s low end above `b`'s high end by more than
@@ -38,7 +39,7 @@ pub fn beats(a: &Banded, b: &Banded, resolution: f64) -> bool {
 
 /// The rule (see the module docs) among `figures`, against `default` (vLLM's 16); `None` without a
 /// row for `default`.
-pub fn pick(figures: &[Banded], default: usize, resolution: f64) -> Option<Pick> {
+pub fn pick(figures: &[Banded], default: BlockSize, resolution: f64) -> Option<Pick> {
     let def = figures.iter().find(|f| f.block_size == default)?;
     let winner = figures
         .iter()
@@ -76,9 +77,11 @@ pub fn rule(figure: &str, resolution: f64) -> String {
 mod tests {
     use super::*;
 
-    fn b(block_size: usize, nominal: f64, low: f64, high: f64) -> Banded {
+    const SIXTEEN: BlockSize = BlockSize::of(16);
+
+    fn b(block_size: u32, nominal: f64, low: f64, high: f64) -> Banded {
         Banded {
-            block_size,
+            block_size: BlockSize::of(block_size),
             nominal,
             low,
             high,
@@ -93,9 +96,9 @@ mod tests {
             b(64, 103.0, 98.0, 108.0),
             b(1, 60.0, 55.0, 65.0),
         ];
-        let p = pick(&rows, 16, 0.02).unwrap();
-        assert_eq!((p.block_size, p.beats_default), (16, false));
-        assert_eq!(p.tied_with_default, vec![64]);
+        let p = pick(&rows, SIXTEEN, 0.02).unwrap();
+        assert_eq!((p.block_size.get(), p.beats_default), (16, false));
+        assert_eq!(p.tied_with_default, vec![BlockSize::of(64)]);
         // 32 and 64 both clear 16's high end by more than 2%: the higher nominal wins; at equal
         // nominal the larger block does.
         let rows = [
@@ -104,15 +107,15 @@ mod tests {
             b(64, 108.0, 106.0, 109.0),
             b(128, 110.0, 103.5, 111.0),
         ];
-        let p = pick(&rows, 16, 0.02).unwrap();
-        assert_eq!((p.block_size, p.beats_default), (128, true));
+        let p = pick(&rows, SIXTEEN, 0.02).unwrap();
+        assert_eq!((p.block_size.get(), p.beats_default), (128, true));
         assert!(p.tied_with_default.is_empty());
         // 3% resolution: only 64's low end (106) clears 101 × 1.03 = 104.03; at 5%, none does.
-        assert_eq!(pick(&rows, 16, 0.03).unwrap().block_size, 64);
-        let p = pick(&rows, 16, 0.05).unwrap();
-        assert_eq!((p.block_size, p.beats_default), (16, false));
-        assert_eq!(p.tied_with_default, vec![32, 64, 128]);
-        assert!(pick(&rows[1..], 16, 0.02).is_none());
+        assert_eq!(pick(&rows, SIXTEEN, 0.03).unwrap().block_size.get(), 64);
+        let p = pick(&rows, SIXTEEN, 0.05).unwrap();
+        assert_eq!((p.block_size.get(), p.beats_default), (16, false));
+        assert_eq!(p.tied_with_default, [32, 64, 128].map(BlockSize::of));
+        assert!(pick(&rows[1..], SIXTEEN, 0.02).is_none());
     }
 
     #[test]

@@ -5,9 +5,10 @@
 use super::{
     apply_end_to_end, apply_proxy, end_to_end, measure_bandwidth, memory_rows, probes_for,
     proxy_banded, recommend, MemoryConfig, ModelShape, ProbeOptions, SearchLimits, SweepConfig,
-    SweepError, SweepReport, SweepRow, VLLM_DEFAULT_BLOCK_SIZE,
+    SweepError, SweepReport, SweepRow,
 };
 use crate::device::Device;
+use crate::sim::engine::config::VLLM_BLOCK_SIZE;
 use crate::sim::engine::ResolvedSlo;
 use crate::sim::latency::Choice;
 use crate::workload::azure::Request;
@@ -132,8 +133,8 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         ..
     } = plan;
     // Timings from the emulated driver are the CPU's: no recommendation rests on them.
-    let pick = recommend::pick(&figures, VLLM_DEFAULT_BLOCK_SIZE, resolution)
-        .filter(|_| !device.is_emulated());
+    let pick =
+        recommend::pick(&figures, VLLM_BLOCK_SIZE, resolution).filter(|_| !device.is_emulated());
     let n = requests.len() as f64;
     let mean = |f: fn(&Request) -> u32| requests.iter().map(|r| f(r) as f64).sum::<f64>() / n;
     Ok(SweepReport {
@@ -144,7 +145,7 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
         basis: basis.into(),
         rule: recommend::rule(basis, resolution),
         resolution,
-        vllm_default_block_size: VLLM_DEFAULT_BLOCK_SIZE,
+        vllm_default_block_size: VLLM_BLOCK_SIZE,
         noise_tolerance: noise,
         model: m,
         pool_bytes,

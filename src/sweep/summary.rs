@@ -3,9 +3,10 @@
 
 use super::{
     end_to_end, recommend, MemoryBandwidth, MemoryConfig, ModelShape, ProbeOptions, SweepRow,
-    VLLM_DEFAULT_BLOCK_SIZE,
 };
 use crate::device::cpu::last_level_cache::LastLevelCache;
+use crate::kv::BlockSize;
+use crate::sim::engine::config::VLLM_BLOCK_SIZE;
 use serde::Serialize;
 
 /// Everything a sweep reports.
@@ -16,7 +17,7 @@ pub struct SweepReport {
     /// recommended from them.
     pub emulated: bool,
     /// The recommendation ([`recommend::pick`]) over [`SweepReport::basis`].
-    pub recommended_block_size: Option<usize>,
+    pub recommended_block_size: Option<BlockSize>,
     pub recommendation: Option<recommend::Pick>,
     /// The figure the recommendation rests on: "SLO capacity" (end to end) or "throughput proxy"
     /// (end to end skipped).
@@ -24,7 +25,7 @@ pub struct SweepReport {
     /// The rule in words ([`recommend::rule`]), and the resolution it uses.
     pub rule: String,
     pub resolution: f64,
-    pub vllm_default_block_size: usize,
+    pub vllm_default_block_size: BlockSize,
     /// The bandwidth measurement's typical noise across rounds, relative (at least 1%).
     pub noise_tolerance: f64,
     pub model: ModelShape,
@@ -115,7 +116,7 @@ pub struct KvDtypeSummary {
 pub struct KvDtypeRow {
     pub kv_dtype: crate::kv::Dtype,
     pub kv_bytes_per_token: u64,
-    pub recommended_block_size: Option<usize>,
+    pub recommended_block_size: Option<BlockSize>,
     pub concurrent_requests_at_16: Option<f64>,
 }
 
@@ -130,7 +131,7 @@ pub fn kv_dtype_summary(reports: &[SweepReport]) -> KvDtypeSummary {
             concurrent_requests_at_16: r
                 .rows
                 .iter()
-                .find(|row| row.block_size == VLLM_DEFAULT_BLOCK_SIZE)
+                .find(|row| row.block_size == VLLM_BLOCK_SIZE)
                 .map(|row| row.pool.concurrent_requests),
         })
         .collect();

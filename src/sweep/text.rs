@@ -4,6 +4,7 @@
 
 use super::end_to_end::none_meets;
 use super::{limit_medians, SweepReport, SweepRow};
+use crate::kv::BlockSize;
 use crate::report::Table;
 use crate::sim::engine::SloTargets;
 
@@ -18,7 +19,7 @@ fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "-".into(), |v| format!("{:.0}%", 100.0 * v))
 }
 
-fn row_at(report: &SweepReport, block_size: usize) -> Option<&SweepRow> {
+fn row_at(report: &SweepReport, block_size: BlockSize) -> Option<&SweepRow> {
     report.rows.iter().find(|r| r.block_size == block_size)
 }
 
@@ -60,7 +61,7 @@ pub fn verdict(report: &SweepReport) -> String {
     )
 }
 
-fn capacity_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
+fn capacity_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> String {
     let def = report.vllm_default_block_size;
     let (Some(p), Some(d)) = (row_at(report, pick), row_at(report, def)) else {
         return "no end-to-end figures".into();
@@ -114,14 +115,14 @@ fn capacity_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
 
 /// No block size meets the SLOs at any rate: so it says, then ranks by the share within them at the
 /// trace's own rate (the recommendation's figure then).
-fn attainment_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
+fn attainment_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> String {
     let slo = report
         .end_to_end_settings
         .as_ref()
         .map_or_else(String::new, |s| {
             format!(" ({}: {})", s.slo.preset.name(), s.slo.targets.describe())
         });
-    let of = |b: usize| report.end_to_end.iter().find(|e| e.block_size == b);
+    let of = |b: BlockSize| report.end_to_end.iter().find(|e| e.block_size == b);
     let (Some(p), Some(d)) = (of(pick), of(report.vllm_default_block_size)) else {
         return format!("no block size meets the SLOs{slo} at any rate searched");
     };
@@ -167,7 +168,7 @@ fn attainment_clause(report: &SweepReport, pick: usize, beats: bool) -> String {
     )
 }
 
-fn proxy_clause(report: &SweepReport, pick: usize) -> String {
+fn proxy_clause(report: &SweepReport, pick: BlockSize) -> String {
     let (Some(p), Some(d)) = (
         row_at(report, pick),
         row_at(report, report.vllm_default_block_size),

@@ -7,7 +7,7 @@
 //! for float, to an open-loop run whose arrivals are the sends.
 
 use pagedkv::hw::gpu;
-use pagedkv::kv::model;
+use pagedkv::kv::{model, BlockSize};
 use pagedkv::sim::cluster::pd::{Disagg, KvTransfer, LinkSharing};
 use pagedkv::sim::cluster::{ClusterSpec, RequestLine, RouterConfig, RouterKind};
 use pagedkv::sim::engine::{
@@ -18,6 +18,8 @@ use pagedkv::sim::latency::{choose, StepTimes};
 use pagedkv::workload::serving::{Prompt, ServingRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+const SIXTEEN: BlockSize = BlockSize::of(16);
 
 fn req(id: &str, arrival: f64, prompt: u32, output_len: u32) -> ServingRequest {
     ServingRequest {
@@ -32,7 +34,7 @@ fn req(id: &str, arrival: f64, prompt: u32, output_len: u32) -> ServingRequest {
 /// A small engine: blocks of 4, room for every case here, a budget no prompt here fills.
 fn small() -> EngineConfig {
     EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(4),
         num_gpu_blocks: 256,
         max_num_seqs: 16,
         max_num_batched_tokens: 256,
@@ -294,7 +296,7 @@ fn engine_lines(
     reqs: &[ServingRequest],
 ) -> (Vec<RequestLine>, Option<ClientReport>) {
     let spec = ClusterSpec::colocated(1, RouterKind::RoundRobin, RouterConfig::default()).unwrap();
-    let o = pagedkv::sim::cluster::run(s, 16, &spec, reqs, false, None, |_, _| {}).unwrap();
+    let o = pagedkv::sim::cluster::run(s, SIXTEEN, &spec, reqs, false, None, |_, _| {}).unwrap();
     (o.requests, o.clients)
 }
 
@@ -310,7 +312,7 @@ fn one_engine_in_seconds_keeps_the_semaphores_rule_and_replays_open() {
             engine_lines(&settings(4000, async_scheduling, Clients::Open), moved).0
         });
         // The engine's own report (`sim engine`) agrees with the cluster of one.
-        let o = s.run(16, &reqs, false, None, |_, _| {}).unwrap();
+        let o = s.run(SIXTEEN, &reqs, false, None, |_, _| {}).unwrap();
         assert_eq!(o.clients.as_ref(), Some(&clients));
         let e2e: Vec<f64> = lines
             .iter()
@@ -334,7 +336,7 @@ fn a_cluster_shares_one_pool_of_clients_over_its_replicas() {
         };
         let spec = ClusterSpec::colocated(3, router, router_cfg).unwrap();
         let run = |s: &RunSettings, r: &[ServingRequest]| {
-            pagedkv::sim::cluster::run(s, 16, &spec, r, false, None, |_, _| {}).unwrap()
+            pagedkv::sim::cluster::run(s, SIXTEEN, &spec, r, false, None, |_, _| {}).unwrap()
         };
         let o = run(&settings(4000, false, closed(n)), &reqs);
         check_closed_loop(n, &reqs, &o.requests, o.clients.as_ref().unwrap(), |m| {
@@ -364,7 +366,7 @@ fn prefill_and_decode_apart_under_closed_loop_clients() {
         RouterConfig::default(),
     );
     let run = |s: &RunSettings, r: &[ServingRequest]| {
-        pagedkv::sim::cluster::run(s, 16, &spec, r, false, None, |_, _| {}).unwrap()
+        pagedkv::sim::cluster::run(s, SIXTEEN, &spec, r, false, None, |_, _| {}).unwrap()
     };
     let n = 6;
     let o = run(&settings(4000, false, closed(n)), &reqs);

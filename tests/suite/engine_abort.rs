@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 fn config(blocks: usize, async_scheduling: bool) -> EngineConfig {
     EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: blocks,
         max_num_seqs: 8,
         max_num_batched_tokens: 256,

@@ -38,11 +38,11 @@ fn a_spec_from_json_runs_as_the_cli_runs_its_flags() {
     assert_eq!(fixed.empty_prompts + fixed.empty_outputs, 0);
     let s = &resolved.settings;
     let runs = [s
-        .run(resolved.block_size.get(), &requests, false, None, |_, _| {})
+        .run(resolved.block_size, &requests, false, None, |_, _| {})
         .unwrap()];
     let without = [s
         .without_host_tier()
-        .run(resolved.block_size.get(), &requests, false, None, |_, _| {})
+        .run(resolved.block_size, &requests, false, None, |_, _| {})
         .unwrap()];
     let mut want = serde_json::to_value(resolved.header("azure_llm_2023_conv.csv")).unwrap();
     let map = want.as_object_mut().unwrap();

@@ -315,7 +315,7 @@ async fn a_served_run_equals_its_offline_replay_and_its_metrics() {
         })
         .collect();
     requests.sort_by(|x, y| x.arrival.total_cmp(&y.arrival));
-    let (cfg, clock, _) = s.at(16).unwrap();
+    let (cfg, clock, _) = s.at(pagedkv::kv::BlockSize::of(16)).unwrap();
     let prepared = prepare(&cfg, &requests).unwrap();
     let mut e = Engine::open(cfg, clock, Recording::default(), Slo::default()).unwrap();
     drive(&mut e, &prepared, &mut |_, _| Ok(()), |_, _| {}).unwrap();

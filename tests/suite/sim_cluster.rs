@@ -116,7 +116,7 @@ fn run_cluster(
         cfg,
         clock,
         replicas,
-        build(router, &router_cfg, replicas, cfg.block_size.tokens()),
+        build(router, &router_cfg, replicas, cfg.block_size),
         rec(),
         Slo::default(),
     )
@@ -195,7 +195,7 @@ fn routed(router: RouterKind, seed: u64) -> (Vec<usize>, Vec<u32>) {
         req("r4", 20.0, cat(&q, &[70, 71]), 2),
     ];
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(4),
         num_gpu_blocks: 40,
         max_num_seqs: 4,
         max_num_batched_tokens: 16,
@@ -288,7 +288,7 @@ fn evict_and_return(
         ]
     };
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(4),
         // 11 usable blocks.
         num_gpu_blocks: 12,
         max_num_seqs: 4,
@@ -368,7 +368,12 @@ fn a_global_store_on_evict_tier_serves_what_another_replica_stored() {
         }),
         ..EngineConfig::default()
     };
-    let router = build(RouterKind::RoundRobin, &RouterConfig::default(), 2, 16);
+    let router = build(
+        RouterKind::RoundRobin,
+        &RouterConfig::default(),
+        2,
+        cfg.block_size,
+    );
     let c = ClusterCore::new(&cfg, &Clock::Steps, 2, router, rec(), Slo::default());
     assert!(c.is_err_and(|e| e.to_string().contains("store-on-evict mode only")));
 }
@@ -430,7 +435,7 @@ fn requests_and_blocks_are_conserved_on_every_replica_after_every_step() {
 #[test]
 fn replicas_idle_until_a_distant_arrival_skip_their_idle_steps_together() {
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(4),
         num_gpu_blocks: 64,
         ..EngineConfig::default()
     };

@@ -45,7 +45,7 @@ fn pd(
         cfg,
         &clock,
         p,
-        build(router, &RouterConfig::default(), p, cfg.block_size.tokens()),
+        build(router, &RouterConfig::default(), p, cfg.block_size),
         rec,
         Slo::default(),
     )
@@ -85,7 +85,7 @@ fn used(e: &Engine) -> usize {
 #[test]
 fn a_hand_worked_transfer_whole_and_layer_by_layer() {
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 200,
         ..EngineConfig::default()
     };
@@ -153,7 +153,7 @@ fn a_full_decode_pool_keeps_the_request_waiting_and_loses_nothing() {
     // 99 usable blocks: a's 1000-token prompt and 400 outputs take up to 88; b's 63 cannot be
     // reserved beside it, so b's KV waits on the prefill instance until a finishes.
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 100,
         ..EngineConfig::default()
     };
@@ -182,7 +182,7 @@ fn a_full_decode_pool_keeps_the_request_waiting_and_loses_nothing() {
 #[test]
 fn one_output_token_never_moves() {
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 200,
         ..EngineConfig::default()
     };
@@ -206,7 +206,7 @@ fn one_output_token_never_moves() {
 #[test]
 fn conditional_disaggregation_prefills_short_prompts_and_overflow_locally() {
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 2000,
         ..EngineConfig::default()
     };
@@ -330,7 +330,12 @@ fn steps(entries: &[(u32, u32)]) -> f64 {
 fn conductor(cfg: &EngineConfig, p: usize, d: usize, slo: Slo) -> PdCore {
     let clock = Clock::Seconds(Box::new(step_model()));
     let rec = Recording::default();
-    let router = build(RouterKind::Conductor, &RouterConfig::default(), p, 16);
+    let router = build(
+        RouterKind::Conductor,
+        &RouterConfig::default(),
+        p,
+        cfg.block_size,
+    );
     let prefill = ClusterCore::new(cfg, &clock, p, router, rec, slo).unwrap();
     let decode = (0..d)
         .map(|_| Engine::open(cfg.clone(), clock.clone(), rec, slo).unwrap())
@@ -348,7 +353,7 @@ fn conductor(cfg: &EngineConfig, p: usize, d: usize, slo: Slo) -> PdCore {
 #[test]
 fn the_conductor_weighs_a_longer_queue_against_a_better_prefix_match() {
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 4000,
         max_num_batched_tokens: 8192,
         ..EngineConfig::default()
@@ -438,7 +443,7 @@ fn the_conductor_weighs_a_longer_queue_against_a_better_prefix_match() {
 #[test]
 fn the_conductor_rejects_early_what_would_miss_the_slos() {
     let cfg = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 1000,
         max_num_batched_tokens: 8192,
         ..EngineConfig::default()
@@ -491,7 +496,7 @@ fn rejected_and_finished_requests_add_up_to_those_submitted() {
     for seed in 0..3u64 {
         let mut rng = StdRng::seed_from_u64(100 + seed);
         let cfg = EngineConfig {
-            block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+            block_size: pagedkv::kv::BlockSize::of(16),
             num_gpu_blocks: rng.random_range(250..600),
             max_num_seqs: rng.random_range(4..32),
             max_num_batched_tokens: 512,

@@ -44,7 +44,7 @@ fn pooled(cfg: &EngineConfig, p: usize, d: usize, threshold: f64, mode: KvTransf
         RouterKind::Conductor,
         &RouterConfig::default(),
         p,
-        cfg.block_size.tokens(),
+        cfg.block_size,
     );
     let prefill = ClusterCore::new(cfg, &clock, p, router, rec, Slo::default()).unwrap();
     let dcfg = EngineConfig {
@@ -91,7 +91,7 @@ fn submit(c: &mut PdCore, r: &ServingRequest, uid: u64) {
 
 fn cfg() -> EngineConfig {
     EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(16).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(16),
         num_gpu_blocks: 4000,
         max_num_batched_tokens: 8192,
         cpu_offload: Some(tier(OffloadMode::Native, 1000, 1)),
@@ -162,7 +162,7 @@ fn a_prefix_only_another_prefill_node_holds_is_fetched_over_the_link() {
     assert_eq!(pre.arrival, f.end);
     assert_eq!((pre.first_hit, pre.first_offload_hit), (Some(0), Some(512)));
     assert!(pre.first_token_time > f.end);
-    assert_eq!(f.used_tokens(pre, 16), 512);
+    assert_eq!(f.used_tokens(pre, c.block_size()), 512);
     let h = tier_hits(&c);
     assert_eq!(h.prompt_tokens, 512 + 4000 + 612);
     assert_eq!(

@@ -35,7 +35,7 @@ fn run(
         })
         .collect();
     let engine = EngineConfig {
-        block_size: pagedkv::kv::BlockSize::new(4).unwrap(),
+        block_size: pagedkv::kv::BlockSize::of(4),
         num_gpu_blocks: 64,
         max_num_seqs: 8,
         max_num_batched_tokens: 16,
@@ -46,7 +46,7 @@ fn run(
         &engine,
         &Clock::Steps,
         replicas,
-        build(router, &cfg, replicas, 4),
+        build(router, &cfg, replicas, pagedkv::kv::BlockSize::of(4)),
         Recording::default(),
         Slo::default(),
     )

@@ -139,7 +139,7 @@ pub fn run(args: Args, default_trace: &str) -> CmdResult {
     let s = &resolved.settings;
     let report = capacity::search(
         s,
-        resolved.block_size.get(),
+        resolved.block_size,
         &specs,
         &requests,
         &slo.targets,
@@ -152,7 +152,7 @@ pub fn run(args: Args, default_trace: &str) -> CmdResult {
             header: resolved
                 .header(&name)
                 .without_sources()
-                .at_block_size(resolved.block_size.get()),
+                .at_block_size(resolved.block_size),
             slo_source: &slo,
             capacity: &report,
         };

@@ -16,6 +16,7 @@ use super::pd::Disagg;
 use super::run::run;
 use super::spec::ClusterSpec;
 use super::RouterKind;
+use crate::kv::BlockSize;
 use crate::sim::engine::{EngineError, RunSettings, SloTargets};
 use crate::sim::goodput::{own_rate, search_by, SearchLimits};
 use crate::workload::serving::{scale_rate, ServingRequest};
@@ -186,7 +187,7 @@ fn best_of<'a>(it: impl Iterator<Item = &'a LayoutCapacity>) -> Option<&'a Layou
 /// engine's objectives in `s`), in parallel; `progress` is called after every cluster run.
 pub fn search(
     s: &RunSettings,
-    block_size: usize,
+    block_size: BlockSize,
     specs: &[ClusterSpec],
     requests: &[ServingRequest],
     slo: &SloTargets,
@@ -243,6 +244,8 @@ pub fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SIXTEEN: BlockSize = BlockSize::of(16);
     use crate::hw::gpu;
     use crate::sim::cluster::pd::KvTransfer;
     use crate::sim::cluster::RouterConfig;
@@ -338,7 +341,7 @@ mod tests {
             .collect();
         let s = settings();
         let one = [colocated(1)];
-        let t = run(&s, 16, &one[0], &reqs, false, None, |_, _| {})
+        let t = run(&s, SIXTEEN, &one[0], &reqs, false, None, |_, _| {})
             .unwrap()
             .total
             .latency
@@ -350,7 +353,16 @@ mod tests {
         );
         let t = t.p99;
         let limits = SearchLimits::default();
-        let c = search(&s, 16, &one, &reqs, &slo(2.0 * t, None), &limits, &|| {}).unwrap();
+        let c = search(
+            &s,
+            SIXTEEN,
+            &one,
+            &reqs,
+            &slo(2.0 * t, None),
+            &limits,
+            &|| {},
+        )
+        .unwrap();
         let want = 1.0 / (t - t / (0.9 * n as f64 - 1.0));
         let l = &c.layouts[0];
         assert!(
@@ -390,7 +402,7 @@ mod tests {
                 .num_threads(threads)
                 .build()
                 .unwrap()
-                .install(|| search(&s, 16, &specs, &reqs, &target, &limits, &|| {}).unwrap())
+                .install(|| search(&s, SIXTEEN, &specs, &reqs, &target, &limits, &|| {}).unwrap())
         };
         let c = go(2);
         let checked = RunSettings {
@@ -402,7 +414,7 @@ mod tests {
             let at = |scale: f64| {
                 let mut r = reqs.clone();
                 scale_rate(&mut r, scale);
-                let o = run(&checked, 16, spec, &r, false, None, |_, _| {}).unwrap();
+                let o = run(&checked, SIXTEEN, spec, &r, false, None, |_, _| {}).unwrap();
                 target.sustained(&o.total)
             };
             assert!(at(l.rate_scale), "{}: holds at {}", l.layout, l.rate_scale);

@@ -10,6 +10,7 @@
 
 use super::book::{Book, Happened};
 use super::router::{Arrival, Choice, Replicas, Router, RouterKind, RouterStats};
+use crate::kv::BlockSize;
 use crate::sim::engine::driver::{StepSink, System};
 use crate::sim::engine::hash::BlockHash;
 use crate::sim::engine::host_tier::{HostTier, OffloadMode};
@@ -84,7 +85,7 @@ pub struct ClusterCore {
     pub tiers: Vec<HostTier>,
     /// Per replica, its tier's index in `tiers` (empty without tiers).
     tier_of: Vec<usize>,
-    block_size: u32,
+    block_size: BlockSize,
     hashes: Vec<BlockHash>,
     /// The replica the last [`System::advance`] stepped (seconds clock).
     pub last_stepped: Option<usize>,
@@ -273,7 +274,7 @@ impl ClusterCore {
         self.hashes.clear();
         if self.router.needs_hashes() {
             // The prompt's full blocks, hashed as its engine will hash them.
-            let bs = self.block_size;
+            let bs = self.block_size.tokens();
             let mut probe = Req::new(r, 0.0, 0, s.uid);
             for j in 0..r.prompt.len() as u32 / bs {
                 self.hashes.push(probe.block_hash(j, bs));
@@ -413,7 +414,7 @@ mod tests {
     /// Two replicas with a native host tier each (chunks of `per_chunk` blocks of 4 tokens).
     fn cluster(per_chunk: usize) -> ClusterCore {
         let cfg = EngineConfig {
-            block_size: crate::kv::BlockSize::new(4).unwrap(),
+            block_size: BlockSize::of(4),
             num_gpu_blocks: 64,
             cpu_offload: Some(CpuOffload {
                 mode: OffloadMode::Native,
@@ -426,7 +427,12 @@ mod tests {
             }),
             ..EngineConfig::default()
         };
-        let router = build(RouterKind::KvAware, &RouterConfig::default(), 2, 4);
+        let router = build(
+            RouterKind::KvAware,
+            &RouterConfig::default(),
+            2,
+            BlockSize::of(4),
+        );
         ClusterCore::new(
             &cfg,
             &Clock::Steps,

@@ -8,6 +8,7 @@ use super::pd::report::PdReport;
 use super::request_line::RequestLine;
 use super::router::{RouterKind, RouterStats};
 use super::spec::ClusterSpec;
+use crate::kv::BlockSize;
 use crate::sim::engine::engine::TimelinePoint;
 use crate::sim::engine::host_tier::TierStats;
 use crate::sim::engine::metrics::{report, EngineReport, Integrals};
@@ -22,7 +23,7 @@ use serde::Serialize;
 pub struct ClusterOutcome {
     pub replicas: usize,
     pub router: RouterKind,
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub num_gpu_blocks: usize,
     pub efficiency: f64,
     /// Every replica together: latencies over all requests, throughput over the cluster's
@@ -52,7 +53,7 @@ pub struct ClusterOutcome {
 /// What a run was asked.
 pub(crate) struct RunInput<'a> {
     pub settings: &'a RunSettings,
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub spec: &'a ClusterSpec,
     pub requests: &'a [ServingRequest],
 }

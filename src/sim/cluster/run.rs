@@ -8,6 +8,7 @@ use super::outcome::{ClusterOutcome, Finished, RunInput};
 use super::request_line::{lines_in_input_order, RequestLine};
 use super::router;
 use super::spec::{ClusterSpec, Colocated, Topology};
+use crate::kv::BlockSize;
 use crate::sim::engine::driver::{drive_clients, StepSink};
 use crate::sim::engine::model_len::accepted;
 use crate::sim::engine::setup::prepare;
@@ -30,7 +31,7 @@ struct StepLine<'a> {
 /// before the first step.
 pub fn run(
     s: &RunSettings,
-    block_size: usize,
+    block_size: BlockSize,
     spec: &ClusterSpec,
     requests: &[ServingRequest],
     timeline: bool,
@@ -73,12 +74,7 @@ fn colocated(
     let (cfg, clock, efficiency) = s.at(block_size)?;
     let served = accepted(input.requests, cfg.max_model_len)?;
     let prepared = prepare(&cfg, &served.requests)?;
-    let router = router::build(
-        c.router(),
-        &input.spec.router_cfg,
-        c.replicas(),
-        block_size as u32,
-    );
+    let router = router::build(c.router(), &input.spec.router_cfg, c.replicas(), block_size);
     let mut core = ClusterCore::new(&cfg, &clock, c.replicas(), router, rec, s.slo)?;
     let clients = drive_clients(&mut core, &prepared, s.clients, steps, progress)?;
     let lines = lines_in_input_order(input.requests, &served.requests, |g, r| {
@@ -108,7 +104,7 @@ fn colocated(
 /// Every spec on the same requests, in parallel, in the order given.
 pub fn run_all(
     s: &RunSettings,
-    block_size: usize,
+    block_size: BlockSize,
     specs: &[ClusterSpec],
     requests: &[ServingRequest],
     timeline: bool,

@@ -93,7 +93,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         let p = preset("h200").expect("built-in preset");
         EngineConfig {
-            block_size: BlockSize::new(p.block_size as u64).expect("vLLM's block size"),
+            block_size: p.block_size,
             num_gpu_blocks: 1 << 16,
             max_num_seqs: p.max_num_seqs,
             max_num_batched_tokens: p.max_num_batched_tokens,
@@ -122,7 +122,7 @@ pub struct Preset {
     pub name: &'static str,
     pub gpu: &'static str,
     pub usage: &'static str,
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub gpu_memory_utilization: f64,
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
@@ -141,7 +141,7 @@ const PRESETS: &[(&str, &str, &str, usize, usize)] = &[
 ];
 
 /// vLLM's `CacheConfig.DEFAULT_BLOCK_SIZE`.
-pub const VLLM_BLOCK_SIZE: usize = 16;
+pub const VLLM_BLOCK_SIZE: BlockSize = BlockSize::of(16);
 
 pub fn preset_names() -> Vec<&'static str> {
     PRESETS.iter().map(|p| p.0).collect()
@@ -163,11 +163,6 @@ pub fn preset(name: &str) -> Option<Preset> {
         })
 }
 
-/// A block size the engine takes, from any integer: 1 to [`MAX_POOL_TOKENS`] tokens.
-pub fn block_size(tokens: u64) -> Result<BlockSize, ConfigError> {
-    Ok(BlockSize::new(tokens)?)
-}
-
 fn at_least_one(name: &'static str, value: i64) -> Result<usize, ConfigError> {
     usize::try_from(value)
         .ok()
@@ -179,7 +174,7 @@ impl EngineConfig {
     /// Takes every field a scenario sets.
     pub fn apply(&mut self, f: &EngineFields) -> Result<(), ConfigError> {
         if let Some(v) = f.block_size {
-            self.block_size = block_size(at_least_one("block_size", v)? as u64)?;
+            self.block_size = BlockSize::new(at_least_one("block_size", v)? as u64)?;
         }
         if let Some(v) = f.num_gpu_blocks {
             self.num_gpu_blocks = at_least_one("num_gpu_blocks", v)?;
@@ -306,7 +301,7 @@ mod tests {
     fn presets_carry_vllm_defaults() {
         let p = preset("H200").unwrap();
         assert_eq!(
-            (p.block_size, p.max_num_seqs, p.max_num_batched_tokens),
+            (p.block_size.get(), p.max_num_seqs, p.max_num_batched_tokens),
             (16, 1024, 8192)
         );
         assert_eq!(p.gpu_memory_utilization, 0.92);

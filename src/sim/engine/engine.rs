@@ -13,6 +13,7 @@ use super::scheduler::{Plan, Scheduler};
 use super::setup::{check_request, prepare, Submission};
 use super::step_log::{Ordered, StepRecord};
 use super::step_time::{kv_bytes_per_token_per_gpu, StepModel};
+use crate::kv::BlockSize;
 use crate::workload::serving::ServingRequest;
 
 mod ending;
@@ -285,8 +286,8 @@ impl Engine {
             .count()
     }
 
-    pub fn block_size(&self) -> u32 {
-        self.sched.kv.block_size()
+    pub fn block_size(&self) -> BlockSize {
+        self.sched.cfg.block_size
     }
 
     /// The time integrals of the steps so far (a cluster adds its replicas').

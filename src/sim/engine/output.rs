@@ -60,7 +60,7 @@ pub fn write_all(dir: &Path, json: &impl Serialize, outcomes: &[Outcome]) -> Res
             name: name.into(),
             points: outcomes
                 .iter()
-                .filter_map(|o| f(&o.report).map(|y| (o.block_size as f64, y)))
+                .filter_map(|o| f(&o.report).map(|y| (o.block_size.get() as f64, y)))
                 .collect(),
         };
         let x = Axis::log2("block size (tokens)");

@@ -14,6 +14,7 @@ use super::setup::prepare;
 use super::step_time::{num_gpu_blocks, StepModel};
 use crate::hw::Gpu;
 use crate::kv::model::ModelShape;
+use crate::kv::BlockSize;
 use crate::sim::latency::{models_at, step_ms, BatchShape, Choice, Latency};
 use crate::workload::serving::ServingRequest;
 use rayon::prelude::*;
@@ -49,7 +50,7 @@ pub struct RunSettings {
 /// One block size's run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub num_gpu_blocks: usize,
     /// Attention efficiency the step-time model used.
     pub efficiency: f64,
@@ -103,13 +104,13 @@ impl RunSettings {
     }
 
     /// Bytes of KV one block of `block_size` tokens holds over all of a replica's GPUs.
-    pub fn block_bytes(&self, block_size: usize) -> u64 {
+    pub fn block_bytes(&self, block_size: BlockSize) -> u64 {
         super::step_time::kv_bytes_per_token_per_gpu(&self.model, self.tp)
-            * (block_size * self.tp) as u64
+            * (block_size.get() * self.tp) as u64
     }
 
     /// `stats` with the bytes they moved at `block_size`.
-    pub fn tier_report(&self, stats: TierStats, block_size: usize) -> TierReport {
+    pub fn tier_report(&self, stats: TierStats, block_size: BlockSize) -> TierReport {
         let b = self.block_bytes(block_size);
         TierReport {
             stats,
@@ -126,9 +127,9 @@ impl RunSettings {
     }
 
     /// The engine settings and clock at `block_size`.
-    pub fn at(&self, block_size: usize) -> Result<(EngineConfig, Clock, f64), EngineError> {
+    pub fn at(&self, block_size: BlockSize) -> Result<(EngineConfig, Clock, f64), EngineError> {
         let mut cfg = self.engine.clone();
-        cfg.block_size = super::config::block_size(block_size as u64)?;
+        cfg.block_size = block_size;
         cfg.num_gpu_blocks = match self.num_gpu_blocks_override {
             Some(n) => n,
             None => num_gpu_blocks(
@@ -146,7 +147,8 @@ impl RunSettings {
             })?,
         };
         cfg.validate()?;
-        let efficiency = (self.profile.at(block_size) * self.efficiency_scale).clamp(1e-6, 1.0);
+        let efficiency =
+            (self.profile.at(block_size.get()) * self.efficiency_scale).clamp(1e-6, 1.0);
         let clock = if self.clock_steps {
             Clock::Steps
         } else {
@@ -168,24 +170,31 @@ impl RunSettings {
     /// band included); at other block sizes the profile's.
     fn models(
         &self,
-        block_size: usize,
+        block_size: BlockSize,
         efficiency: f64,
     ) -> Result<(Option<Latency>, Latency), EngineError> {
         let at = |b: usize| {
-            if b == block_size {
+            if b == block_size.get() {
                 efficiency
             } else {
                 self.profile.at(b)
             }
         };
         let profile = self.step_times.profile.as_deref();
-        models_at(profile, &self.model, &self.gpu, self.tp, block_size, at)
-            .map_err(|e| super::config::ConfigError::StepTimes(e).into())
+        models_at(
+            profile,
+            &self.model,
+            &self.gpu,
+            self.tp,
+            block_size.get(),
+            at,
+        )
+        .map_err(|e| super::config::ConfigError::StepTimes(e).into())
     }
 
     /// The GPU's step times at `block_size`: the measured model under measured step times, else
     /// the roofline.
-    fn latency(&self, block_size: usize, efficiency: f64) -> Result<Latency, EngineError> {
+    fn latency(&self, block_size: BlockSize, efficiency: f64) -> Result<Latency, EngineError> {
         let (measured, roofline) = self.models(block_size, efficiency)?;
         Ok(measured.unwrap_or(roofline))
     }
@@ -193,11 +202,12 @@ impl RunSettings {
     /// Under measured step times, two reference steps timed by them and by the roofline at
     /// `block_size` (a decode step of 64 requests at 2k tokens of context, one 2k-token prefill);
     /// `None` under the roofline or a step clock.
-    pub fn beside_roofline(&self, block_size: usize) -> Option<String> {
+    pub fn beside_roofline(&self, block_size: BlockSize) -> Option<String> {
         if self.clock_steps {
             return None;
         }
-        let efficiency = (self.profile.at(block_size) * self.efficiency_scale).clamp(1e-6, 1.0);
+        let efficiency =
+            (self.profile.at(block_size.get()) * self.efficiency_scale).clamp(1e-6, 1.0);
         let (measured, roofline) = self.models(block_size, efficiency).ok()?;
         let measured = measured?;
         let decode = BatchShape::of([(1, 2048); 64]);
@@ -215,7 +225,7 @@ impl RunSettings {
     /// record to `step_log` if given; `progress(finished, total)` as [`Engine::run`].
     pub fn run(
         &self,
-        block_size: usize,
+        block_size: BlockSize,
         requests: &[ServingRequest],
         timeline: bool,
         step_log: Option<&mut dyn Write>,
@@ -265,7 +275,7 @@ impl RunSettings {
     /// Every block size in parallel, in the order given.
     pub fn run_all(
         &self,
-        block_sizes: &[usize],
+        block_sizes: &[BlockSize],
         requests: &[ServingRequest],
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Outcome>, EngineError> {

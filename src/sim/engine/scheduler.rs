@@ -153,7 +153,7 @@ impl Scheduler {
                     kv.keep_step_blocks();
                 }
                 Some(Connector::new(
-                    cfg.block_size.tokens(),
+                    cfg.block_size,
                     o.blocks_per_chunk as u32,
                     o.prompt_only,
                     cfg.enable_prefix_caching,

@@ -17,6 +17,7 @@
 use super::scheduler::Plan;
 use crate::hw::Gpu;
 use crate::kv::model::ModelShape;
+use crate::kv::BlockSize;
 use crate::sim::latency::{BatchShape, Latency, Roofline, StepLatency};
 
 pub use crate::sim::latency::{kv_bytes_per_token_per_gpu, ALLREDUCE_LATENCY_S};
@@ -29,11 +30,11 @@ pub fn num_gpu_blocks(
     gpu: &Gpu,
     utilization: f64,
     tp: usize,
-    block_size: usize,
+    block_size: BlockSize,
 ) -> Option<usize> {
     let usable = gpu.memory_mib as f64 * (1u64 << 20) as f64 * utilization;
     let pool = usable - model.weight_bytes() / tp as f64;
-    let per_block = kv_bytes_per_token_per_gpu(model, tp) as f64 * block_size as f64;
+    let per_block = kv_bytes_per_token_per_gpu(model, tp) as f64 * f64::from(block_size.tokens());
     (pool >= per_block).then(|| (pool / per_block) as usize)
 }
 
@@ -177,13 +178,13 @@ mod tests {
     fn pool_blocks_follow_memory_utilisation_and_tp() {
         let m = crate::kv::model::preset("llama-3-8b").unwrap();
         let g = crate::hw::gpu("H200").unwrap();
-        let n = num_gpu_blocks(&m, &g, 0.92, 1, 16).unwrap();
+        let n = num_gpu_blocks(&m, &g, 0.92, 1, BlockSize::of(16)).unwrap();
         let want = (143_771.0 * 1_048_576.0 * 0.92 - 8_030_261_248.0 * 2.0) / (131_072.0 * 16.0);
         assert_eq!(n, want as usize);
         // 8 KV heads over 16 GPUs: replicated, one head each.
         assert_eq!(kv_bytes_per_token_per_gpu(&m, 16), 32 * 128 * 2 * 2);
         let big = crate::kv::model::preset("llama-3-70b").unwrap();
-        assert!(num_gpu_blocks(&big, &g, 0.92, 1, 16).is_none());
-        assert!(num_gpu_blocks(&big, &g, 0.92, 2, 16).is_some());
+        assert!(num_gpu_blocks(&big, &g, 0.92, 1, BlockSize::of(16)).is_none());
+        assert!(num_gpu_blocks(&big, &g, 0.92, 2, BlockSize::of(16)).is_some());
     }
 }

@@ -4,6 +4,7 @@
 
 use super::resolve::ResolvedRun;
 use crate::kv::model::ModelShape;
+use crate::kv::BlockSize;
 use crate::sim::engine::EngineConfig;
 use crate::sim::latency::Choice;
 use serde::Serialize;
@@ -26,7 +27,7 @@ pub struct ReportHeader<'a> {
     pub engine: &'a EngineConfig,
     /// The block size every run shares (a cluster's; `sim engine` may run several).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub block_size: Option<usize>,
+    pub block_size: Option<BlockSize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,7 +63,7 @@ impl ResolvedRun {
 
 impl ReportHeader<'_> {
     /// With the block size every run shares.
-    pub fn at_block_size(self, block_size: usize) -> Self {
+    pub fn at_block_size(self, block_size: BlockSize) -> Self {
         ReportHeader {
             block_size: Some(block_size),
             ..self

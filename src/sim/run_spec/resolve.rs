@@ -176,9 +176,11 @@ pub fn resolve(
         fixed_block,
         max_model_len_source,
     } = engine(spec, &p, fields, seed, &model)?;
-    let block_size =
-        BlockSize::new(spec.block_size.or(fixed_block).unwrap_or(p.block_size) as u64)?;
-    let tier = tier::resolve(&spec.tier, &model, spec.tp, block_size.get())?;
+    let block_size = match spec.block_size.or(fixed_block) {
+        Some(b) => BlockSize::new(b as u64)?,
+        None => p.block_size,
+    };
+    let tier = tier::resolve(&spec.tier, &model, spec.tp, block_size)?;
     let offload_source = tier.map(|(o, source)| {
         e.cpu_offload = Some(o);
         source

@@ -4,6 +4,7 @@
 use super::choices::Backend;
 use super::spec::TierSpec;
 use crate::kv::model::ModelShape;
+use crate::kv::BlockSize;
 use crate::sim::engine::host_tier::OffloadMode;
 use crate::sim::engine::step_time::kv_bytes_per_token_per_gpu;
 use crate::sim::engine::CpuOffload;
@@ -25,7 +26,10 @@ pub enum HostTierError {
     )]
     Lmcache,
     #[error("--offload-block-size {tokens} is not a multiple of the block size {block_size}")]
-    OffloadBlockSize { tokens: usize, block_size: usize },
+    OffloadBlockSize {
+        tokens: usize,
+        block_size: BlockSize,
+    },
     #[error(
         "--cpu-offload-mode store-on-evict holds single blocks (no --offload-blocks-per-chunk or \
          --offload-block-size)"
@@ -40,7 +44,7 @@ pub enum HostTierError {
     NoWholeChunk {
         flag: &'static str,
         blocks_per_chunk: usize,
-        block_size: usize,
+        block_size: BlockSize,
     },
     #[error("--offload-bandwidth must be > 0 GB/s, got {0}")]
     Bandwidth(f64),
@@ -96,7 +100,7 @@ pub fn resolve(
     a: &TierSpec,
     model: &ModelShape,
     tp: usize,
-    block_size: usize,
+    block_size: BlockSize,
 ) -> Result<Option<(CpuOffload, String)>, HostTierError> {
     let sized = a.kv_offloading_size.is_some()
         || a.cpu_offload_blocks.is_some()
@@ -123,7 +127,7 @@ pub fn resolve(
     let native = a.cpu_offload_mode == OffloadMode::Native;
     let blocks_per_chunk = match (a.offload_blocks_per_chunk, a.offload_block_size) {
         (Some(n), _) => n,
-        (None, Some(t)) if t % block_size == 0 => t / block_size,
+        (None, Some(t)) if t % block_size.get() == 0 => t / block_size.get(),
         (None, Some(tokens)) => return Err(HostTierError::OffloadBlockSize { tokens, block_size }),
         (None, None) => 1,
     };
@@ -131,7 +135,7 @@ pub fn resolve(
         return Err(HostTierError::StoreOnEvictChunks);
     }
     // One GPU's share of a block, and every GPU's.
-    let gpu_block = kv_bytes_per_token_per_gpu(model, tp) * block_size as u64;
+    let gpu_block = kv_bytes_per_token_per_gpu(model, tp) * u64::from(block_size);
     let total_block = gpu_block * tp as u64;
     // vLLM sizes the tier from its total bytes: whole page-aligned chunks.
     let chunks_of_total = |bytes: f64| {
@@ -180,7 +184,7 @@ pub fn resolve(
         Some(s) => match s.parse::<f64>() {
             Ok(g) if g.is_finite() && g > 0.0 => (g, "--offload-bandwidth".to_string()),
             Ok(g) => return Err(HostTierError::Bandwidth(g)),
-            Err(_) => swap_file_gbps(Path::new(s), block_size)?,
+            Err(_) => swap_file_gbps(Path::new(s), block_size.get())?,
         },
     };
     Ok(Some((

@@ -98,7 +98,7 @@ pub fn config(s: RunSettings) -> ServeConfig {
         replicas: 1,
         time_scale: 1000.0,
         settings: s,
-        block_size: 16,
+        block_size: pagedkv::kv::BlockSize::of(16),
         model_name: MODEL.into(),
         tokenizer: Arc::new(Tokenizer::words()),
         max_num_queued_reqs: None,

@@ -18,7 +18,7 @@ pub(super) type Conducted = (Choice, u32, Option<Fetch>);
 impl PdCore {
     /// The chained hashes of `r`'s full blocks, as the engines hash them.
     pub(super) fn hashes(&self, r: &ServingRequest, uid: u64) -> Vec<BlockHash> {
-        let bs = self.block_size;
+        let bs = self.block_size.tokens();
         let mut probe = Req::new(r, 0.0, 0, uid);
         (0..r.prompt.len() as u32 / bs)
             .map(|j| probe.block_hash(j, bs))
@@ -47,7 +47,7 @@ impl PdCore {
         now: f64,
         d: usize,
     ) -> Result<Vec<(Estimate, Match, bool)>, EngineError> {
-        let bs = self.block_size;
+        let bs = self.block_size.tokens();
         let prompt = r.prompt.len() as u32;
         // The last prompt token is always computed (vLLM's max_cache_hit_length).
         let usable = &hashes[..(prompt.saturating_sub(1) / bs) as usize];

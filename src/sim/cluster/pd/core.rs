@@ -26,6 +26,7 @@ use super::conductor::Rejection;
 use super::link::{KvTransfer, Link, LinkSharing, Nics};
 use super::pool::{self, Fetch, Pool};
 use super::LocalPrefill;
+use crate::kv::BlockSize;
 use crate::sim::cluster::router::{Choice, RouterKind};
 use crate::sim::cluster::ClusterCore;
 use crate::sim::engine::config::ConfigError;
@@ -129,7 +130,7 @@ pub struct PdCore {
     pub(super) transfers: BinaryHeap<Reverse<(Time, u32)>>,
     pub(super) done: usize,
     pub stats: PdStats,
-    pub(super) block_size: u32,
+    pub(super) block_size: BlockSize,
     /// Mooncake's Conductor chooses the prefill instance; the SLOs it rejects by.
     pub(super) conductor: bool,
     pub(super) slo: Slo,
@@ -216,7 +217,7 @@ impl PdCore {
         self.pool
     }
 
-    pub fn block_size(&self) -> u32 {
+    pub fn block_size(&self) -> BlockSize {
         self.block_size
     }
 
@@ -440,7 +441,7 @@ impl PdCore {
         let Some(c) = self.local else {
             return false;
         };
-        let bs = self.block_size;
+        let bs = self.block_size.tokens();
         let mut probe = Req::new(r, 0.0, 0, uid);
         let hashes: Vec<_> = (0..r.prompt.len() as u32 / bs)
             .map(|j| probe.block_hash(j, bs))

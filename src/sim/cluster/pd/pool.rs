@@ -26,6 +26,7 @@
 //! request reaches that instance's engine, which loads them as any host-tier hit.
 
 use super::link::Link;
+use crate::kv::BlockSize;
 use crate::sim::cluster::ClusterCore;
 use crate::sim::engine::hash::BlockHash;
 use crate::sim::engine::host_tier::manager::ChunkKey;
@@ -140,8 +141,8 @@ pub struct Fetch {
 
 impl Fetch {
     /// Blocks `from..to` (`block_size` tokens each) over `link` from `start`.
-    pub fn new(from: u32, to: u32, block_size: u32, link: &Link, start: f64) -> Fetch {
-        let bytes = link.bytes((to - from) * block_size);
+    pub fn new(from: u32, to: u32, block_size: BlockSize, link: &Link, start: f64) -> Fetch {
+        let bytes = link.bytes((to - from) * block_size.tokens());
         Fetch {
             from,
             to,
@@ -154,11 +155,11 @@ impl Fetch {
 
     /// The prompt tokens it brought that request `r` (its whole path) loaded from the host tier:
     /// the overlap of its range with `[first_hit, first_hit + first_offload_hit)`.
-    pub fn used_tokens(&self, r: &Req, block_size: u32) -> u32 {
-        let gpu = r.first_hit.unwrap_or(0);
+    pub fn used_tokens(&self, r: &Req, block_size: BlockSize) -> u32 {
+        let (gpu, bs) = (r.first_hit.unwrap_or(0), block_size.tokens());
         let host_end = gpu + r.first_offload_hit.unwrap_or(0);
-        let lo = gpu.max(self.from * block_size);
-        let hi = host_end.min(self.to * block_size);
+        let lo = gpu.max(self.from * bs);
+        let hi = host_end.min(self.to * bs);
         hi.saturating_sub(lo)
     }
 }
@@ -173,7 +174,7 @@ pub fn store(
     from: u32,
     to: u32,
     blocks_per_chunk: u32,
-    block_size: u32,
+    block_size: BlockSize,
     uid: u64,
 ) -> bool {
     let to = (to as usize).min(hashes.len()) as u32;
@@ -183,7 +184,7 @@ pub fn store(
             let keys: Vec<ChunkKey> = (from / bpc..to / bpc)
                 .map(|c| ChunkKey {
                     key: hashes[((c + 1) * bpc - 1) as usize],
-                    end: (c + 1) * bpc * block_size,
+                    end: (c + 1) * bpc * block_size.tokens(),
                 })
                 .collect();
             let Some(stored) = m.prepare_store(&keys, uid) else {

@@ -105,7 +105,7 @@ pub fn whole_path(c: &PdCore, k: usize) -> Option<Req> {
 /// Prompt tokens by tier over the requests that ran (their whole paths), and the pool's
 /// fetches.
 pub fn tier_hits(c: &PdCore) -> TierHits {
-    let bs = c.block_size();
+    let bs = c.block_size().tokens();
     let mut t = TierHits::default();
     for (k, q) in c.requests.iter().enumerate() {
         let r = whole_path(c, k);
@@ -117,7 +117,7 @@ pub fn tier_hits(c: &PdCore) -> TierHits {
         }
         let Some(r) = r else { continue };
         let host = r.first_offload_hit.unwrap_or(0);
-        let remote = q.fetch.map_or(0, |f| f.used_tokens(&r, bs));
+        let remote = q.fetch.map_or(0, |f| f.used_tokens(&r, c.block_size()));
         t.prompt_tokens += u64::from(r.prompt_len);
         t.gpu_hit_tokens += u64::from(r.first_hit.unwrap_or(0));
         t.local_host_hit_tokens += u64::from(host - remote);

@@ -8,6 +8,7 @@ use super::core::PdCore;
 use super::link::Link;
 use super::pool::{Pool, DEFAULT_BALANCING_THRESHOLD};
 use super::report::{whole_path, PdReport, Sides};
+use crate::kv::BlockSize;
 use crate::sim::cluster::core::ClusterCore;
 use crate::sim::cluster::outcome::{ClusterOutcome, Finished, RunInput};
 use crate::sim::cluster::request_line::{lines_in_input_order, PdLine, PoolLine, RequestLine};
@@ -28,7 +29,7 @@ pub use super::report::tier_hits;
 fn at_tp(
     s: &RunSettings,
     tp: Option<usize>,
-    block_size: usize,
+    block_size: BlockSize,
 ) -> Result<(crate::sim::engine::EngineConfig, Clock, f64, usize), EngineError> {
     let mut s = s.clone();
     if let Some(tp) = tp {
@@ -75,7 +76,7 @@ pub(crate) fn run(
         pd.prefill_router,
         &input.spec.router_cfg,
         d.prefill_replicas,
-        block_size as u32,
+        block_size,
     );
     let prefill = ClusterCore::new(&pcfg, &pclock, d.prefill_replicas, router, rec, s.slo)?;
     let decode = (0..d.decode_replicas)

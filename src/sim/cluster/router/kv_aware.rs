@@ -34,6 +34,7 @@
 
 use super::ties::Ties;
 use super::{Arrival, Choice, Reason, Replicas, Router, RouterKind};
+use crate::kv::BlockSize;
 use crate::sim::engine::hash::{BlockHash, HashMapOfHashes};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -82,7 +83,7 @@ struct Booking {
 #[derive(Debug, Clone)]
 pub struct KvAware {
     cfg: KvAwareConfig,
-    block_size: u32,
+    block_size: BlockSize,
     workers: Vec<Worker>,
     bookings: HashMap<u32, Booking>,
     ties: Ties,
@@ -91,7 +92,7 @@ pub struct KvAware {
 }
 
 impl KvAware {
-    pub fn new(cfg: KvAwareConfig, replicas: usize, block_size: u32, seed: u64) -> KvAware {
+    pub fn new(cfg: KvAwareConfig, replicas: usize, block_size: BlockSize, seed: u64) -> KvAware {
         KvAware {
             cfg,
             block_size,
@@ -107,7 +108,7 @@ impl KvAware {
     /// into `self.cached`.
     fn costs(&mut self, a: &Arrival, replicas: &dyn Replicas) {
         let c = self.cfg;
-        let bs = f64::from(self.block_size);
+        let bs = f64::from(self.block_size.tokens());
         let isl = f64::from(a.prompt_len());
         let n = a.hashes.len() as f64;
         self.costs.clear();
@@ -166,7 +167,7 @@ impl Router for KvAware {
         };
         let r = choice.replica;
         let isl = u64::from(a.prompt_len());
-        let cached = (self.cached[r] * f64::from(self.block_size)).round() as u64;
+        let cached = (self.cached[r] * f64::from(self.block_size.tokens())).round() as u64;
         let prefill_tokens = isl - cached.min(isl);
         let w = &mut self.workers[r];
         w.prefill_tokens += prefill_tokens;
@@ -225,7 +226,7 @@ mod tests {
     impl Case {
         fn new(replicas: usize, cfg: KvAwareConfig, seed: u64) -> Case {
             Case {
-                router: KvAware::new(cfg, replicas, 4, seed),
+                router: KvAware::new(cfg, replicas, BlockSize::of(4), seed),
                 sent: Vec::new(),
                 view: Stated {
                     loads: vec![0; replicas],

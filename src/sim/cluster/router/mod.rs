@@ -25,6 +25,7 @@ pub mod token_tree;
 pub use kv_aware::KvAwareConfig;
 pub use prefix_aware::{LoadTies, PrefixAwareConfig};
 
+use crate::kv::BlockSize;
 use crate::sim::engine::hash::BlockHash;
 use crate::workload::serving::ServingRequest;
 use serde::Serialize;
@@ -279,7 +280,7 @@ pub fn build(
     kind: RouterKind,
     cfg: &RouterConfig,
     replicas: usize,
-    block_size: u32,
+    block_size: BlockSize,
 ) -> Box<dyn Router> {
     match kind {
         RouterKind::RoundRobin => Box::new(round_robin::RoundRobin::new(replicas)),

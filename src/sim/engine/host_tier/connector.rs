@@ -29,6 +29,7 @@
 use super::manager::{ChunkKey, Key, Lookup, Manager, ReqId};
 use super::transfer::{Job, Link};
 use super::HashSetOfKeys;
+use crate::kv::BlockSize;
 use crate::sim::engine::request::Req;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -48,7 +49,7 @@ struct ReqOffload {
 
 #[derive(Debug, Clone)]
 pub struct Connector {
-    block_size: u32,
+    block_size: BlockSize,
     blocks_per_chunk: u32,
     prompt_only: bool,
     reqs: HashMap<u32, ReqOffload>,
@@ -75,7 +76,7 @@ impl Connector {
     /// `caching`: whether the engine caches prefixes (then a request waits while another one loads
     /// its chunks).
     pub fn new(
-        block_size: u32,
+        block_size: BlockSize,
         blocks_per_chunk: u32,
         prompt_only: bool,
         caching: bool,
@@ -97,7 +98,7 @@ impl Connector {
     }
 
     fn tokens_per_chunk(&self) -> u32 {
-        self.block_size * self.blocks_per_chunk
+        self.block_size.tokens() * self.blocks_per_chunk
     }
 
     /// Whether the engine must keep stepping (`has_pending_push_work`, plus the extra store try
@@ -116,7 +117,7 @@ impl Connector {
 
     /// Keys for every full chunk of `r`'s tokens so far.
     fn update_keys(&mut self, i: u32, r: &mut Req) -> &mut ReqOffload {
-        let (bs, bpc) = (self.block_size, self.blocks_per_chunk);
+        let (bs, bpc) = (self.block_size.tokens(), self.blocks_per_chunk);
         let s = self.reqs.entry(i).or_insert_with(|| ReqOffload {
             uid: r.uid,
             ..Default::default()
@@ -189,7 +190,7 @@ impl Connector {
     /// `update_state_after_alloc`: request `i`, admitted with `h` GPU-hit tokens and `e` to load,
     /// holds its blocks; pins the chunks and creates the load of its blocks past `h`.
     pub fn start_load(&mut self, i: u32, h: u32, e: u32, step: u64, tier: &mut Manager) {
-        let (bs, tpc) = (self.block_size, self.tokens_per_chunk());
+        let (bs, tpc) = (self.block_size.tokens(), self.tokens_per_chunk());
         let cached = h + e;
         let first_block = h / bs;
         let first_chunk = first_block / self.blocks_per_chunk;

@@ -14,7 +14,7 @@ use crate::workload::serving::{Prompt, ServingRequest};
 
 fn cfg(chunks: usize, policy: Policy, blocks_per_chunk: usize, prompt_only: bool) -> EngineConfig {
     EngineConfig {
-        block_size: crate::kv::BlockSize::new(4).unwrap(),
+        block_size: crate::kv::BlockSize::of(4),
         num_gpu_blocks: 32,
         max_num_seqs: 8,
         max_num_batched_tokens: 64,
