@@ -31,13 +31,24 @@ pub struct Served {
     pub stopped: bool,
 }
 
+/// A request log's line that is no request.
+#[derive(Debug, thiserror::Error)]
+#[error("request log line {line}: {source}")]
+pub struct RequestLogError {
+    pub line: usize,
+    pub source: serde_json::Error,
+}
+
 /// Reads a request log's lines.
-pub fn read_log(text: &str) -> Result<Vec<Served>, String> {
+pub fn read_log(text: &str) -> Result<Vec<Served>, RequestLogError> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| format!("request log line {}: {e}", i + 1))
+            serde_json::from_str(l).map_err(|source| RequestLogError {
+                line: i + 1,
+                source,
+            })
         })
         .collect()
 }
@@ -211,6 +222,8 @@ mod tests {
         assert_eq!(run.replicas[0].cache_hit_rate, Some(0.1));
         assert_eq!(run.extra["stopped_requests"], 1);
         assert_eq!(run.extra["preemptions"], 1);
-        assert!(read_log("{\"arrival\": 1}").unwrap_err().contains("line 1"));
+        let e = read_log("\n{\"arrival\": 1}").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.to_string().starts_with("request log line 2: "), "{e}");
     }
 }

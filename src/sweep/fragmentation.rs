@@ -12,6 +12,7 @@
 //!   padded = `4 · ceil(concurrent) · max_i b_i`, the flattened `[num_seqs, stride]` table kernels
 //!   read when every row is padded to the longest request.
 
+use crate::kv::BlockSize;
 use crate::workload::azure::Request;
 use serde::Serialize;
 
@@ -20,7 +21,7 @@ pub const TABLE_ENTRY_BYTES: u64 = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Fragmentation {
-    pub block_size: usize,
+    pub block_size: BlockSize,
     pub pool_blocks: u64,
     pub internal_waste_pct: f64,
     pub concurrent_requests: f64,
@@ -34,10 +35,10 @@ pub struct Fragmentation {
 /// `None` when no request holds a token (nothing to divide by).
 pub fn fragmentation(
     requests: &[Request],
-    block_size: usize,
+    block_size: BlockSize,
     pool_blocks: u64,
 ) -> Option<Fragmentation> {
-    let bs = block_size as u64;
+    let bs = u64::from(block_size);
     let (mut used, mut blocks, mut max_blocks) = (0u64, 0u64, 0u64);
     for r in requests {
         let n = r.peak_tokens();
@@ -83,7 +84,7 @@ mod tests {
         // Peaks 5, 16, 17 and 0 tokens; B = 16 → blocks 1, 1, 2, 0 = 4 blocks = 64 slots for
         // 38 tokens: waste 26/64 = 40.625 %. Mean 1 block per request → 100 requests in 100 blocks.
         let r = [req(3, 2), req(16, 0), req(10, 7), req(0, 0)];
-        let f = fragmentation(&r, 16, 100).unwrap();
+        let f = fragmentation(&r, BlockSize::of(16), 100).unwrap();
         assert_eq!(f.internal_waste_pct, 40.625);
         assert_eq!(f.mean_blocks_per_request, 1.0);
         assert_eq!(f.concurrent_requests, 100.0);
@@ -91,21 +92,21 @@ mod tests {
         assert_eq!(f.block_table_bytes_pool, 400);
         assert_eq!(f.block_table_bytes_padded, 4 * 100 * 2);
         // B = 1 wastes nothing: 38 blocks for 4 requests.
-        let f = fragmentation(&r, 1, 1900).unwrap();
+        let f = fragmentation(&r, BlockSize::of(1), 1900).unwrap();
         assert_eq!(f.internal_waste_pct, 0.0);
         assert_eq!(f.concurrent_requests, 200.0);
         assert_eq!(f.block_table_bytes_padded, 4 * 200 * 17);
         // B = 256: 3 blocks, 768 slots for 38 tokens.
-        let f = fragmentation(&r, 256, 9).unwrap();
+        let f = fragmentation(&r, BlockSize::of(256), 9).unwrap();
         assert_eq!(f.internal_waste_pct, 100.0 * 730.0 / 768.0);
         assert_eq!(f.concurrent_requests, 12.0);
     }
 
     #[test]
     fn no_tokens_is_none_and_an_empty_pool_holds_nothing() {
-        assert_eq!(fragmentation(&[req(0, 0)], 16, 10), None);
-        assert_eq!(fragmentation(&[], 16, 10), None);
-        let f = fragmentation(&[req(1, 0)], 16, 0).unwrap();
+        assert_eq!(fragmentation(&[req(0, 0)], BlockSize::of(16), 10), None);
+        assert_eq!(fragmentation(&[], BlockSize::of(16), 10), None);
+        let f = fragmentation(&[req(1, 0)], BlockSize::of(16), 0).unwrap();
         assert_eq!(f.concurrent_requests, 0.0);
     }
 
@@ -118,8 +119,8 @@ mod tests {
                 .map(|_| req(rng.random_range(0..300), rng.random_range(0..300)))
                 .collect();
             for log_bs in 0..=8 {
-                let bs = 1usize << log_bs;
-                let Some(f) = fragmentation(&r, bs, 1000) else {
+                let bs = 1u64 << log_bs;
+                let Some(f) = fragmentation(&r, BlockSize::of(1 << log_bs), 1000) else {
                     continue;
                 };
                 // Fill blocks slot by slot and count the empty slots left in each request's last block.
@@ -127,15 +128,15 @@ mod tests {
                 for q in &r {
                     let mut left = q.peak_tokens();
                     while left > 0 {
-                        let take = left.min(bs as u64);
-                        slots += bs as u64;
-                        empty += bs as u64 - take;
+                        let take = left.min(bs);
+                        slots += bs;
+                        empty += bs - take;
                         left -= take;
                     }
                 }
                 let want = 100.0 * empty as f64 / slots as f64;
                 assert!((f.internal_waste_pct - want).abs() < 1e-9);
-                let want_conc = 1000.0 * r.len() as f64 / (slots / bs as u64) as f64;
+                let want_conc = 1000.0 * r.len() as f64 / (slots / bs) as f64;
                 assert!((f.concurrent_requests - want_conc).abs() < 1e-9);
             }
         }

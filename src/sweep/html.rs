@@ -53,13 +53,13 @@ pub fn index(report: &SweepReport) -> String {
     h += &format!("<pre>{}</pre>\n", lines(&text::key(report, true)));
     h += "<h2 id=\"settings\">Run settings</h2>\n";
     let settings = serde_json::json!({
-        "memory": report.config,
+        "memory": report.setting.config,
         "probe": report.probe,
-        "end_to_end": report.end_to_end_settings,
-        "pool_bytes": report.pool_bytes,
-        "pool": report.pool_source,
-        "workload": report.workload,
-        "requests": report.requests,
+        "end_to_end": report.e2e.end_to_end_settings,
+        "pool_bytes": report.setting.pool_bytes,
+        "pool": report.setting.pool_source,
+        "workload": report.setting.workload,
+        "requests": report.setting.requests,
     });
     h += &format!(
         "<pre>{}</pre>\n",
@@ -71,7 +71,7 @@ pub fn index(report: &SweepReport) -> String {
 
 /// Highlights the recommended row (the one whose marker cell names it).
 fn mark_pick(table: String, report: &SweepReport) -> String {
-    let Some(pick) = report.recommended_block_size else {
+    let Some(pick) = report.verdict.recommended_block_size else {
         return table;
     };
     table.replace(

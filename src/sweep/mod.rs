@@ -49,7 +49,10 @@ pub use model::ModelShape;
 pub use probes::probes_for;
 pub use replay::DurationModel;
 pub use run::{run_plan, run_sweep, NoProgress, Phase, Progress, SweepPlan};
-pub use summary::{kv_dtype_summary, limit_medians, KvDtypeSummary, LimitMedians, SweepReport};
+pub use summary::{
+    kv_dtype_summary, limit_medians, EndToEndRuns, KvDtypeSummary, LimitMedians, SweepReport,
+    SweepSetting, Verdict,
+};
 
 use crate::device::DeviceError;
 use crate::kv::{BlockSize, KvSpec, SpecError, MAX_BLOCK_SIZE};
@@ -226,16 +229,16 @@ pub fn memory_rows(
                 bs,
                 config.model.dtype,
             )?;
-            let pool_blocks = model::pool_blocks(&config.model, config.pool_bytes, bs);
+            let pool_blocks = model::pool_blocks(&config.model, config.pool_bytes, block_size);
             if pool_blocks == 0 {
                 return Err(SweepError::PoolTooSmall {
                     pool_bytes: config.pool_bytes,
                     block_size,
                 });
             }
-            let f = fragmentation::fragmentation(requests, bs, pool_blocks)
+            let f = fragmentation::fragmentation(requests, block_size, pool_blocks)
                 .ok_or(SweepError::NoTokens)?;
-            let r = replay::replay(requests, bs, pool_blocks, &config.durations);
+            let r = replay::replay(requests, block_size, pool_blocks, &config.durations);
             Ok(SweepRow {
                 block_size,
                 pool_blocks,
@@ -245,7 +248,7 @@ pub fn memory_rows(
                     tw_concurrent_requests: r.map(|r| r.tw_concurrent_requests),
                     peak_blocks_in_use: r.map(|r| r.peak_blocks_in_use),
                     peak_headroom: r.map(|r| r.peak_headroom),
-                    prefix_share_lost_pct: prefix::prefix_share_lost_pct(&prefixes, bs),
+                    prefix_share_lost_pct: prefix::prefix_share_lost_pct(&prefixes, block_size),
                     block_table_bytes_per_request: f.block_table_bytes_per_request,
                     block_table_bytes_pool: f.block_table_bytes_pool,
                     block_table_bytes_padded: f.block_table_bytes_padded,

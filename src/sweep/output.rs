@@ -173,10 +173,10 @@ fn series(name: &str, rows: &[SweepRow], y: impl Fn(&SweepRow) -> Option<f64>) -
 /// The plots' marks: vLLM's 16 and the recommended block size.
 fn marks(report: &SweepReport) -> Vec<Mark> {
     let mut m = vec![Mark {
-        x: report.vllm_default_block_size.get() as f64,
-        label: format!("{}: vLLM's default", report.vllm_default_block_size),
+        x: report.verdict.vllm_default_block_size.get() as f64,
+        label: format!("{}: vLLM's default", report.verdict.vllm_default_block_size),
     }];
-    if let Some(r) = report.recommended_block_size {
+    if let Some(r) = report.verdict.recommended_block_size {
         m.push(Mark {
             x: r.get() as f64,
             label: format!("{r}: recommended"),
@@ -216,7 +216,7 @@ pub fn write_all(report: &SweepReport, dir: &Path) -> Result<Vec<String>, BoxErr
     let path = dir.join("bandwidth.svg");
     plot_bandwidth(report, &path, &x, marks.clone())?;
     written.push(path.display().to_string());
-    if !report.end_to_end.is_empty() {
+    if !report.e2e.end_to_end.is_empty() {
         let path = dir.join("end_to_end.svg");
         plot_end_to_end(report, &path, &x, marks)?;
         written.push(path.display().to_string());
@@ -239,7 +239,10 @@ fn plot_memory_side(
         .fold(0.0, f64::max);
     line_plot_with(
         path,
-        &format!("{}: memory side ({})", report.model.name, report.workload),
+        &format!(
+            "{}: memory side ({})",
+            report.setting.model.name, report.setting.workload
+        ),
         x,
         "% lost (each series its own measure)",
         &[
@@ -336,7 +339,7 @@ fn plot_bandwidth(
         path,
         &format!(
             "{}: bandwidth as a fraction of the limit measured beside it, {}",
-            report.model.name, report.device
+            report.setting.model.name, report.device
         ),
         x,
         "fraction of the limit",
@@ -358,6 +361,7 @@ fn plot_end_to_end(
 ) -> Result<(), BoxError> {
     let rows = &report.rows;
     let slo = report
+        .e2e
         .end_to_end_settings
         .as_ref()
         .map(|s| s.slo.targets)
@@ -383,9 +387,9 @@ fn plot_end_to_end(
         path,
         &format!(
             "{}: SLO capacity ({}), simulated {}",
-            report.model.name,
+            report.setting.model.name,
             slo.describe(),
-            report.engine_gpu
+            report.setting.engine_gpu
         ),
         x,
         "requests per second",

@@ -8,7 +8,7 @@ pub fn plots(report: &SweepReport) -> Vec<(&'static str, &'static str)> {
         ("waste_concurrency.svg", "memory side"),
         ("bandwidth.svg", "bandwidth fractions"),
     ];
-    if !report.end_to_end.is_empty() {
+    if !report.e2e.end_to_end.is_empty() {
         p.insert(0, ("end_to_end.svg", "SLO capacity"));
     }
     p

@@ -9,6 +9,7 @@
 //!
 //! share lost = `Σ_k (P_k mod B) / Σ_k P_k`, as %.
 
+use crate::kv::BlockSize;
 use crate::workload::azure::Request;
 
 /// The shared-prefix length of every request of the multi-turn workload built from `requests`.
@@ -30,9 +31,9 @@ pub fn shared_prefixes(requests: &[Request], turns: usize, system_tokens: u64) -
 
 /// Percentage of the shared-prefix tokens that sit in partial blocks at `block_size`; `None` when
 /// no request shares a prefix.
-pub fn prefix_share_lost_pct(prefixes: &[u64], block_size: usize) -> Option<f64> {
+pub fn prefix_share_lost_pct(prefixes: &[u64], block_size: BlockSize) -> Option<f64> {
     let total: u64 = prefixes.iter().sum();
-    let lost: u64 = prefixes.iter().map(|p| p % block_size as u64).sum();
+    let lost: u64 = prefixes.iter().map(|p| p % u64::from(block_size)).sum();
     (total > 0).then(|| 100.0 * lost as f64 / total as f64)
 }
 
@@ -55,20 +56,26 @@ mod tests {
         let p = shared_prefixes(&r, 2, 0);
         assert_eq!(p, vec![0, 15, 0, 4, 0]);
         // B = 4: 15 → 12 shared, 3 lost; 4 → 0 lost. 3 / 19.
-        assert_eq!(prefix_share_lost_pct(&p, 4), Some(100.0 * 3.0 / 19.0));
-        assert_eq!(prefix_share_lost_pct(&p, 1), Some(0.0));
+        assert_eq!(
+            prefix_share_lost_pct(&p, BlockSize::of(4)),
+            Some(100.0 * 3.0 / 19.0)
+        );
+        assert_eq!(prefix_share_lost_pct(&p, BlockSize::of(1)), Some(0.0));
         // B = 16: everything is lost.
-        assert_eq!(prefix_share_lost_pct(&p, 16), Some(100.0));
+        assert_eq!(prefix_share_lost_pct(&p, BlockSize::of(16)), Some(100.0));
         // A 6-token system prompt: 6, 21 | 6, 10 | 6 → B = 4 loses 2+1+2+2+2 of 49.
         let p = shared_prefixes(&r, 2, 6);
         assert_eq!(p, vec![6, 21, 6, 10, 6]);
-        assert_eq!(prefix_share_lost_pct(&p, 4), Some(100.0 * 9.0 / 49.0));
+        assert_eq!(
+            prefix_share_lost_pct(&p, BlockSize::of(4)),
+            Some(100.0 * 9.0 / 49.0)
+        );
     }
 
     #[test]
     fn single_turns_without_a_system_prompt_share_nothing() {
         let r = [req(10, 5), req(7, 3)];
         let p = shared_prefixes(&r, 1, 0);
-        assert_eq!(prefix_share_lost_pct(&p, 16), None);
+        assert_eq!(prefix_share_lost_pct(&p, BlockSize::of(16)), None);
     }
 }

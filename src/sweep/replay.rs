@@ -11,6 +11,7 @@
 //! - peak blocks in use = `max_t k(t)`, and headroom = `pool_blocks / peak`: how many times the
 //!   trace's load the pool holds at its busiest instant.
 
+use crate::kv::BlockSize;
 use crate::workload::azure::Request;
 use serde::Serialize;
 
@@ -48,7 +49,7 @@ pub struct Replay {
 /// The replay of `requests` at `block_size`; `None` when no request holds a block for any time.
 pub fn replay(
     requests: &[Request],
-    block_size: usize,
+    block_size: BlockSize,
     pool_blocks: u64,
     model: &DurationModel,
 ) -> Option<Replay> {
@@ -57,7 +58,7 @@ pub fn replay(
     let mut events: Vec<(f64, bool, u64)> = Vec::with_capacity(2 * requests.len());
     for r in requests {
         let d = model.duration_s(r);
-        let b = r.peak_tokens().div_ceil(block_size as u64);
+        let b = r.peak_tokens().div_ceil(u64::from(block_size));
         if d > 0.0 && b > 0 {
             events.push((r.arrival_s, true, b));
             events.push((r.arrival_s + d, false, b));
@@ -115,7 +116,7 @@ mod tests {
             decode_s_per_token: 1.0,
         };
         let r = [req(0.0, 18, 2), req(1.0, 30, 3), req(4.0, 15, 1)];
-        let p = replay(&r, 16, 100, &m).unwrap();
+        let p = replay(&r, BlockSize::of(16), 100, &m).unwrap();
         // ∫n = 2 + 3 + 1 = 6 request-seconds; ∫k = 2·2 + 3·3 + 1·1 = 14 block-seconds; span 5 s.
         assert_eq!(p.tw_concurrent_requests, 100.0 * 6.0 / 14.0);
         assert_eq!(p.mean_live_requests, 6.0 / 5.0);
@@ -127,8 +128,14 @@ mod tests {
     #[test]
     fn zero_durations_hold_nothing() {
         let m = DurationModel::default();
-        assert_eq!(replay(&[req(0.0, 10, 0)], 16, 10, &m), None);
-        let p = replay(&[req(0.0, 10, 0), req(3.0, 10, 5)], 16, 10, &m).unwrap();
+        assert_eq!(replay(&[req(0.0, 10, 0)], BlockSize::of(16), 10, &m), None);
+        let p = replay(
+            &[req(0.0, 10, 0), req(3.0, 10, 5)],
+            BlockSize::of(16),
+            10,
+            &m,
+        )
+        .unwrap();
         assert_eq!(p.peak_blocks_in_use, 1);
         assert_eq!(p.tw_concurrent_requests, 10.0);
     }
@@ -151,7 +158,7 @@ mod tests {
                     )
                 })
                 .collect();
-            let p = replay(&r, 32, 5000, &m).unwrap();
+            let p = replay(&r, BlockSize::of(32), 5000, &m).unwrap();
             // ∫n = Σ d_i and ∫k = Σ b_i d_i; the peak, from a fine scan over every arrival instant.
             let sum_d: f64 = r.iter().map(|q| m.duration_s(q)).sum();
             let sum_bd: f64 = r

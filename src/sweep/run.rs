@@ -4,13 +4,12 @@
 
 use super::{
     apply_end_to_end, apply_proxy, end_to_end, measure_bandwidth, memory_rows, probes_for,
-    proxy_banded, recommend, MemoryConfig, ModelShape, ProbeOptions, SearchLimits, SweepConfig,
-    SweepError, SweepReport, SweepRow,
+    proxy_banded, recommend, EndToEndRuns, MemoryConfig, ModelShape, ProbeOptions, SearchLimits,
+    SweepConfig, SweepError, SweepReport, SweepRow, SweepSetting, Verdict,
 };
 use crate::device::Device;
 use crate::sim::engine::config::VLLM_BLOCK_SIZE;
 use crate::sim::engine::ResolvedSlo;
-use crate::sim::latency::Choice;
 use crate::workload::azure::Request;
 
 /// The sweep's two long phases, for a progress display.
@@ -117,9 +116,9 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
     let e2e = if plan.config.end_to_end {
         end_to_end_phase(&plan, &mut rows, noise, progress)?
     } else {
-        EndToEndPart::default()
+        EndToEndRuns::default()
     };
-    let (basis, figures, resolution) = rule_figures(&rows, &e2e.runs, noise, &plan.search);
+    let (basis, figures, resolution) = rule_figures(&rows, &e2e.end_to_end, noise, &plan.search);
     let SweepPlan {
         config,
         m,
@@ -140,28 +139,29 @@ pub fn run_plan(plan: SweepPlan, progress: &dyn Progress) -> Result<SweepReport,
     Ok(SweepReport {
         device: device.name(),
         emulated: device.is_emulated(),
-        recommended_block_size: pick.as_ref().map(|p| p.block_size),
-        recommendation: pick,
-        basis: basis.into(),
-        rule: recommend::rule(basis, resolution),
-        resolution,
-        vllm_default_block_size: VLLM_BLOCK_SIZE,
-        noise_tolerance: noise,
-        model: m,
-        pool_bytes,
-        pool_source,
-        engine_gpu: end_to_end::PRESET.to_uppercase(),
-        workload: workload_name,
-        requests: requests.len(),
-        mean_prompt_tokens: mean(|r| r.prompt_tokens),
-        mean_output_tokens: mean(|r| r.output_tokens),
-        config: memory,
+        verdict: Verdict {
+            recommended_block_size: pick.as_ref().map(|p| p.block_size),
+            recommendation: pick,
+            basis: basis.into(),
+            rule: recommend::rule(basis, resolution),
+            resolution,
+            vllm_default_block_size: VLLM_BLOCK_SIZE,
+            noise_tolerance: noise,
+        },
+        setting: SweepSetting {
+            model: m,
+            pool_bytes,
+            pool_source,
+            engine_gpu: end_to_end::PRESET.to_uppercase(),
+            workload: workload_name,
+            requests: requests.len(),
+            mean_prompt_tokens: mean(|r| r.prompt_tokens),
+            mean_output_tokens: mean(|r| r.output_tokens),
+            config: memory,
+        },
         probe: measured.then_some(opts),
         proxy: PROXY.into(),
-        end_to_end: e2e.runs,
-        end_to_end_settings: e2e.settings,
-        end_to_end_setup: e2e.setup,
-        step_times: e2e.step_choice,
+        e2e,
         notes,
         cpu_last_level_cache: (config.bandwidth && !device.is_cuda())
             .then(|| crate::device::cpu::last_level_cache::last_level_cache().clone()),
@@ -200,15 +200,6 @@ fn bandwidth_phase(
     Ok(notes)
 }
 
-/// What the end-to-end runs bring to the report (nothing when they are off).
-#[derive(Default)]
-struct EndToEndPart {
-    runs: Vec<end_to_end::EndToEnd>,
-    settings: Option<end_to_end::Setup>,
-    setup: Option<String>,
-    step_choice: Option<Choice>,
-}
-
 /// The end-to-end phase: the simulated engine at every block size (the trace's rate and the
 /// SLO capacity searches); its figures join the rows.
 fn end_to_end_phase(
@@ -216,7 +207,7 @@ fn end_to_end_phase(
     rows: &mut [SweepRow],
     noise: f64,
     progress: &dyn Progress,
-) -> Result<EndToEndPart, SweepError> {
+) -> Result<EndToEndRuns, SweepError> {
     let (config, m, search) = (&plan.config, &plan.m, &plan.search);
     let profile = end_to_end::profile(rows, &plan.device.name());
     let step_times = config.step_choice(m)?;
@@ -250,11 +241,11 @@ fn end_to_end_phase(
         if profile.measured { "" } else { ", an assumption: bandwidth was not measured" },
         100.0 * noise,
     );
-    Ok(EndToEndPart {
-        runs,
-        settings: Some(s),
-        setup: Some(setup),
-        step_choice: Some(step_times),
+    Ok(EndToEndRuns {
+        end_to_end: runs,
+        end_to_end_settings: Some(s),
+        end_to_end_setup: Some(setup),
+        step_times: Some(step_times),
     })
 }
 

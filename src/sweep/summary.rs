@@ -9,14 +9,33 @@ use crate::kv::BlockSize;
 use crate::sim::engine::config::VLLM_BLOCK_SIZE;
 use serde::Serialize;
 
-/// Everything a sweep reports.
+/// Everything a sweep reports, by concern; each group is flattened, so the JSON is one flat
+/// object in this order.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepReport {
     pub device: String,
     /// Measured on the emulated CUDA driver: its timings are the CPU's, so nothing is
     /// recommended from them.
     pub emulated: bool,
-    /// The recommendation ([`recommend::pick`]) over [`SweepReport::basis`].
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    #[serde(flatten)]
+    pub setting: SweepSetting,
+    pub probe: Option<ProbeOptions>,
+    pub proxy: String,
+    #[serde(flatten)]
+    pub e2e: EndToEndRuns,
+    pub notes: Vec<String>,
+    /// The last-level cache the CPU probes' buffers were sized by, and how it was found (`None`
+    /// on a GPU or without bandwidth probes).
+    pub cpu_last_level_cache: Option<LastLevelCache>,
+    pub rows: Vec<SweepRow>,
+}
+
+/// The block size recommended, by which rule, against vLLM's.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The recommendation ([`recommend::pick`]) over [`Verdict::basis`].
     pub recommended_block_size: Option<BlockSize>,
     pub recommendation: Option<recommend::Pick>,
     /// The figure the recommendation rests on: "SLO capacity" (end to end) or "throughput proxy"
@@ -28,6 +47,11 @@ pub struct SweepReport {
     pub vllm_default_block_size: BlockSize,
     /// The bandwidth measurement's typical noise across rounds, relative (at least 1%).
     pub noise_tolerance: f64,
+}
+
+/// What was swept: the model, its pool, the GPU the engine runs model, the workload.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepSetting {
     pub model: ModelShape,
     pub pool_bytes: u64,
     /// How the pool size was chosen.
@@ -43,9 +67,11 @@ pub struct SweepReport {
     #[serde(skip)]
     pub mean_output_tokens: f64,
     pub config: MemoryConfig,
-    pub probe: Option<ProbeOptions>,
-    pub proxy: String,
-    /// The end-to-end runs (empty when skipped).
+}
+
+/// The end-to-end engine runs (empty when skipped) and how they were set up.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EndToEndRuns {
     pub end_to_end: Vec<end_to_end::EndToEnd>,
     /// Their SLOs, search limits and the workload's own rate.
     pub end_to_end_settings: Option<end_to_end::Setup>,
@@ -54,11 +80,6 @@ pub struct SweepReport {
     /// The end-to-end runs' step-time model (measured tables or the roofline) and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_times: Option<crate::sim::latency::Choice>,
-    pub notes: Vec<String>,
-    /// The last-level cache the CPU probes' buffers were sized by, and how it was found (`None`
-    /// on a GPU or without bandwidth probes).
-    pub cpu_last_level_cache: Option<LastLevelCache>,
-    pub rows: Vec<SweepRow>,
 }
 
 /// One memory setting's limits over the sweep: the middle value (the upper middle for an even
@@ -125,9 +146,9 @@ pub fn kv_dtype_summary(reports: &[SweepReport]) -> KvDtypeSummary {
     let per_dtype: Vec<KvDtypeRow> = reports
         .iter()
         .map(|r| KvDtypeRow {
-            kv_dtype: r.model.dtype,
-            kv_bytes_per_token: r.model.kv_bytes_per_token(),
-            recommended_block_size: r.recommended_block_size,
+            kv_dtype: r.setting.model.dtype,
+            kv_bytes_per_token: r.setting.model.kv_bytes_per_token(),
+            recommended_block_size: r.verdict.recommended_block_size,
             concurrent_requests_at_16: r
                 .rows
                 .iter()

@@ -41,28 +41,28 @@ pub fn verdict(report: &SweepReport) -> String {
         return format!(
             "recommended block size: none (vLLM's default: {}) — measured on the emulated GPU, \
              whose timings are the CPU's, not a GPU's",
-            report.vllm_default_block_size
+            report.verdict.vllm_default_block_size
         );
     }
-    let Some(pick) = &report.recommendation else {
+    let Some(pick) = &report.verdict.recommendation else {
         return "recommended block size: none (vLLM's default: 16) — the sweep has no row for 16"
             .into();
     };
-    let why = if report.end_to_end.is_empty() {
+    let why = if report.e2e.end_to_end.is_empty() {
         proxy_clause(report, pick.block_size)
-    } else if none_meets(&report.end_to_end) {
+    } else if none_meets(&report.e2e.end_to_end) {
         attainment_clause(report, pick.block_size, pick.beats_default)
     } else {
         capacity_clause(report, pick.block_size, pick.beats_default)
     };
     format!(
         "recommended block size: {} (vLLM's default: {}) — {why}",
-        pick.block_size, report.vllm_default_block_size
+        pick.block_size, report.verdict.vllm_default_block_size
     )
 }
 
 fn capacity_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> String {
-    let def = report.vllm_default_block_size;
+    let def = report.verdict.vllm_default_block_size;
     let (Some(p), Some(d)) = (row_at(report, pick), row_at(report, def)) else {
         return "no end-to-end figures".into();
     };
@@ -105,6 +105,7 @@ fn capacity_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> String
             band(d),
             100.0
                 * report
+                    .e2e
                     .end_to_end
                     .iter()
                     .find(|e| e.block_size == def)
@@ -117,13 +118,14 @@ fn capacity_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> String
 /// trace's own rate (the recommendation's figure then).
 fn attainment_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> String {
     let slo = report
+        .e2e
         .end_to_end_settings
         .as_ref()
         .map_or_else(String::new, |s| {
             format!(" ({}: {})", s.slo.preset.name(), s.slo.targets.describe())
         });
-    let of = |b: BlockSize| report.end_to_end.iter().find(|e| e.block_size == b);
-    let (Some(p), Some(d)) = (of(pick), of(report.vllm_default_block_size)) else {
+    let of = |b: BlockSize| report.e2e.end_to_end.iter().find(|e| e.block_size == b);
+    let (Some(p), Some(d)) = (of(pick), of(report.verdict.vllm_default_block_size)) else {
         return format!("no block size meets the SLOs{slo} at any rate searched");
     };
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
@@ -141,6 +143,7 @@ fn attainment_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> Stri
         )
     } else {
         let best = report
+            .e2e
             .end_to_end
             .iter()
             .max_by(|a, b| a.natural.attainment.total_cmp(&b.natural.attainment))
@@ -171,7 +174,7 @@ fn attainment_clause(report: &SweepReport, pick: BlockSize, beats: bool) -> Stri
 fn proxy_clause(report: &SweepReport, pick: BlockSize) -> String {
     let (Some(p), Some(d)) = (
         row_at(report, pick),
-        row_at(report, report.vllm_default_block_size),
+        row_at(report, report.verdict.vllm_default_block_size),
     ) else {
         return "no proxy figures".into();
     };
@@ -179,14 +182,14 @@ fn proxy_clause(report: &SweepReport, pick: BlockSize) -> String {
         "end to end skipped, so by the throughput proxy: {:.3} vs 16's {:.3} (noise ±{:.0}%)",
         p.proxy,
         d.proxy,
-        100.0 * report.noise_tolerance
+        100.0 * report.verdict.noise_tolerance
     )
 }
 
 /// The setting: device, model, pool (naming the GPU it sizes), workload, SLOs; one line each
 /// (unwrapped: [`wrap`] them for a terminal).
 pub fn setting(report: &SweepReport) -> Vec<String> {
-    let m = &report.model;
+    let m = &report.setting.model;
     let mut lines = vec![
         format!("device measured: {}", report.device),
         format!(
@@ -200,20 +203,23 @@ pub fn setting(report: &SweepReport) -> Vec<String> {
         ),
         format!(
             "KV pool: {:.2} GiB = {}",
-            report.pool_bytes as f64 / (1u64 << 30) as f64,
-            report.pool_source
+            report.setting.pool_bytes as f64 / (1u64 << 30) as f64,
+            report.setting.pool_source
         ),
         format!(
             "workload: {} — {} requests, mean prompt {:.0} tokens, mean output {:.0} tokens",
-            report.workload, report.requests, report.mean_prompt_tokens, report.mean_output_tokens
+            report.setting.workload,
+            report.setting.requests,
+            report.setting.mean_prompt_tokens,
+            report.setting.mean_output_tokens
         ),
     ];
-    if let Some(s) = &report.end_to_end_settings {
+    if let Some(s) = &report.e2e.end_to_end_settings {
         lines.push(format!(
             "{}; engine simulated on {}; capacity searched over the first {} requests (their own \
              rate {} req/s = rate scale 1){}",
             s.slo.describe(),
-            report.engine_gpu,
+            report.setting.engine_gpu,
             s.capacity_requests,
             rps(s.base_rps),
             if s.spaced {
@@ -223,7 +229,7 @@ pub fn setting(report: &SweepReport) -> Vec<String> {
             }
         ));
     }
-    if let Some(c) = &report.step_times {
+    if let Some(c) = &report.e2e.step_times {
         lines.push(c.line.clone());
     }
     lines
@@ -246,7 +252,7 @@ fn col(header: &str, key: &str, cell: impl Fn(&SweepRow) -> String + 'static) ->
 
 /// The table's columns: the default's carry the answer; `wide` adds every other figure.
 fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
-    let e2e = !report.end_to_end.is_empty();
+    let e2e = !report.e2e.end_to_end.is_empty();
     let mut c = layout_columns(wide);
     if wide {
         memory_columns(report, &mut c);
@@ -263,6 +269,7 @@ fn columns(report: &SweepReport, wide: bool) -> Vec<Column> {
     }
     if e2e {
         let slo = report
+            .e2e
             .end_to_end_settings
             .as_ref()
             .map(|s| s.slo.targets)
@@ -423,7 +430,7 @@ fn natural_rate_columns(report: &SweepReport, wide: bool, slo: SloTargets, c: &m
             |r| pct(r.at_trace_rate.e2e_kv_peak),
         ));
     }
-    if wide || none_meets(&report.end_to_end) {
+    if wide || none_meets(&report.e2e.end_to_end) {
         c.push(col(
             "nat SLO",
             "at the trace's rate: share of all requests within the SLOs (the figure ranked when \
@@ -497,8 +504,8 @@ fn capacity_columns(wide: bool, slo: SloTargets, c: &mut Vec<Column>) {
 
 /// The marker of a row: the recommended block size and vLLM's default.
 pub fn marker(report: &SweepReport, r: &SweepRow) -> &'static str {
-    let rec = Some(r.block_size) == report.recommended_block_size;
-    let def = r.block_size == report.vllm_default_block_size;
+    let rec = Some(r.block_size) == report.verdict.recommended_block_size;
+    let def = r.block_size == report.verdict.vllm_default_block_size;
     match (rec, def) {
         (true, true) => "◀ recommended = vLLM's",
         (true, false) => "◀ recommended",
@@ -548,15 +555,18 @@ pub fn key(report: &SweepReport, wide: bool) -> Vec<String> {
 /// empty (then it cannot separate block sizes, which is why the capacity is searched).
 pub fn natural_rate(report: &SweepReport) -> Option<String> {
     let e = report
+        .e2e
         .end_to_end
         .iter()
-        .find(|e| e.block_size == report.vllm_default_block_size)?;
+        .find(|e| e.block_size == report.verdict.vllm_default_block_size)?;
     let peak = report
+        .e2e
         .end_to_end
         .iter()
         .map(|e| e.natural.kv_peak)
         .fold(0.0, f64::max);
     let tok: Vec<f64> = report
+        .e2e
         .end_to_end
         .iter()
         .map(|e| e.natural.output_tokens_per_s)
@@ -565,6 +575,7 @@ pub fn natural_rate(report: &SweepReport) -> Option<String> {
         .iter()
         .fold((f64::INFINITY, 0.0f64), |(l, h), &x| (l.min(x), h.max(x)));
     let tbt = report
+        .e2e
         .end_to_end_settings
         .as_ref()
         .is_some_and(|s| s.slo.targets.tbt_s.is_some());
@@ -594,11 +605,11 @@ pub fn natural_rate(report: &SweepReport) -> Option<String> {
 /// The limits, notes and the rule under the table.
 pub fn footer(report: &SweepReport) -> Vec<String> {
     let mut lines = Vec::new();
-    lines.push(report.rule.clone());
+    lines.push(report.verdict.rule.clone());
     if let Some(l) = natural_rate(report) {
         lines.push(l);
     }
-    if let Some(s) = &report.end_to_end_setup {
+    if let Some(s) = &report.e2e.end_to_end_setup {
         lines.push(format!("end to end: {s}"));
     }
     for l in limit_medians(report) {
@@ -610,7 +621,7 @@ pub fn footer(report: &SweepReport) -> Vec<String> {
         if let Some(convert) = l.convert_stream_gbps {
             parts.push(format!(
                 "scalar {}-to-f32 pass {convert:.2} GB/s (for reference, once per round)",
-                report.model.dtype
+                report.setting.model.dtype
             ));
         }
         lines.push(format!(

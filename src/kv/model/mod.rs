@@ -20,6 +20,7 @@ pub mod presets;
 pub use config_json::{load, ModelError};
 pub use presets::{preset, preset_names};
 
+use super::BlockSize;
 use super::Dtype;
 use serde::Serialize;
 
@@ -230,8 +231,8 @@ pub fn default_pool_bytes(
 }
 
 /// Blocks of `block_size` tokens (all layers) that fit in `pool_bytes`.
-pub fn pool_blocks(model: &ModelShape, pool_bytes: u64, block_size: usize) -> u64 {
-    pool_bytes / (model.kv_bytes_per_token() * block_size as u64)
+pub fn pool_blocks(model: &ModelShape, pool_bytes: u64, block_size: BlockSize) -> u64 {
+    pool_bytes / (model.kv_bytes_per_token() * u64::from(block_size))
 }
 
 #[cfg(test)]
@@ -246,8 +247,11 @@ mod tests {
         // 143771 MiB × 0.9 = 129393.9 MiB; minus 8,030,261,248 parameters × 2 bytes.
         let want = 143_771.0 * 1_048_576.0 * 0.9 - 8_030_261_248.0 * 2.0;
         assert!((pool as f64 - want).abs() < 2.0);
-        assert_eq!(pool_blocks(&m, pool, 16), pool / (131_072 * 16));
-        assert_eq!(pool_blocks(&m, 131_072 * 16 * 3 - 1, 16), 2);
+        assert_eq!(
+            pool_blocks(&m, pool, BlockSize::of(16)),
+            pool / (131_072 * 16)
+        );
+        assert_eq!(pool_blocks(&m, 131_072 * 16 * 3 - 1, BlockSize::of(16)), 2);
     }
 
     #[test]

@@ -63,23 +63,28 @@ impl Serialize for Layout {
     }
 }
 
-impl FromStr for Layout {
-    type Err = String;
+/// A layout that is no layout: "N" or "P:D", each count 1 to [`MAX_REPLICAS`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LayoutError {
+    #[error("'{0}' is not a layout: {LAYOUT_FORMS}")]
+    NotALayout(String),
+    #[error("'{text}': {role} must be 1 to {MAX_REPLICAS} ({LAYOUT_FORMS})")]
+    OutOfRange { text: String, role: &'static str },
+}
 
-    fn from_str(text: &str) -> Result<Self, String> {
-        let what = "a layout is N (colocated replicas) or P:D (prefill:decode instances)";
-        let count = |part: &str, role: &str| -> Result<usize, String> {
-            let n: usize = part
-                .trim()
-                .parse()
-                .map_err(|_| format!("'{text}' is not a layout: {what}"))?;
-            if (1..=MAX_REPLICAS).contains(&n) {
-                Ok(n)
-            } else {
-                Err(format!(
-                    "'{text}': {role} must be 1 to {MAX_REPLICAS} ({what})"
-                ))
-            }
+const LAYOUT_FORMS: &str = "a layout is N (colocated replicas) or P:D (prefill:decode instances)";
+
+impl FromStr for Layout {
+    type Err = LayoutError;
+
+    fn from_str(text: &str) -> Result<Self, LayoutError> {
+        let count = |part: &str, role: &'static str| match part.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_REPLICAS).contains(&n) => Ok(n),
+            Ok(_) => Err(LayoutError::OutOfRange {
+                text: text.into(),
+                role,
+            }),
+            Err(_) => Err(LayoutError::NotALayout(text.into())),
         };
         match text.split(':').collect::<Vec<_>>()[..] {
             [n] => Ok(Layout::Colocated(count(n, "replicas")?)),
@@ -87,7 +92,7 @@ impl FromStr for Layout {
                 prefill: count(p, "prefill instances")?,
                 decode: count(d, "decode instances")?,
             }),
-            _ => Err(format!("'{text}' is not a layout: {what}")),
+            _ => Err(LayoutError::NotALayout(text.into())),
         }
     }
 }
@@ -310,11 +315,30 @@ mod tests {
         };
         assert_eq!("2:2".parse(), Ok(two_two));
         assert_eq!(two_two.to_string(), "2:2");
-        for bad in [
-            "0", "0:4", "3:", ":3", "x", "", "1:2:3", "-1", "1025", "2.5",
+        let range = |text: &str, role| LayoutError::OutOfRange {
+            text: text.into(),
+            role,
+        };
+        for (bad, why) in [
+            ("0", range("0", "replicas")),
+            ("0:4", range("0:4", "prefill instances")),
+            ("2:1025", range("2:1025", "decode instances")),
+            ("1025", range("1025", "replicas")),
         ] {
-            assert!(bad.parse::<Layout>().is_err(), "{bad}");
+            assert_eq!(bad.parse::<Layout>(), Err(why), "{bad}");
         }
+        for bad in ["3:", ":3", "x", "", "1:2:3", "-1", "2.5"] {
+            assert_eq!(
+                bad.parse::<Layout>(),
+                Err(LayoutError::NotALayout(bad.into())),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            "0:4".parse::<Layout>().unwrap_err().to_string(),
+            "'0:4': prefill instances must be 1 to 1024 (a layout is N (colocated replicas) or P:D \
+             (prefill:decode instances))"
+        );
         assert_eq!(gpus(&colocated(4), 2), 8);
         // Three prefill instances at the engine's TP 2, one decode instance at TP 4.
         assert_eq!(gpus(&split(3, 1, Some(4)), 2), 10);

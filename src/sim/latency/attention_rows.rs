@@ -8,6 +8,41 @@
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
+/// Why reports do not become rows; a cell names its shape as "kv heads/kv heads/head dim, block".
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AttentionRowsError {
+    #[error("an attention report without a positive {0:?}")]
+    NotPositive(&'static str),
+    #[error("KV dtype {0:?} has no step-profile rows")]
+    KvDtype(Option<String>),
+    #[error(
+        "a ragged batch ({tokens} tokens over {batch} requests of at most {context}): rows need \
+         one context per run"
+    )]
+    Ragged {
+        tokens: u64,
+        batch: u64,
+        context: u64,
+    },
+    #[error("the profile has no decode_attention list")]
+    NoDecodeList,
+    #[error("two runs at batch {batch} and context {context} ({cell})")]
+    TwoRuns {
+        batch: u64,
+        context: u64,
+        cell: String,
+    },
+    #[error(
+        "no run at batch {batch} and context {context} ({cell}): the rows need every batch at \
+         every context"
+    )]
+    Hole {
+        batch: u64,
+        context: u64,
+        cell: String,
+    },
+}
+
 /// One decode-attention measurement, as the rows need it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttentionRun {
@@ -26,30 +61,32 @@ pub struct AttentionRun {
 
 impl AttentionRun {
     /// A run from one `pagedkv attention --json` report.
-    pub fn from_report(v: &Value) -> Result<AttentionRun, String> {
-        let num = |k: &str| {
+    pub fn from_report(v: &Value) -> Result<AttentionRun, AttentionRowsError> {
+        let num = |k: &'static str| {
             v.get(k)
                 .and_then(Value::as_u64)
                 .filter(|&n| n > 0)
-                .ok_or_else(|| format!("an attention report without a positive {k:?}"))
+                .ok_or(AttentionRowsError::NotPositive(k))
         };
         let kv_dtype = match v.get("kv_dtype").and_then(Value::as_str) {
             Some("f16" | "bf16") => "bf16",
             Some("fp8_e4m3" | "fp8_e5m2") => "fp8",
-            other => return Err(format!("KV dtype {other:?} has no step-profile rows")),
+            other => return Err(AttentionRowsError::KvDtype(other.map(String::from))),
         };
         let (batch, context) = (num("batch")?, num("max_context")?);
-        if num("total_tokens")? != batch * context {
-            return Err(format!(
-                "a ragged batch ({} tokens over {batch} requests of at most {context}): rows need one context per run",
-                num("total_tokens")?
-            ));
+        let tokens = num("total_tokens")?;
+        if tokens != batch * context {
+            return Err(AttentionRowsError::Ragged {
+                tokens,
+                batch,
+                context,
+            });
         }
         let us = v
             .get("paged_us")
             .and_then(Value::as_f64)
             .filter(|t| t.is_finite() && *t > 0.0)
-            .ok_or("an attention report without a positive \"paged_us\"")?;
+            .ok_or(AttentionRowsError::NotPositive("paged_us"))?;
         Ok(AttentionRun {
             kv_dtype,
             heads: num("num_heads")?,
@@ -67,7 +104,11 @@ impl AttentionRun {
 /// block size, each a full grid of the runs' batches × KV lengths (a missing or repeated cell is
 /// an error naming it). An entry replaces the document's of the same shape and block size; the
 /// label says the rows are pagedkv's (`what`: where they were measured).
-pub fn merge_decode_rows(doc: &mut Value, runs: &[AttentionRun], what: &str) -> Result<(), String> {
+pub fn merge_decode_rows(
+    doc: &mut Value,
+    runs: &[AttentionRun],
+    what: &str,
+) -> Result<(), AttentionRowsError> {
     type Key = (&'static str, u64, u64, u64, u64);
     let mut groups: BTreeMap<Key, Vec<&AttentionRun>> = BTreeMap::new();
     for r in runs {
@@ -78,7 +119,7 @@ pub fn merge_decode_rows(doc: &mut Value, runs: &[AttentionRun], what: &str) -> 
     let entries = doc
         .get_mut("decode_attention")
         .and_then(Value::as_array_mut)
-        .ok_or("the profile has no decode_attention list")?;
+        .ok_or(AttentionRowsError::NoDecodeList)?;
     for ((kv, h, kvh, d, bs), group) in groups {
         let axis = |f: fn(&AttentionRun) -> u64| {
             let mut a: Vec<u64> = group.iter().map(|r| f(r)).collect();
@@ -87,24 +128,27 @@ pub fn merge_decode_rows(doc: &mut Value, runs: &[AttentionRun], what: &str) -> 
             a
         };
         let (batches, lens) = (axis(|r| r.batch), axis(|r| r.kv_len));
+        let cell = || format!("{kv} {h}/{kvh}/{d}, block {bs}");
         let mut ms = vec![vec![f64::NAN; lens.len()]; batches.len()];
         for r in &group {
             let i = batches.binary_search(&r.batch).expect("an axis point");
             let j = lens.binary_search(&r.kv_len).expect("an axis point");
             if !ms[i][j].is_nan() {
-                return Err(format!(
-                    "two runs at batch {} and context {} ({kv} {h}/{kvh}/{d}, block {bs})",
-                    r.batch, r.kv_len
-                ));
+                return Err(AttentionRowsError::TwoRuns {
+                    batch: r.batch,
+                    context: r.kv_len,
+                    cell: cell(),
+                });
             }
             ms[i][j] = r.ms;
         }
         for (i, row) in ms.iter().enumerate() {
             if let Some(j) = row.iter().position(|x| x.is_nan()) {
-                return Err(format!(
-                    "no run at batch {} and context {} ({kv} {h}/{kvh}/{d}, block {bs}): the rows need every batch at every context",
-                    batches[i], lens[j]
-                ));
+                return Err(AttentionRowsError::Hole {
+                    batch: batches[i],
+                    context: lens[j],
+                    cell: cell(),
+                });
             }
         }
         let same = |e: &Value| {
@@ -181,17 +225,51 @@ mod tests {
         let mut doc: Value =
             serde_json::from_str(crate::sim::latency::profile::SHIPPED[0].1).unwrap();
         let r = |b, c| AttentionRun::from_report(&report(b, c, 1, 10.0)).unwrap();
+        let cell = || "bf16 32/8/128, block 1".to_string();
         let e = merge_decode_rows(&mut doc, &[r(1, 512), r(1, 1024), r(2, 512)], "t").unwrap_err();
-        assert!(e.contains("no run at batch 2 and context 1024"), "{e}");
+        assert_eq!(
+            e,
+            AttentionRowsError::Hole {
+                batch: 2,
+                context: 1024,
+                cell: cell()
+            }
+        );
+        assert!(e
+            .to_string()
+            .starts_with("no run at batch 2 and context 1024 (bf16 32/8/128"));
         let e = merge_decode_rows(&mut doc, &[r(1, 512), r(1, 512)], "t").unwrap_err();
-        assert!(e.contains("two runs at batch 1 and context 512"), "{e}");
+        assert_eq!(
+            e,
+            AttentionRowsError::TwoRuns {
+                batch: 1,
+                context: 512,
+                cell: cell()
+            }
+        );
         let mut ragged = report(2, 512, 16, 1.0);
         ragged["total_tokens"] = 700.into();
-        assert!(AttentionRun::from_report(&ragged)
-            .unwrap_err()
-            .contains("ragged"));
+        assert_eq!(
+            AttentionRun::from_report(&ragged).unwrap_err(),
+            AttentionRowsError::Ragged {
+                tokens: 700,
+                batch: 2,
+                context: 512
+            }
+        );
         let mut f32 = report(1, 512, 16, 1.0);
         f32["kv_dtype"] = "f32".into();
-        assert!(AttentionRun::from_report(&f32).is_err());
+        assert_eq!(
+            AttentionRun::from_report(&f32).unwrap_err(),
+            AttentionRowsError::KvDtype(Some("f32".into()))
+        );
+        let mut slow = report(1, 512, 16, 1.0);
+        slow["paged_us"] = 0.0.into();
+        let e = AttentionRun::from_report(&slow).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "an attention report without a positive \"paged_us\""
+        );
+        assert!(merge_decode_rows(&mut json!({}), &[r(1, 512)], "t").is_err());
     }
 }
