@@ -252,25 +252,43 @@ fn gather(done: &[Done], band: &dyn Fn(usize) -> f64, slo: &SloTargets) -> Vec<E
         .collect()
 }
 
-/// Runs `requests` at every row's block size and pool: once at the trace's own rate, and the three
-/// SLO capacity searches (nominal, low and high efficiency) over its first `capacity_requests`,
-/// all in parallel; `gpus` is the tensor parallelism. When no search finds a rate within the SLOs,
-/// then the trace's own rate at each row's low and high efficiency too. `progress` is called
-/// after every engine run.
-#[allow(clippy::too_many_arguments)]
+/// What every row's engine runs are: the engine, the SLOs and the searches.
+pub struct Plan<'a> {
+    pub model: &'a ModelShape,
+    /// The tensor parallelism.
+    pub gpus: usize,
+    /// Attention efficiency per block size.
+    pub profile: &'a Profile,
+    pub step_times: &'a Choice,
+    /// The least noise band of a row (its own when wider).
+    pub noise: f64,
+    pub slo: &'a ResolvedSlo,
+    pub search: &'a SearchLimits,
+    /// The searches run over the trace's first this many requests.
+    pub capacity_requests: usize,
+}
+
+/// Runs `requests` at every row's block size and pool as `plan` says: once at the trace's own
+/// rate, and the three SLO capacity searches (nominal, low and high efficiency) over its first
+/// `capacity_requests`, all in parallel. When no search finds a rate within the SLOs, then the
+/// trace's own rate at each row's low and high efficiency too. `progress` is called after every
+/// engine run.
 pub fn run(
     rows: &[SweepRow],
     requests: &[Request],
-    model: &ModelShape,
-    gpus: usize,
-    profile: &Profile,
-    step_times: &Choice,
-    noise: f64,
-    resolved: &ResolvedSlo,
-    search: &SearchLimits,
-    capacity_requests: usize,
+    plan: &Plan<'_>,
     progress: &(dyn Fn() + Sync),
 ) -> Result<(Vec<EndToEnd>, Setup), EngineError> {
+    let Plan {
+        model,
+        gpus,
+        profile,
+        step_times,
+        noise,
+        slo: resolved,
+        search,
+        capacity_requests,
+    } = *plan;
     let slo = &resolved.targets;
     let (all, _, _) = serving_requests(requests);
     let window = capacity_requests.clamp(1, requests.len().max(1));
@@ -375,20 +393,17 @@ mod tests {
             let slo = flags
                 .resolve((SloPreset::Custom, "test"), 8.0, true)
                 .unwrap();
-            run(
-                &rows,
-                &requests,
-                &model,
-                1,
-                &profile,
-                &Choice::roofline("the test's"),
-                0.01,
-                &slo,
-                &search,
-                n,
-                &|| {},
-            )
-            .unwrap()
+            let plan = Plan {
+                model: &model,
+                gpus: 1,
+                profile: &profile,
+                step_times: &Choice::roofline("the test's"),
+                noise: 0.01,
+                slo: &slo,
+                search: &search,
+                capacity_requests: n,
+            };
+            run(&rows, &requests, &plan, &|| {}).unwrap()
         };
         // At 1 s apart nothing queues: every TTFT is one step.
         let (first, setup) = go(SloFlags::default());

@@ -215,19 +215,19 @@ fn end_to_end_phase(
     // search finds a rate within the SLOs.
     let bound = rows.len() * (3 * search.max_probes + 3);
     progress.begin(Phase::EndToEnd, bound as u64);
-    let runs = end_to_end::run(
-        rows,
-        &plan.requests,
-        m,
-        config.gpus,
-        &profile,
-        &step_times,
+    let e2e_plan = end_to_end::Plan {
+        model: m,
+        gpus: config.gpus,
+        profile: &profile,
+        step_times: &step_times,
         noise,
-        &plan.slo,
+        slo: &plan.slo,
         search,
-        plan.window,
-        &|| progress.step(Phase::EndToEnd, ""),
-    );
+        capacity_requests: plan.window,
+    };
+    let runs = end_to_end::run(rows, &plan.requests, &e2e_plan, &|| {
+        progress.step(Phase::EndToEnd, "")
+    });
     progress.end(Phase::EndToEnd);
     let (runs, s) = runs?;
     apply_end_to_end(rows, &runs, s.base_rps);
