@@ -14,7 +14,7 @@ pub use roofline::{
     attention_lane_fmas, in_cache_secs_per_token, Bound, InCacheError, ReadTimes, Roofline,
 };
 pub use run::{
-    measure, measure_dtype, Accuracy, AttentionReport, EngineChoice, EngineFigures, KvStorage,
-    MeasureOptions, ProblemShape, Speed,
+    measure, measure_dtype, Accuracy, AttentionReport, DtypeProblem, EngineChoice, EngineFigures,
+    KvStorage, MeasureOptions, ProblemShape, Speed,
 };
 pub use values::{Scales, Values};

@@ -176,31 +176,45 @@ pub struct Speed {
     pub paged_over_contiguous: f64,
 }
 
-/// Measures a problem built from `lens` with q of `dtype` and K/V stored as `kv_dtype` (the same,
-/// or fp8 with q in f16 or bf16), both chosen at run time.
-#[allow(clippy::too_many_arguments)]
+/// A problem whose element types are chosen at run time: q of `q_dtype`, K/V stored as
+/// `kv_dtype` (the same, or fp8 with q in f16 or bf16), one sequence per entry of `lens`.
+#[derive(Debug, Clone, Copy)]
+pub struct DtypeProblem<'a> {
+    pub q_dtype: Dtype,
+    pub kv_dtype: Dtype,
+    pub shape: AttentionShape,
+    pub block_size: usize,
+    pub lens: &'a [usize],
+    pub seed: u64,
+    pub options: ProblemOptions,
+}
+
+/// Draws and measures `problem`.
 pub fn measure_dtype(
     device: &Device,
-    dtype: Dtype,
-    kv_dtype: Dtype,
-    shape: AttentionShape,
-    block_size: usize,
-    lens: &[usize],
-    seed: u64,
-    problem: ProblemOptions,
+    problem: &DtypeProblem<'_>,
     opts: MeasureOptions,
     progress: &dyn Progress,
 ) -> Result<AttentionReport, RunError> {
-    ensure_fits(device, shape, block_size, lens, kv_dtype, problem)?;
+    let DtypeProblem {
+        q_dtype,
+        kv_dtype,
+        shape,
+        block_size,
+        lens,
+        seed,
+        options,
+    } = *problem;
+    ensure_fits(device, problem)?;
     macro_rules! run {
         ($t:ty, $kv:ty) => {{
             let p = phase(progress, "attention: drawing K and V", 0, || {
-                Problem::<$t, $kv>::with_options(shape, block_size, lens, seed, problem)
+                Problem::<$t, $kv>::with_options(shape, block_size, lens, seed, options)
             })?;
             measure(device, &p, opts, progress)
         }};
     }
-    match (dtype, kv_dtype) {
+    match (q_dtype, kv_dtype) {
         (Dtype::F16, Dtype::F16) => run!(f16, f16),
         (Dtype::Bf16, Dtype::Bf16) => run!(bf16, bf16),
         (Dtype::F32, Dtype::F32) => run!(f32, f32),
@@ -214,14 +228,15 @@ pub fn measure_dtype(
 
 /// Refuses, before anything is allocated, a problem whose host memory exceeds what is available:
 /// the problem itself and, on the CPU, the memory limits' buffer over as many bytes as it reads.
-fn ensure_fits(
-    device: &Device,
-    shape: AttentionShape,
-    block_size: usize,
-    lens: &[usize],
-    kv_dtype: Dtype,
-    problem: ProblemOptions,
-) -> Result<(), TooLarge> {
+fn ensure_fits(device: &Device, problem: &DtypeProblem<'_>) -> Result<(), TooLarge> {
+    let DtypeProblem {
+        kv_dtype,
+        shape,
+        block_size,
+        lens,
+        options,
+        ..
+    } = *problem;
     let tokens = lens.iter().fold(0usize, |n, &l| n.saturating_add(l));
     let read = host_memory::elems_bytes(tokens, shape.num_kv_heads * shape.head_dim)
         .saturating_mul(2 * kv_dtype.bytes() as u64);
@@ -229,7 +244,7 @@ fn ensure_fits(
         Device::Cpu => cpu::stream::limit_bytes(usize::try_from(read).unwrap_or(usize::MAX)) as u64,
         Device::Cuda(_) => 0,
     };
-    let need = host_bytes(shape, block_size, lens, kv_dtype, problem).saturating_add(limits);
+    let need = host_bytes(shape, block_size, lens, kv_dtype, options).saturating_add(limits);
     host_memory::ensure_fits(need, &describe(lens, "attention"))
 }
 

@@ -2,8 +2,8 @@
 //! f64 oracle, with time, bytes, bandwidth and the fractions of the limits measured in the run.
 
 use crate::attention::{
-    measure_dtype, tolerance, AttentionReport, AttentionShape, EngineChoice, MeasureOptions,
-    ProblemOptions, Scales, Values,
+    measure_dtype, tolerance, AttentionReport, AttentionShape, DtypeProblem, EngineChoice,
+    MeasureOptions, ProblemOptions, Scales, Values,
 };
 use crate::cli::{count, count_u64, CheckFailed, CmdResult};
 use crate::device::{Device, DeviceChoice};
@@ -145,7 +145,7 @@ pub fn run(args: Args) -> CmdResult {
     };
     let quantised = args.dtype.fp8().is_some();
     let q_dtype = if quantised { args.q_dtype } else { args.dtype };
-    let problem = ProblemOptions {
+    let options = ProblemOptions {
         values: match args.values {
             ValuesArg::Uniform => Values::Uniform,
             ValuesArg::Activations => Values::Activations {
@@ -162,18 +162,16 @@ pub fn run(args: Args) -> CmdResult {
         // What fp8 costs is measured against K and V before quantisation.
         keep_exact: quantised && opts.check,
     };
-    let report = measure_dtype(
-        &device,
+    let problem = DtypeProblem {
         q_dtype,
-        args.dtype,
+        kv_dtype: args.dtype,
         shape,
-        args.block_size,
-        &lens,
-        args.seed,
-        problem,
-        opts,
-        &StderrProgress::new(),
-    )?;
+        block_size: args.block_size,
+        lens: &lens,
+        seed: args.seed,
+        options,
+    };
+    let report = measure_dtype(&device, &problem, opts, &StderrProgress::new())?;
     if args.json {
         outln!("{}", serde_json::to_string_pretty(&report)?)?;
     } else {
