@@ -89,18 +89,14 @@ impl PdCore {
                         (q.request.prompt.len() as u32 - hit, hit)
                     })
                     .collect();
-                let est = conductor::estimate(
-                    e,
-                    model,
-                    &self.open[p],
-                    &fetching,
-                    now,
-                    prompt,
+                let ask = conductor::Ask {
+                    prompt_len: prompt,
                     hit,
                     fetch,
-                    &self.link,
                     kv_bytes,
-                );
+                };
+                let est =
+                    conductor::estimate(e, model, &self.open[p], &fetching, now, ask, &self.link);
                 Ok((est, m, fetches))
             })
             .collect()

@@ -141,23 +141,34 @@ pub fn queued_work(e: &Engine, open: &[(u32, u32)], now: f64) -> (f64, Vec<(u32,
     ((e.now() - now).max(0.0), running)
 }
 
-/// Instance `e`'s estimate for a request of `prompt_len` tokens of which it will cache `hit`
-/// after a fetch of `fetch` seconds, its queue `open` and then `fetching` (requests still
-/// fetching for it: tokens left, tokens cached), at `now`; the KV (`kv_bytes`, 0 when it does
-/// not move) over `link`.
-#[allow(clippy::too_many_arguments)]
+/// A request as one prefill instance would take it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ask {
+    pub prompt_len: u32,
+    /// Prompt tokens the instance will hold cached, after a fetch of `fetch` seconds.
+    pub hit: u32,
+    pub fetch: f64,
+    /// The KV bound for the decode instance (0 when it does not move).
+    pub kv_bytes: u64,
+}
+
+/// Instance `e`'s estimate for `ask` at `now`: its queue `open` and then `fetching` (requests
+/// still fetching for it: tokens left, tokens cached), the request's prefill, its KV over `link`.
 pub fn estimate(
     e: &Engine,
     model: &StepModel,
     open: &[(u32, u32)],
     fetching: &[(u32, u32)],
     now: f64,
-    prompt_len: u32,
-    hit: u32,
-    fetch: f64,
+    ask: Ask,
     link: &Link,
-    kv_bytes: u64,
 ) -> Estimate {
+    let Ask {
+        prompt_len,
+        hit,
+        fetch,
+        kv_bytes,
+    } = ask;
     let cfg = &e.scheduler().cfg;
     let (in_flight, mut work) = queued_work(e, open, now);
     work.extend_from_slice(fetching);
