@@ -17,6 +17,7 @@
 //! - held within a floor of [`FLOOR_PER_CORE`] per core and a ceiling of sysfs's figure and
 //!   [`CEILING_PER_CORE`] per core; the ceiling where the rate does not fall within the search.
 
+use super::env_setting::{self, EnvSettingError};
 use super::pages::{thp_available, HostBuf, Pages};
 use super::topology::{allowed_cpus, parse_cache_size, sysfs_llc, SysfsLlc};
 use crate::host_memory::bytes as show;
@@ -48,19 +49,12 @@ const MIB: usize = 1 << 20;
 
 /// The cache size [`LLC_ENV`] sets: `None` when unset, an error naming it when it is not a size
 /// from 1 byte to 4G. The CLI checks it before any command runs.
-pub fn llc_override() -> Result<Option<usize>, String> {
-    let text = match std::env::var(LLC_ENV) {
-        Err(std::env::VarError::NotPresent) => return Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => String::new(),
-        Ok(text) => text,
-    };
-    match parse_cache_size(&text) {
-        Some(n) if (1..=MAX_LLC_OVERRIDE).contains(&n) => Ok(Some(n)),
-        _ => Err(format!(
-            "{LLC_ENV} must be a cache size from 1 to 4G as sysfs writes them (32M, 512K), got '{}'",
-            crate::quote::clip(&text)
-        )),
-    }
+pub fn llc_override() -> Result<Option<usize>, EnvSettingError> {
+    env_setting::read(
+        LLC_ENV,
+        "a cache size from 1 to 4G as sysfs writes them (32M, 512K)",
+        |text| parse_cache_size(text).filter(|n| (1..=MAX_LLC_OVERRIDE).contains(n)),
+    )
 }
 
 /// One core's read rate over a buffer of `bytes`, the best of its passes.

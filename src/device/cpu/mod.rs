@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod cache_ops;
+pub mod env_setting;
 pub mod fma;
 pub mod gather;
 pub mod last_level_cache;

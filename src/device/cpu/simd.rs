@@ -44,6 +44,7 @@ mod exp_consts {
     ];
 }
 
+use super::env_setting::{self, EnvSettingError};
 use crate::kv::KvElem;
 
 /// The most rows one step may hold.
@@ -133,21 +134,13 @@ pub const KERNELS_ENV: &str = "PAGEDKV_CPU_KERNELS";
 
 /// The widest kernel set [`KERNELS_ENV`] allows: `None` when unset, an error naming it when it
 /// names no set. The CLI checks it before any command runs.
-pub fn kernels_cap() -> Result<Option<Isa>, String> {
-    let text = match std::env::var(KERNELS_ENV) {
-        Err(std::env::VarError::NotPresent) => return Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => String::new(),
-        Ok(text) => text,
-    };
-    match text.as_str() {
-        "portable" => Ok(Some(Isa::Portable)),
-        "avx2" => Ok(Some(Isa::Avx2)),
-        "avx512" => Ok(Some(Isa::Avx512)),
-        _ => Err(format!(
-            "{KERNELS_ENV} must be portable, avx2 or avx512, got '{}'",
-            crate::quote::clip(&text)
-        )),
-    }
+pub fn kernels_cap() -> Result<Option<Isa>, EnvSettingError> {
+    env_setting::read(KERNELS_ENV, "portable, avx2 or avx512", |text| match text {
+        "portable" => Some(Isa::Portable),
+        "avx2" => Some(Isa::Avx2),
+        "avx512" => Some(Isa::Avx512),
+        _ => None,
+    })
 }
 
 impl Isa {
