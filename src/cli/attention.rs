@@ -3,7 +3,7 @@
 
 use crate::attention::{
     measure_dtype, tolerance, AttentionReport, AttentionShape, DtypeProblem, EngineChoice,
-    MeasureOptions, ProblemOptions, Scales, Values,
+    MeasureOptions, ProblemOptions, Roofline, Scales, Values,
 };
 use crate::cli::{count, count_u64, CheckFailed, CmdResult};
 use crate::device::{Device, DeviceChoice};
@@ -215,11 +215,38 @@ pub fn run(args: Args) -> CmdResult {
 }
 
 fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFailed> {
-    // Not checked says so; a checked NaN stays NaN.
-    let error = |e: f64, digits: usize| match r.accuracy.checked {
+    print_problem(r)?;
+    out!("{}", kernel_table(r))?;
+    outln!(
+        "KV bytes read {:.1} MiB; limits in this run: copy {:.1} GB/s, read-only stream {:.1} GB/s; paged / contiguous time {:.3}",
+        r.speed.kv_bytes as f64 / (1 << 20) as f64,
+        r.speed.copy_gbps,
+        r.speed.stream_gbps,
+        r.speed.paged_over_contiguous
+    )?;
+    if let Some(roof) = &r.roofline {
+        print_roofline(roof)?;
+    }
+    if r.shape.copies_rotated > 1 {
+        outln!(
+            "timed runs took turns over {} copies of the problem, so that they read memory, not the L2 cache",
+            r.shape.copies_rotated
+        )?;
+    }
+    Ok(())
+}
+
+/// A relative error with `digits` digits; "not checked" without the check (a checked NaN stays
+/// NaN).
+fn rel_error(r: &AttentionReport, e: f64, digits: usize) -> String {
+    match r.accuracy.checked {
         true => format!("{e:.digits$e}"),
         false => "not checked".to_string(),
-    };
+    }
+}
+
+/// The problem's line, and the fp8 scales with what quantising cost.
+fn print_problem(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFailed> {
     let kv = if r.storage.kv_dtype == r.storage.dtype {
         String::new()
     } else {
@@ -247,9 +274,14 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
             "K scale {}, V scale {}; relative error against the unquantised values {}",
             range(&r.storage.k_scale),
             range(&r.storage.v_scale),
-            error(r.storage.quantised_rel_error, 3)
+            rel_error(r, r.storage.quantised_rel_error, 3)
         )?;
     }
+    Ok(())
+}
+
+/// Paged and contiguous, on each engine run: time, bandwidth, fractions of the limits, error.
+fn kernel_table(r: &AttentionReport) -> Table {
     let mut t = Table::new([
         "kernel",
         "time us",
@@ -265,7 +297,7 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
         format!("{:.1}", r.speed.paged_gbps),
         format!("{:.3}", r.speed.paged_frac_of_stream),
         format!("{:.3}", r.speed.paged_frac_of_copy),
-        error(r.accuracy.paged_rel_error, 2),
+        rel_error(r, r.accuracy.paged_rel_error, 2),
     ]);
     t.row([
         format!("contiguous{}", on(r.engine)),
@@ -273,7 +305,7 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
         format!("{:.1}", r.speed.contiguous_gbps),
         format!("{:.3}", r.speed.contiguous_frac_of_stream),
         format!("{:.3}", r.speed.contiguous_gbps / r.speed.copy_gbps),
-        error(r.accuracy.contiguous_rel_error, 2),
+        rel_error(r, r.accuracy.contiguous_rel_error, 2),
     ]);
     for o in &r.other_engines {
         let gbps = |us: f64| r.speed.kv_bytes as f64 / us / 1e3;
@@ -287,49 +319,38 @@ fn print_report(r: &AttentionReport) -> Result<(), crate::cli::stdout::StdoutFai
                 format!("{:.1}", gbps(us)),
                 format!("{:.3}", gbps(us) / r.speed.stream_gbps),
                 format!("{:.3}", gbps(us) / r.speed.copy_gbps),
-                error(err, 2),
+                rel_error(r, err, 2),
             ]);
         }
     }
-    out!("{t}")?;
+    t
+}
+
+/// The CPU's roofline: the kernel's own read, the stream and FMA limits, which binds.
+fn print_roofline(roof: &Roofline) -> Result<(), crate::cli::stdout::StdoutFailed> {
+    let of_stream = |us: f64| roof.memory_us / us;
     outln!(
-        "KV bytes read {:.1} MiB; limits in this run: copy {:.1} GB/s, read-only stream {:.1} GB/s; paged / contiguous time {:.3}",
-        r.speed.kv_bytes as f64 / (1 << 20) as f64,
-        r.speed.copy_gbps,
-        r.speed.stream_gbps,
-        r.speed.paged_over_contiguous
+        "K/V read in the kernel's order with no arithmetic: paged {:.1} us ({:.3} of the \
+         stream),\n  contiguous {:.1} us ({:.3}); the paged kernel at {:.3} of the paged read",
+        roof.paged_read_us,
+        of_stream(roof.paged_read_us),
+        roof.contiguous_read_us,
+        of_stream(roof.contiguous_read_us),
+        roof.paged_frac_of_read
     )?;
-    if let Some(roof) = &r.roofline {
-        let of_stream = |us: f64| roof.memory_us / us;
-        outln!(
-            "K/V read in the kernel's order with no arithmetic: paged {:.1} us ({:.3} of the \
-             stream),\n  contiguous {:.1} us ({:.3}); the paged kernel at {:.3} of the paged read",
-            roof.paged_read_us,
-            of_stream(roof.paged_read_us),
-            roof.contiguous_read_us,
-            of_stream(roof.contiguous_read_us),
-            roof.paged_frac_of_read
-        )?;
-        outln!(
-            "roofline: K/V at the read-only stream {:.1} us; {:.0} M lane-FMAs at the FMA limit \
-             ({:.1} G/s, {} threads x {} lanes) {:.1} us; the paged kernel with K/V in cache \
-             {:.1} us (all measured in this run): {} binds; paged time at {:.3} of the bound",
-            roof.memory_us,
-            roof.lane_fmas / 1e6,
-            roof.fma.lane_fmas_per_s / 1e9,
-            roof.fma.threads,
-            roof.fma.lanes,
-            roof.fma_us,
-            roof.in_cache_us,
-            roof.binds,
-            roof.paged_frac_of_bound
-        )?;
-    }
-    if r.shape.copies_rotated > 1 {
-        outln!(
-            "timed runs took turns over {} copies of the problem, so that they read memory, not the L2 cache",
-            r.shape.copies_rotated
-        )?;
-    }
+    outln!(
+        "roofline: K/V at the read-only stream {:.1} us; {:.0} M lane-FMAs at the FMA limit \
+         ({:.1} G/s, {} threads x {} lanes) {:.1} us; the paged kernel with K/V in cache \
+         {:.1} us (all measured in this run): {} binds; paged time at {:.3} of the bound",
+        roof.memory_us,
+        roof.lane_fmas / 1e6,
+        roof.fma.lane_fmas_per_s / 1e9,
+        roof.fma.threads,
+        roof.fma.lanes,
+        roof.fma_us,
+        roof.in_cache_us,
+        roof.binds,
+        roof.paged_frac_of_bound
+    )?;
     Ok(())
 }
