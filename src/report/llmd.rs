@@ -188,13 +188,41 @@ fn seq_len(s: &Summary) -> Value {
     m
 }
 
+/// The label of the engine replicas in the stack and in the components.
+const ENGINE_LABEL: &str = "vllm-replicas";
+
 /// The benchmark report of `r` (schema v0.2.1), as JSON.
 pub fn benchmark_report(r: &Run) -> Value {
+    let l = &r.load;
+    let mut observability = json!({"pagedkv": r.extra});
+    let components = components(r);
+    if !components.is_empty() {
+        observability["components"] = json!(components);
+    }
+    json!({
+        "version": "0.2.1",
+        "run": {"uid": r.uid, "description": r.description, "keywords": ["pagedkv"]},
+        "scenario": {
+            "stack": stack(r),
+            "load": {
+                "metadata": {"description": l.description, "cfg_id": cfg_id(&l.native)},
+                "standardized": load_standardized(l),
+                "native": {"args": l.native},
+            },
+        },
+        "results": {
+            "request_performance": {"aggregate": request_performance(r)},
+            "observability": observability,
+        },
+    })
+}
+
+/// The scenario's stack: the engine replicas, then the router when there is one.
+fn stack(r: &Run) -> Vec<Value> {
     let e = &r.engine;
-    let engine_label = "vllm-replicas";
     let mut stack = vec![json!({
         "metadata": {
-            "label": engine_label,
+            "label": ENGINE_LABEL,
             "cfg_id": cfg_id(&e.native),
             "description": format!("{} replica(s) of {} {} (simulated by pagedkv)", e.replicas, e.tool, e.tool_version),
         },
@@ -220,7 +248,11 @@ pub fn benchmark_report(r: &Run) -> Value {
             "native": {"args": native},
         }));
     }
-    let l = &r.load;
+    stack
+}
+
+/// The load's standardized part: its tool, source, lengths and rate.
+fn load_standardized(l: &Workload) -> Value {
     let mut load_std = json!({
         "tool": l.tool,
         "tool_version": l.tool_version,
@@ -233,6 +265,12 @@ pub fn benchmark_report(r: &Run) -> Value {
     if let Some(q) = l.rate_qps.filter(|&q| q > 0.0 && q.is_finite()) {
         load_std["rate_qps"] = json!(q);
     }
+    load_std
+}
+
+/// The requests, their latencies and the throughput, over the whole run.
+fn request_performance(r: &Run) -> Value {
+    let l = &r.load;
     let mut requests = json!({
         "total": r.total,
         "failures": r.failures,
@@ -259,8 +297,16 @@ pub fn benchmark_report(r: &Run) -> Value {
         "total_token_rate": mean_only("tokens/s", r.input_tokens_per_s + r.output_tokens_per_s),
         "request_rate": mean_only("queries/s", r.requests_per_s),
     });
-    let components: Vec<Value> = r
-        .replicas
+    json!({
+        "requests": requests,
+        "latency": latency,
+        "throughput": throughput,
+    })
+}
+
+/// Each replica's state over the run (KV use, cache hits, queue lengths).
+fn components(r: &Run) -> Vec<Value> {
+    r.replicas
         .iter()
         .map(|c| {
             let mut agg = Map::new();
@@ -279,33 +325,9 @@ pub fn benchmark_report(r: &Run) -> Value {
             if let Some(x) = c.waiting_mean {
                 agg.insert("waiting_requests".into(), mean_only("count", x));
             }
-            json!({"component_label": engine_label, "replica_id": c.label, "aggregate": agg})
+            json!({"component_label": ENGINE_LABEL, "replica_id": c.label, "aggregate": agg})
         })
-        .collect();
-    let mut observability = json!({"pagedkv": r.extra});
-    if !components.is_empty() {
-        observability["components"] = json!(components);
-    }
-    json!({
-        "version": "0.2.1",
-        "run": {"uid": r.uid, "description": r.description, "keywords": ["pagedkv"]},
-        "scenario": {
-            "stack": stack,
-            "load": {
-                "metadata": {"description": l.description, "cfg_id": cfg_id(&l.native)},
-                "standardized": load_std,
-                "native": {"args": l.native},
-            },
-        },
-        "results": {
-            "request_performance": {"aggregate": {
-                "requests": requests,
-                "latency": latency,
-                "throughput": throughput,
-            }},
-            "observability": observability,
-        },
-    })
+        .collect()
 }
 
 #[cfg(test)]
