@@ -397,10 +397,13 @@ mod tests {
         assert_eq!(r.rows.len(), 3);
         assert_eq!(r.slice_bytes, MIB);
         assert_eq!(r.distinct_bytes, 4 * MIB);
+        // Never more than was read: slices and mappings are aligned to the fault-around window,
+        // which maps no neighbour. At most 1% less, for the few clean file pages the kernel may
+        // reclaim or migrate between the reads and the look at smaps.
+        let read = |got: u64, want: usize| got <= want as u64 && got as f64 >= 0.99 * want as f64;
         for row in &r.rows {
-            // Exact: slices and mappings are aligned to the fault-around window.
-            assert_eq!(row.rss_bytes, 2 * MIB as u64, "{row:?}");
-            assert_eq!(row.shared_clean_bytes, MIB as u64, "{row:?}");
+            assert!(read(row.rss_bytes, 2 * MIB), "{row:?}");
+            assert!(read(row.shared_clean_bytes, MIB), "{row:?}");
         }
         // The shared MiB counts a third in each PSS: 3 x (1/3 + 1) MiB = 4 MiB.
         let pss = r.sum_pss_bytes as f64;
@@ -408,7 +411,7 @@ mod tests {
             (pss - (4 * MIB) as f64).abs() < 0.02 * (4 * MIB) as f64,
             "{pss}"
         );
-        assert_eq!(r.sum_rss_bytes, 6 * MIB as u64);
+        assert!(read(r.sum_rss_bytes, 6 * MIB), "{}", r.sum_rss_bytes);
         assert!(r.file_cached_after_bytes >= 4 * MIB as u64);
         assert!(r.checks.iter().all(|c| !c.contradicted()), "{:?}", r.checks);
     }

@@ -207,13 +207,17 @@ fn mmap_share_counts_each_file_page_once() {
         "1M",
     ]);
     let mib = 1048576.0;
+    // Never more than was read (fault-around maps no neighbour: the slices are aligned to its
+    // window); at most 1% less, for the few clean file pages the kernel may reclaim or migrate
+    // between the reads and the parent's look at smaps.
+    let read = |got: f64, want: f64| got <= want && got >= 0.99 * want;
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 3);
     for r in rows {
-        assert_eq!(num(r, "rss_bytes"), 2.0 * mib, "{r}");
-        assert_eq!(num(r, "shared_clean_bytes"), mib, "{r}");
+        assert!(read(num(r, "rss_bytes"), 2.0 * mib), "{r}");
+        assert!(read(num(r, "shared_clean_bytes"), mib), "{r}");
     }
-    assert_eq!(num(&v, "sum_rss_bytes"), 6.0 * mib);
+    assert!(read(num(&v, "sum_rss_bytes"), 6.0 * mib), "{v}");
     let pss = num(&v, "sum_pss_bytes");
     assert!((pss - 4.0 * mib).abs() <= 0.1 * 4.0 * mib, "{pss}");
     assert!(num(&v, "file_cached_after_bytes") >= 4.0 * mib);
