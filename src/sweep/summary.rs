@@ -49,7 +49,7 @@ pub struct Verdict {
     pub noise_tolerance: f64,
 }
 
-/// What was swept: the model, its pool, the GPU the engine runs model, the workload.
+/// What was swept: the model, its pool, the GPU the engine runs are timed on, the workload.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepSetting {
     pub model: ModelShape,

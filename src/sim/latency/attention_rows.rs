@@ -8,7 +8,8 @@
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// Why reports do not become rows; a cell names its shape as "kv heads/kv heads/head dim, block".
+/// Why reports do not become rows; a cell names its shape as "KV dtype heads/KV heads/head dim,
+/// block N".
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum AttentionRowsError {
     #[error("an attention report without a positive {0:?}")]
